@@ -1,0 +1,3 @@
+from queuelog.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""The ASGI app: routes, middleware and the lifespan that owns the database and loops.
+
+    uvicorn --factory queuelog.app:create_app_from_env
+
+`queuelog serve` is the usual way in: it migrates the database first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+
+from queuelog import maintenance
+from queuelog.auth import Principal, bearer_token, hash_key
+from queuelog.events import EventBus
+from queuelog.metrics import CONTENT_TYPE, Metrics
+from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, send_json
+from queuelog.queue import JobQueue
+from queuelog.schema import build_schema
+from queuelog.schema.context import RequestContext
+from queuelog.settings import Settings
+from queuelog.storage.operations import RetryPolicy
+from queuelog.storage.repository import Repository
+from queuelog.wakeup import WorkSignal
+
+log = logging.getLogger("queuelog.app")
+MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
+
+
+class Services:
+    """Everything one server process holds; created in the lifespan."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.repository = Repository.open(
+            settings.database_url,
+            RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds),
+        )
+        self.bus = EventBus()
+        self.signal = WorkSignal()
+        self.queue = JobQueue(settings, self.repository, self.signal)
+        self.repository.add_listener(self.bus.publish)
+        self.repository.add_listener(self.signal.on_events)
+        self.repository.add_listener(metrics.observe_events)
+
+    async def principal_for(self, authorization: str | None) -> Principal | None:
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        key = await self.repository.find_active_key(hash_key(token))
+        return Principal.from_key(key) if key is not None else None
+
+
+class GraphQLView(GraphQL):
+    """Strawberry's ASGI view with queuelog's context and websocket authentication."""
+
+    def __init__(self, services: Services, **kwargs: Any) -> None:
+        super().__init__(build_schema(services.settings), **kwargs)
+        self.services = services
+
+    async def get_context(self, request: Request | WebSocket, response: Any = None) -> RequestContext:
+        return RequestContext(
+            queue=self.services.queue,
+            bus=self.services.bus,
+            request=request,
+            response=response,
+            principal=request.scope.get("queuelog.principal"),
+        )
+
+    async def on_ws_connect(self, context: RequestContext) -> dict[str, object] | None:
+        authorization = context.connection_params.get("authorization")
+        principal = None
+        if isinstance(authorization, str):
+            principal = await self.services.principal_for(authorization)
+        if principal is None:
+            raise ConnectionRejectionError()
+        context.principal = principal
+        return None
+
+
+class GraphQLEndpoint:
+    """POST needs a valid key (else 401 with a GraphQL body); GET only shows GraphiQL."""
+
+    def __init__(self, services: Services, view: GraphQLView) -> None:
+        self.services = services
+        self.view = view
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = dict(scope["headers"])
+            raw = headers.get(b"authorization")
+            principal = await self.services.principal_for(raw.decode("latin-1") if raw else None)
+            if principal is None:
+                body = graphql_error_body("a valid API key is required", "UNAUTHENTICATED")
+                await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
+                return
+            scope["queuelog.principal"] = principal
+        await self.view(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> Starlette:
+    settings = settings if settings is not None else Settings.from_env()
+    metrics = Metrics()
+    holder: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        services = Services(settings, metrics)
+        holder["services"] = services
+        holder["endpoint"] = GraphQLEndpoint(
+            services,
+            GraphQLView(
+                services,
+                graphql_ide="graphiql" if settings.graphiql else None,
+                allow_queries_via_get=False,
+                subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+                max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_CONNECTION,
+                allowed_origins=settings.cors_origins,
+            ),
+        )
+        tasks = maintenance.start(services.repository, settings)
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await services.repository.close()
+
+    class GraphQLRoute:
+        # A class instance, so Starlette routes raw ASGI to it (a function would be
+        # wrapped as a request/response endpoint).
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await holder["endpoint"](scope, receive, send)
+
+    graphql = GraphQLRoute()
+
+    async def healthz(request: Request) -> Response:
+        try:
+            await holder["services"].repository.ping()
+        except Exception:
+            log.exception("health check: database unreachable")
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        body = await metrics.render(holder["services"].repository)
+        return Response(body, media_type=CONTENT_TYPE)
+
+    middleware = [
+        Middleware(RequestTiming, metrics=metrics),
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+            max_age=600,
+        ),
+        Middleware(BodyLimit, limit=settings.max_body_bytes),
+    ]
+    return Starlette(
+        routes=[
+            Route("/graphql", graphql, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", graphql),
+            Route("/healthz", healthz),
+            Route("/metrics", metrics_endpoint),
+        ],
+        middleware=middleware,
+        lifespan=lifespan,
+    )
+
+
+def create_app_from_env() -> Starlette:
+    return create_app(Settings.from_env())

@@ -1,0 +1,241 @@
+"""The `queuelog` command (API.md section 6).
+
+Every failure a user can cause (bad flags, unknown command, an unreachable database)
+ends with one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuelog import keys
+from queuelog.errors import DatabaseUnavailable, QueuelogError
+from queuelog.settings import Settings, SettingsError, env_name, field_kind, public_fields
+from queuelog.storage.engine import create_sync_engine, dialect_of
+from queuelog.storage.migrate import upgrade_to_head
+
+PROG = "queuelog"
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="A persistent job queue served as a GraphQL API.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    commands.required = True
+
+    serve = commands.add_parser("serve", help="migrate the database, then serve the API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
+    serve.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    for f in public_fields():
+        flag = "--" + f.name.replace("_", "-")
+        kind = field_kind(f)
+        help_text = f"default: ${env_name(f.name)} or {_show_default(f.default)}"
+        if kind is bool:
+            serve.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            serve.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+
+    migrate = commands.add_parser("migrate", help="bring the database to the current schema")
+    _database_flag(migrate)
+
+    keys_parser = commands.add_parser("keys", help="manage API keys")
+    key_commands = keys_parser.add_subparsers(
+        dest="keys_command", metavar="ACTION", parser_class=OneLineParser
+    )
+    key_commands.required = True
+    create = key_commands.add_parser("create", help="create a key; prints it once")
+    create.add_argument("--name", required=True)
+    create.add_argument(
+        "--role",
+        action="append",
+        required=True,
+        dest="roles",
+        help="admin, producer, worker or viewer; repeat for more",
+    )
+    create.add_argument(
+        "--max-priority", default=None, help="low, medium, high or critical (default medium; admin: critical)"
+    )
+    _database_flag(create)
+    _database_flag(key_commands.add_parser("list", help="list keys (never their secrets)"))
+    revoke = key_commands.add_parser("revoke", help="revoke a key by name")
+    revoke.add_argument("name")
+    _database_flag(revoke)
+    return parser
+
+
+def _show_default(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value) or "(empty)"
+    return str(value)
+
+
+def _database_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help=f"default: ${env_name('database_url')} or {Settings.database_url}",
+    )
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    if args.database_url:
+        return args.database_url
+    return os.environ.get(env_name("database_url"), Settings.database_url)
+
+
+def open_migrated(url: str) -> Engine:
+    if dialect_of(url) not in ("sqlite", "postgresql"):
+        raise CommandError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
+    engine = create_sync_engine(url)
+    try:
+        upgrade_to_head(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise CommandError(f"cannot open the database at {_safe_url(url)}: {_first_line(exc)}") from None
+    return engine
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparseable URL)"
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__
+
+
+# --- commands ------------------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace) -> None:
+    url = _database_url(args)
+    open_migrated(url).dispose()
+    print(f"database at {_safe_url(url)} is at the current schema")
+
+
+def cmd_keys(args: argparse.Namespace) -> None:
+    engine = open_migrated(_database_url(args))
+    try:
+        if args.keys_command == "create":
+            roles = [keys.parse_role(r) for r in args.roles]
+            priority = keys.parse_priority(args.max_priority) if args.max_priority else None
+            record, plaintext = keys.create_key(engine, args.name, roles, priority)
+            role_names = ",".join(sorted(r.value for r in record.roles))
+            print(
+                f"created key {record.name!r} (roles {role_names}, max priority "
+                f"{record.max_priority.name}); it is shown only once:"
+            )
+            print(plaintext)
+        elif args.keys_command == "list":
+            print(f"{'NAME':<24} {'ROLES':<28} {'MAX PRIORITY':<13} {'CREATED':<20} STATUS")
+            for key in keys.list_keys(engine):
+                status = "revoked" if key.revoked_at else "active"
+                print(
+                    f"{key.name:<24} {','.join(sorted(r.value for r in key.roles)):<28} "
+                    f"{key.max_priority.name:<13} {key.created_at:%Y-%m-%d %H:%M:%S}  {status}"
+                )
+        else:
+            keys.revoke_key(engine, args.name)
+            print(f"revoked key {args.name!r}")
+    finally:
+        engine.dispose()
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    overrides = {f.name: getattr(args, f.name) for f in public_fields()}
+    raw = {k: v for k, v in overrides.items() if v is not None and not isinstance(v, bool)}
+    settings = Settings.from_env(
+        {**os.environ, **{env_name(k): str(v) for k, v in raw.items()}},
+        **{k: v for k, v in overrides.items() if isinstance(v, bool)},
+    )
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    engine = open_migrated(settings.database_url)
+    try:
+        created = keys.bootstrap_admin(engine)
+    finally:
+        engine.dispose()
+    if created is not None:
+        record, plaintext = created
+        print(f"No active API key existed, so an ADMIN key named {record.name!r} was created.")
+        print("It is shown only this once; store it now:")
+        print(f"\n    {plaintext}\n", flush=True)
+    if not settings.job_types:
+        print(
+            f"note: {env_name('job_types')} is empty, so every enqueue is refused; "
+            "pass --job-types a,b to allow job types."
+        )
+    base = f"http://{args.host}:{args.port}"
+    print(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
+    if settings.graphiql:
+        print(
+            f"GraphiQL: open {base}/graphql and add the header "
+            '{"Authorization": "Bearer <key>"} in its Headers tab',
+            flush=True,
+        )
+    os.environ.update(settings.to_env())
+    uvicorn.run(
+        "queuelog.app:create_app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers if args.workers > 1 else None,
+        log_level=args.log_level,
+        proxy_headers=False,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers = {"serve": cmd_serve, "migrate": cmd_migrate, "keys": cmd_keys}
+    try:
+        handlers[args.command](args)
+    except (CommandError, QueuelogError, SettingsError, DatabaseUnavailable) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except SQLAlchemyError as exc:
+        print(f"{PROG}: error: database error: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # the last guard: never a traceback on a user's terminal
+        print(f"{PROG}: error: unexpected {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Prometheus metrics: job counters from the event stream, status gauges at scrape time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus
+from queuelog.storage.repository import Repository
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+        def counter(name: str, what: str) -> Counter:
+            return Counter(f"queuelog_jobs_{name}", what, ["type"], registry=self.registry)
+
+        self.enqueued = counter("enqueued", "Jobs enqueued")
+        self.claimed = counter("claimed", "Jobs claimed by workers")
+        self.completed = counter("completed", "Jobs completed")
+        self.failed = counter("failed", "Jobs that failed for good")
+        self.retried = counter("retried", "Failed attempts sent back to PENDING (incl. expired leases)")
+        self.lease_expired = counter("lease_expired", "Leases that expired")
+        self.by_status = Gauge("queuelog_jobs", "Jobs by status", ["status"], registry=self.registry)
+        self.oldest_pending = Gauge(
+            "queuelog_oldest_pending_seconds", "Age of the oldest due PENDING job", registry=self.registry
+        )
+        self.request_latency = Histogram(
+            "queuelog_http_request_duration_seconds",
+            "HTTP request latency",
+            ["path", "method"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self._by_kind = {
+            EventKind.ENQUEUED: self.enqueued,
+            EventKind.CLAIMED: self.claimed,
+            EventKind.COMPLETED: self.completed,
+            EventKind.FAILED: self.failed,
+            EventKind.RETRYING: self.retried,
+        }
+
+    def observe_events(self, events: Sequence[JobEvent]) -> None:
+        for event in events:
+            if event.kind is EventKind.LEASE_EXPIRED:
+                self.lease_expired.labels(event.job.type).inc()
+                retried = event.job.status is JobStatus.PENDING
+                (self.retried if retried else self.failed).labels(event.job.type).inc()
+                continue
+            counter = self._by_kind.get(event.kind)
+            if counter is not None:
+                counter.labels(event.job.type).inc()
+
+    async def render(self, repository: Repository) -> bytes:
+        stats = await repository.queue_stats(ALL_JOBS)
+        for status in JobStatus:
+            self.by_status.labels(status.value).set(getattr(stats.counts, status.value))
+        self.oldest_pending.set(stats.oldest_pending_seconds or 0)
+        return generate_latest(self.registry)

@@ -1,0 +1,97 @@
+"""ASGI middleware: the request-body limit and request timing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from queuelog.metrics import Metrics
+
+
+def graphql_error_body(message: str, code: str) -> bytes:
+    return json.dumps({"data": None, "errors": [{"message": message, "extensions": {"code": code}}]}).encode()
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Refuse bodies over `limit` bytes with 413 while reading, never buffering more.
+
+    A Content-Length over the limit is refused before reading anything; a chunked body is
+    counted as it arrives and refused as soon as it passes the limit. The accepted body is
+    handed on to the app, and later receive() calls (disconnect) pass through.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._refuse(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        delivered = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = graphql_error_body(f"request body exceeds {self.limit} bytes", "PAYLOAD_TOO_LARGE")
+        await send_json(send, 413, body, [(b"connection", b"close")])
+
+
+class RequestTiming:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.known_paths = {"/graphql", "/healthz", "/metrics"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            path = scope["path"] if scope["path"] in self.known_paths else "other"
+            self.metrics.request_latency.labels(path, scope["method"]).observe(time.perf_counter() - started)

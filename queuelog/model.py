@@ -1,0 +1,155 @@
+"""The queue's vocabulary, shared by storage, auth and the GraphQL layer."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+class JobStatus(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class Priority(enum.Enum):
+    """Stored as these numbers so that ORDER BY priority DESC sorts directly."""
+
+    LOW = 0
+    MEDIUM = 10
+    HIGH = 20
+    CRITICAL = 30
+
+
+class Role(enum.Enum):
+    ADMIN = "ADMIN"
+    PRODUCER = "PRODUCER"
+    WORKER = "WORKER"
+    VIEWER = "VIEWER"
+
+
+class EventKind(enum.Enum):
+    ENQUEUED = "ENQUEUED"
+    CLAIMED = "CLAIMED"
+    COMPLETED = "COMPLETED"
+    RETRYING = "RETRYING"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    RETRIED = "RETRIED"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    type: str
+    payload: dict[str, Any]
+    priority: Priority
+    status: JobStatus
+    retry_count: int
+    max_retries: int
+    attempt: int
+    idempotency_key: str | None
+    worker_id: str | None
+    claimed_at: datetime | None
+    lease_expires_at: datetime | None
+    run_at: datetime
+    finished_at: datetime | None
+    result: Any
+    error: str | None
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    kind: EventKind
+    job: Job
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A validated enqueue request."""
+
+    type: str
+    payload: dict[str, Any]
+    priority: Priority
+    max_retries: int
+    idempotency_key: str | None
+    run_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueOutcome:
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    id: int
+    result: Any
+    attempt: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionOutcome:
+    completed: list[Job]
+    rejected: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class JobScope:
+    """Which jobs a caller may see: all, or those it created and/or holds (OR)."""
+
+    everything: bool
+    created_by: str | None = None
+    worker_id: str | None = None
+
+    def allows(self, job: Job) -> bool:
+        if self.everything:
+            return True
+        return (self.created_by is not None and job.created_by == self.created_by) or (
+            self.worker_id is not None and job.worker_id == self.worker_id
+        )
+
+
+ALL_JOBS = JobScope(everything=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCounts:
+    pending: int = 0
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    counts: StatusCounts
+    by_type: dict[str, StatusCounts]
+    oldest_pending_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    name: str
+    roles: frozenset[Role]
+    max_priority: Priority
+    created_at: datetime
+    revoked_at: datetime | None

@@ -1,0 +1,218 @@
+"""The job queue's rules between the API and storage (API.md section 3).
+
+Input limits (V-02, V-03, V-07), error sanitising (V-10), the long-poll claim and the
+visibility scope of the caller live here, so that every entry point (GraphQL today, any
+other tomorrow) applies the same rules. Role checks come first, in the schema's
+permission classes; this layer assumes the role may call the operation at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from queuelog.auth import Principal
+from queuelog.errors import BadInput, Forbidden, PayloadTooLarge
+from queuelog.model import (
+    Completion,
+    CompletionOutcome,
+    EnqueueOutcome,
+    Job,
+    JobStatus,
+    NewJob,
+    Priority,
+    QueueStats,
+)
+from queuelog.sanitize import sanitize_error
+from queuelog.settings import Settings, env_name
+from queuelog.storage.repository import Repository, utcnow
+from queuelog.storage.types import compact_json
+from queuelog.wakeup import WorkSignal
+
+MAX_RETRIES_LIMIT = 25
+MAX_ENQUEUE_BATCH = 1000
+MAX_CLAIM_BATCH = 100
+MAX_COMPLETE_BATCH = 100
+MAX_PAGE = 100
+MAX_WAIT_SECONDS = 30
+MAX_LEASE_SECONDS = 86400
+MAX_RETRY_IN_SECONDS = 86400
+MAX_IDEMPOTENCY_KEY = 255
+# A waiting claim re-checks the database at least this often, so that work enqueued by
+# another server process is found even though only this process's enqueues signal it.
+CROSS_PROCESS_RECHECK_SECONDS = 0.5
+
+
+class JobQueue:
+    def __init__(self, settings: Settings, repository: Repository, signal: WorkSignal) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.signal = signal
+        self._allowed_types = frozenset(settings.job_types)
+
+    # --- producers -------------------------------------------------------------------------
+
+    async def enqueue(self, principal: Principal, items: Sequence[dict[str, Any]]) -> list[EnqueueOutcome]:
+        if len(items) > MAX_ENQUEUE_BATCH:
+            raise BadInput(f"at most {MAX_ENQUEUE_BATCH} jobs per call, got {len(items)}")
+        new_jobs = [self.validate_new_job(principal, **item) for item in items]
+        if not new_jobs:
+            return []
+        return await self.repository.enqueue(new_jobs, created_by=principal.name)
+
+    def validate_new_job(
+        self,
+        principal: Principal,
+        *,
+        type: str,
+        payload: Any,
+        priority: Priority,
+        idempotency_key: str | None,
+        max_retries: int,
+        run_at: datetime | None,
+    ) -> NewJob:
+        if not self._allowed_types:
+            raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
+        if type not in self._allowed_types:
+            raise BadInput(f"job type {type[:100]!r} is not allowed")
+        if not isinstance(payload, dict):
+            raise BadInput("payload must be a JSON object")
+        self.check_json_size(payload, "payload")
+        if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+            raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
+        if priority.value > principal.max_priority.value:
+            raise Forbidden(
+                f"priority {priority.name} is above this key's maximum {principal.max_priority.name}"
+            )
+        if idempotency_key is not None:
+            check_idempotency_key(idempotency_key)
+        return NewJob(
+            type=type,
+            payload=payload,
+            priority=priority,
+            max_retries=max_retries,
+            idempotency_key=idempotency_key,
+            run_at=run_at.astimezone(UTC) if run_at is not None else None,
+        )
+
+    def check_json_size(self, value: Any, what: str) -> None:
+        try:
+            size = len(compact_json(value).encode("utf-8"))
+        except (TypeError, ValueError):
+            raise BadInput(f"{what} is not valid JSON") from None
+        if size > self.settings.max_payload_bytes:
+            raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {self.settings.max_payload_bytes}")
+
+    async def cancel(self, principal: Principal, job_id: int) -> Job:
+        return await self.repository.cancel(job_id, principal.cancel_scope)
+
+    async def retry(self, job_id: int) -> Job:
+        return await self.repository.retry(job_id)
+
+    # --- readers ---------------------------------------------------------------------------
+
+    async def get(self, principal: Principal, job_id: int) -> Job | None:
+        return await self.repository.get_job(job_id, principal.scope)
+
+    async def list(
+        self,
+        principal: Principal,
+        status: JobStatus | None,
+        job_type: str | None,
+        first: int,
+        after_id: int | None,
+    ) -> tuple[list[Job], bool, int]:
+        if not 1 <= first <= MAX_PAGE:
+            raise BadInput(f"first must be between 1 and {MAX_PAGE}")
+        return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
+
+    async def stats(self, principal: Principal) -> QueueStats:
+        return await self.repository.queue_stats(principal.scope)
+
+    # --- workers ---------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        principal: Principal,
+        *,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int | None,
+        wait_seconds: int | None,
+        client_gone: Callable[[], Awaitable[object]] | None = None,
+    ) -> list[Job]:
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise BadInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
+        lease = self._lease(lease_seconds)
+        wait = 0 if wait_seconds is None else wait_seconds
+        if not 0 <= wait <= MAX_WAIT_SECONDS:
+            raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
+        if types is not None and not types:
+            raise BadInput("types must not be empty; leave it out to claim any type")
+        type_list = list(dict.fromkeys(types)) if types is not None else None
+
+        deadline = time.monotonic() + wait
+        gone = asyncio.ensure_future(client_gone()) if client_gone is not None and wait else None
+        try:
+            while True:
+                if gone is not None and gone.done():
+                    return []
+                claimed = await self.repository.claim(principal.name, type_list, limit, lease)
+                remaining = deadline - time.monotonic()
+                if claimed or remaining <= 0:
+                    return claimed
+                pause = min(remaining, CROSS_PROCESS_RECHECK_SECONDS)
+                next_due = await self.repository.next_due_at()
+                if next_due is not None:
+                    pause = min(pause, max(0.0, (next_due - utcnow()).total_seconds()) + 0.001)
+                await self.signal.wait(pause, *([gone] if gone is not None else []))
+        finally:
+            if gone is not None and not gone.done():
+                gone.cancel()
+
+    def _lease(self, lease_seconds: int | None) -> int:
+        if lease_seconds is None:
+            return self.settings.lease_seconds
+        if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
+            raise BadInput(f"leaseSeconds must be between 1 and {MAX_LEASE_SECONDS}")
+        return lease_seconds
+
+    async def heartbeat(
+        self, principal: Principal, job_id: int, attempt: int | None, lease_seconds: int | None
+    ) -> Job:
+        return await self.repository.heartbeat(principal.name, job_id, attempt, self._lease(lease_seconds))
+
+    async def complete(self, principal: Principal, job_id: int, result: Any, attempt: int | None) -> Job:
+        self.check_json_size(result, "result")
+        return await self.repository.complete(principal.name, job_id, result, attempt)
+
+    async def complete_many(self, principal: Principal, items: Sequence[Completion]) -> CompletionOutcome:
+        if len(items) > MAX_COMPLETE_BATCH:
+            raise BadInput(f"at most {MAX_COMPLETE_BATCH} items per call, got {len(items)}")
+        for item in items:
+            self.check_json_size(item.result, "result")
+        if not items:
+            return CompletionOutcome(completed=[], rejected=[])
+        return await self.repository.complete_many(principal.name, items)
+
+    async def fail(
+        self,
+        principal: Principal,
+        job_id: int,
+        error: str,
+        retryable: bool,
+        retry_in_seconds: int | None,
+        attempt: int | None,
+    ) -> Job:
+        if retry_in_seconds is not None and not 0 <= retry_in_seconds <= MAX_RETRY_IN_SECONDS:
+            raise BadInput(f"retryInSeconds must be between 0 and {MAX_RETRY_IN_SECONDS}")
+        clean = sanitize_error(error, self.settings.max_error_chars)
+        return await self.repository.fail(principal.name, job_id, clean, retryable, retry_in_seconds, attempt)
+
+
+def check_idempotency_key(key: str) -> None:
+    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise BadInput(f"idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters")

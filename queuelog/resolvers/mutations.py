@@ -1,0 +1,111 @@
+"""Mutation resolvers: enqueue, claim, report, cancel and retry."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import strawberry
+from strawberry.scalars import JSON
+from strawberry.types import Info
+
+from queuelog.model import Completion
+from queuelog.resolvers.common import caller, queue
+from queuelog.resolvers.ids import parse_job_id
+from queuelog.schema.context import RequestContext
+from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
+from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
+
+Ctx = Info[RequestContext, None]
+
+
+def _enqueue_fields(item: EnqueueJobInput) -> dict[str, object]:
+    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
+
+
+async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueJobPayload:
+    (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_fields(input)])
+    return EnqueueJobPayload(job=Job.from_model(outcome.job), created=outcome.created)
+
+
+async def enqueue_jobs(info: Ctx, inputs: list[EnqueueJobInput]) -> list[EnqueueJobPayload]:
+    outcomes = await queue(info).enqueue(caller(info), [_enqueue_fields(i) for i in inputs])
+    return [EnqueueJobPayload(job=Job.from_model(o.job), created=o.created) for o in outcomes]
+
+
+async def _claim(
+    info: Ctx, limit: int, types: list[str] | None, lease_seconds: int | None, wait_seconds: int | None
+) -> list[Job]:
+    context = info.context
+    gone = context.client_gone if context.request.scope["type"] == "http" else None
+    claimed = await queue(info).claim(
+        caller(info),
+        types=types,
+        limit=limit,
+        lease_seconds=lease_seconds,
+        wait_seconds=wait_seconds,
+        client_gone=gone,
+    )
+    return [Job.from_model(j) for j in claimed]
+
+
+async def claim_job(
+    info: Ctx,
+    types: list[str] | None = None,
+    lease_seconds: int | None = None,
+    wait_seconds: int | None = None,
+) -> Job | None:
+    claimed = await _claim(info, 1, types, lease_seconds, wait_seconds)
+    return claimed[0] if claimed else None
+
+
+async def claim_jobs(
+    info: Ctx,
+    limit: int,
+    types: list[str] | None = None,
+    lease_seconds: int | None = None,
+    wait_seconds: int | None = None,
+) -> list[Job]:
+    return await _claim(info, limit, types, lease_seconds, wait_seconds)
+
+
+async def heartbeat_job(
+    info: Ctx, id: strawberry.ID, attempt: int | None = None, lease_seconds: int | None = None
+) -> Job:
+    job = await queue(info).heartbeat(caller(info), parse_job_id(id), attempt, lease_seconds)
+    return Job.from_model(job)
+
+
+async def complete_job(
+    info: Ctx, id: strawberry.ID, result: JSON | None = None, attempt: int | None = None
+) -> Job:
+    job = await queue(info).complete(caller(info), parse_job_id(id), result, attempt)
+    return Job.from_model(job)
+
+
+async def complete_jobs(info: Ctx, items: list[CompleteJobInput]) -> CompleteJobsPayload:
+    completions = [Completion(parse_job_id(i.id), i.result, i.attempt) for i in items]
+    outcome = await queue(info).complete_many(caller(info), completions)
+    return CompleteJobsPayload(
+        completed=[Job.from_model(j) for j in outcome.completed],
+        rejected=[strawberry.ID(str(i)) for i in outcome.rejected],
+    )
+
+
+async def fail_job(
+    info: Ctx,
+    id: strawberry.ID,
+    error: str,
+    retryable: bool = True,
+    retry_in_seconds: int | None = None,
+    attempt: int | None = None,
+) -> Job:
+    job = await queue(info).fail(caller(info), parse_job_id(id), error, retryable, retry_in_seconds, attempt)
+    return Job.from_model(job)
+
+
+async def cancel_job(info: Ctx, id: strawberry.ID) -> Job:
+    return Job.from_model(await queue(info).cancel(caller(info), parse_job_id(id)))
+
+
+async def retry_job(info: Ctx, id: strawberry.ID) -> Job:
+    return Job.from_model(await queue(info).retry(parse_job_id(id)))

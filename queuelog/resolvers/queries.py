@@ -1,0 +1,58 @@
+"""Query resolvers: me, job, jobs, queueStats."""
+
+from __future__ import annotations
+
+import strawberry
+from strawberry.types import Info
+
+from queuelog.resolvers.common import caller, queue
+from queuelog.resolvers.ids import decode_cursor, encode_cursor, parse_job_id
+from queuelog.schema.context import RequestContext
+from queuelog.schema.types import (
+    Job,
+    JobConnection,
+    JobEdge,
+    JobStatus,
+    PageInfo,
+    Principal,
+    QueueStats,
+)
+
+Ctx = Info[RequestContext, None]
+
+
+async def me(info: Ctx) -> Principal:
+    principal = caller(info)
+    return Principal(
+        name=principal.name,
+        roles=sorted(principal.roles, key=lambda r: r.value),
+        max_priority=principal.max_priority,
+    )
+
+
+async def job(info: Ctx, id: strawberry.ID) -> Job | None:
+    found = await queue(info).get(caller(info), parse_job_id(id))
+    return Job.from_model(found) if found is not None else None
+
+
+async def jobs(
+    info: Ctx,
+    status: JobStatus | None = None,
+    type: str | None = None,
+    first: int = 20,
+    after: str | None = None,
+) -> JobConnection:
+    after_id = decode_cursor(after) if after is not None else None
+    page, has_next, total = await queue(info).list(caller(info), status, type, first, after_id)
+    nodes = [Job.from_model(j) for j in page]
+    edges = [JobEdge(node=n, cursor=encode_cursor(j.id)) for n, j in zip(nodes, page, strict=True)]
+    return JobConnection(
+        edges=edges,
+        nodes=nodes,
+        page_info=PageInfo(has_next_page=has_next, end_cursor=edges[-1].cursor if edges else None),
+        total_count=total,
+    )
+
+
+async def queue_stats(info: Ctx) -> QueueStats:
+    return QueueStats.from_model(await queue(info).stats(caller(info)))

@@ -1,0 +1,60 @@
+"""Subscription resolvers: jobUpdated and jobEvents (visibility applied to every event)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import strawberry
+from strawberry.types import Info
+
+from queuelog.errors import NotFound
+from queuelog.model import JobEvent as JobEventRecord
+from queuelog.resolvers.common import caller, queue
+from queuelog.resolvers.ids import parse_job_id
+from queuelog.schema.context import RequestContext
+from queuelog.schema.types import Job, JobEvent, JobStatus
+
+Ctx = Info[RequestContext, None]
+JOB_UPDATE_BACKLOG = 100
+
+
+async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]:
+    principal = caller(info)
+    job_id = parse_job_id(id)
+    scope = principal.scope
+    # Subscribe before reading, so no change between the read and the first event is lost.
+    with info.context.bus.subscribe(lambda e: e.job.id == job_id, JOB_UPDATE_BACKLOG) as updates:
+        current = await queue(info).get(principal, job_id)
+        if current is None:
+            raise NotFound(f"job {job_id} not found")
+        yield Job.from_model(current)
+        if current.status.is_terminal:
+            return
+        async for event in updates:
+            if event.job.updated_at < current.updated_at:
+                continue  # committed before our read; already delivered
+            if not scope.allows(event.job):
+                return
+            current = event.job
+            yield Job.from_model(current)
+            if current.status.is_terminal:
+                return
+
+
+async def job_events(
+    info: Ctx, types: list[str] | None = None, statuses: list[JobStatus] | None = None
+) -> AsyncGenerator[JobEvent, None]:
+    scope = caller(info).scope
+    wanted_types = frozenset(types) if types is not None else None
+    wanted_statuses = frozenset(statuses) if statuses is not None else None
+
+    def accepts(event: JobEventRecord) -> bool:
+        return (
+            scope.allows(event.job)
+            and (wanted_types is None or event.job.type in wanted_types)
+            and (wanted_statuses is None or event.job.status in wanted_statuses)
+        )
+
+    with info.context.bus.subscribe(accepts) as events:
+        async for event in events:
+            yield JobEvent.from_model(event)

@@ -1,0 +1,44 @@
+"""The GraphQL schema: types, inputs, permissions, limits and the Schema object.
+
+`schema` is built with default settings for tools (`strawberry export-schema
+queuelog.schema:schema`); the server builds its own with `build_schema(settings)` so the
+document limits follow the configuration.
+"""
+
+from __future__ import annotations
+
+import strawberry
+from graphql import GraphQLDefaultInput, parse_const_value
+from strawberry.schema.config import StrawberryConfig
+
+from queuelog.schema.extensions import schema_extensions
+from queuelog.schema.root import Mutation, Query, Subscription
+from queuelog.settings import Settings
+
+
+def build_schema(settings: Settings) -> strawberry.Schema:
+    built = strawberry.Schema(
+        query=Query,
+        mutation=Mutation,
+        subscription=Subscription,
+        extensions=schema_extensions(settings),
+        config=StrawberryConfig(disable_field_suggestions=True),
+    )
+    _keep_json_default_printable(built)
+    return built
+
+
+def _keep_json_default_printable(built: strawberry.Schema) -> None:
+    """Give `EnqueueJobInput.payload`'s `{}` default as a literal.
+
+    graphql-core cannot turn a dict held by a custom scalar back into a literal, so
+    introspection of that default failed; the literal form prints as `{}` and coerces
+    to the same empty object.
+    """
+    payload = built._schema.type_map["EnqueueJobInput"].fields["payload"]  # type: ignore[union-attr]
+    payload.default = GraphQLDefaultInput(literal=parse_const_value("{}"))
+
+
+schema = build_schema(Settings())
+
+__all__ = ["build_schema", "schema"]

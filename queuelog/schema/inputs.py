@@ -1,0 +1,27 @@
+"""The GraphQL input types of schema.graphql."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.scalars import JSON
+
+from queuelog.schema.types import JobPriority
+
+
+@strawberry.input
+class EnqueueJobInput:
+    type: str
+    payload: JSON = strawberry.field(default_factory=dict)
+    priority: JobPriority = JobPriority.LOW
+    idempotency_key: str | None = None
+    max_retries: int = 3
+    run_at: datetime | None = None
+
+
+@strawberry.input
+class CompleteJobInput:
+    id: strawberry.ID
+    result: JSON | None = None
+    attempt: int | None = None

@@ -1,0 +1,73 @@
+"""Query, Mutation and Subscription: each field names its resolver and the roles it needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import strawberry
+from strawberry.permission import PermissionExtension
+
+from queuelog.auth import Action
+from queuelog.resolvers import mutations, queries, subscriptions
+from queuelog.schema.permissions import RoleAllows
+
+
+def allowed(action: Action) -> list[Any]:
+    return [PermissionExtension(permissions=[RoleAllows(action)], use_directives=False)]
+
+
+@strawberry.type
+class Query:
+    me = strawberry.field(resolver=queries.me)
+    job = strawberry.field(resolver=queries.job, extensions=allowed(Action.READ))
+    jobs = strawberry.field(
+        resolver=queries.jobs, extensions=allowed(Action.READ), description="Newest first. first: 1..100."
+    )
+    queue_stats = strawberry.field(resolver=queries.queue_stats, extensions=allowed(Action.READ))
+
+
+@strawberry.type
+class Mutation:
+    enqueue_job = strawberry.mutation(resolver=mutations.enqueue_job, extensions=allowed(Action.ENQUEUE))
+    enqueue_jobs = strawberry.mutation(
+        resolver=mutations.enqueue_jobs,
+        extensions=allowed(Action.ENQUEUE),
+        description="All or nothing, at most 1000 inputs.",
+    )
+    claim_job = strawberry.mutation(
+        resolver=mutations.claim_job,
+        extensions=allowed(Action.WORK),
+        description="The next due PENDING job (priority DESC, createdAt ASC, id ASC), or null.\n"
+        "waitSeconds (0..30, default 0): when none is due, wait up to that long for one (long poll).",
+    )
+    claim_jobs = strawberry.mutation(
+        resolver=mutations.claim_jobs,
+        extensions=allowed(Action.WORK),
+        description=(
+            "Up to limit (1..100) jobs in claim order, each claimed once; waitSeconds as in claimJob."
+        ),
+    )
+    heartbeat_job = strawberry.mutation(resolver=mutations.heartbeat_job, extensions=allowed(Action.WORK))
+    complete_job = strawberry.mutation(resolver=mutations.complete_job, extensions=allowed(Action.WORK))
+    complete_jobs = strawberry.mutation(
+        resolver=mutations.complete_jobs,
+        extensions=allowed(Action.WORK),
+        description="Complete up to 100 held jobs in one call (a worker's batched acknowledgements).",
+    )
+    fail_job = strawberry.mutation(resolver=mutations.fail_job, extensions=allowed(Action.WORK))
+    cancel_job = strawberry.mutation(resolver=mutations.cancel_job, extensions=allowed(Action.CANCEL))
+    retry_job = strawberry.mutation(resolver=mutations.retry_job, extensions=allowed(Action.RETRY))
+
+
+@strawberry.type
+class Subscription:
+    job_updated = strawberry.subscription(
+        resolver=subscriptions.job_updated,
+        extensions=allowed(Action.READ),
+        description="The job as it is now, then again after every change, until it is terminal.",
+    )
+    job_events = strawberry.subscription(
+        resolver=subscriptions.job_events,
+        extensions=allowed(Action.READ),
+        description="Every job event visible to the caller, optionally filtered.",
+    )

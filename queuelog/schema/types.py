@@ -1,0 +1,191 @@
+"""The GraphQL output types of schema.graphql, built from the model's records."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import strawberry
+from strawberry.permission import PermissionExtension
+from strawberry.scalars import JSON
+
+from queuelog import model
+from queuelog.schema.permissions import AdminOnlyField
+
+JobStatus = strawberry.enum(
+    model.JobStatus, description="pending -> running -> completed | failed; pending -> cancelled."
+)
+JobPriority = strawberry.enum(
+    model.Priority,
+    name="JobPriority",
+    description="Stored as 0, 10, 20, 30 so that ORDER BY priority DESC sorts directly.",
+)
+Role = strawberry.enum(model.Role)
+
+
+@strawberry.type
+class Job:
+    id: strawberry.ID
+    type: str
+    payload: JSON
+    priority: JobPriority
+    status: JobStatus
+    retry_count: int = strawberry.field(
+        description="Retries used so far (a failure or an expired lease that sent the job back to PENDING)."
+    )
+    max_retries: int
+    attempt: int = strawberry.field(
+        description="How many times the job has been claimed; a fencing token for heartbeat/complete/fail."
+    )
+    idempotency_key: str | None
+    worker_id: str | None = strawberry.field(
+        description=(
+            "The authenticated name of the worker that holds the job (RUNNING) or finished it "
+            "(COMPLETED, FAILED); null otherwise."
+        )
+    )
+    claimed_at: datetime | None
+    lease_expires_at: datetime | None
+    run_at: datetime = strawberry.field(
+        description="The job is not claimed before this time (delayed jobs and retry back-off)."
+    )
+    finished_at: datetime | None
+    result: JSON | None
+    created_at: datetime
+    updated_at: datetime
+    stored_error: strawberry.Private[str | None]
+
+    @strawberry.field(
+        description=(
+            "Sanitized worker error. ADMIN only: any other caller gets null plus a FORBIDDEN "
+            "error at this path."
+        ),
+        extensions=[PermissionExtension(permissions=[AdminOnlyField()], use_directives=False)],
+    )
+    def error(self) -> str | None:
+        return self.stored_error
+
+    @classmethod
+    def from_model(cls, job: model.Job) -> Job:
+        return cls(
+            id=strawberry.ID(str(job.id)),
+            type=job.type,
+            payload=job.payload,
+            priority=job.priority,
+            status=job.status,
+            retry_count=job.retry_count,
+            max_retries=job.max_retries,
+            attempt=job.attempt,
+            idempotency_key=job.idempotency_key,
+            worker_id=job.worker_id,
+            claimed_at=job.claimed_at,
+            lease_expires_at=job.lease_expires_at,
+            run_at=job.run_at,
+            finished_at=job.finished_at,
+            result=job.result,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            stored_error=job.error,
+        )
+
+
+@strawberry.type
+class JobEdge:
+    node: Job
+    cursor: str
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@strawberry.type
+class JobConnection:
+    edges: list[JobEdge]
+    nodes: list[Job]
+    page_info: PageInfo
+    total_count: int
+
+
+@strawberry.type
+class StatusCounts:
+    pending: int
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+
+    @classmethod
+    def from_model(cls, counts: model.StatusCounts) -> StatusCounts:
+        return cls(
+            pending=counts.pending,
+            running=counts.running,
+            completed=counts.completed,
+            failed=counts.failed,
+            cancelled=counts.cancelled,
+        )
+
+
+@strawberry.type
+class TypeStats:
+    type: str
+    counts: StatusCounts
+
+
+@strawberry.type
+class QueueStats:
+    counts: StatusCounts
+    by_type: list[TypeStats]
+    oldest_pending_seconds: float | None = strawberry.field(
+        description="Age in seconds of the oldest job that is PENDING and due (runAt <= now); null when none."
+    )
+
+    @classmethod
+    def from_model(cls, stats: model.QueueStats) -> QueueStats:
+        return cls(
+            counts=StatusCounts.from_model(stats.counts),
+            by_type=[TypeStats(type=t, counts=StatusCounts.from_model(c)) for t, c in stats.by_type.items()],
+            oldest_pending_seconds=stats.oldest_pending_seconds,
+        )
+
+
+@strawberry.type
+class Principal:
+    name: str
+    roles: list[Role]
+    max_priority: JobPriority = strawberry.field(description="Highest priority this caller may enqueue.")
+
+
+@strawberry.type
+class EnqueueJobPayload:
+    job: Job
+    created: bool = strawberry.field(
+        description="false when an earlier job with the same idempotency key was returned instead."
+    )
+
+
+@strawberry.type
+class CompleteJobsPayload:
+    completed: list[Job]
+    rejected: list[strawberry.ID] = strawberry.field(
+        description=(
+            "Items not applied: not held by the caller, not RUNNING, or attempt mismatch. "
+            "Nothing else changes."
+        )
+    )
+
+
+@strawberry.type
+class JobEvent:
+    kind: str = strawberry.field(
+        description=(
+            "One of: ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED."
+        )
+    )
+    job: Job
+    at: datetime
+
+    @classmethod
+    def from_model(cls, event: model.JobEvent) -> JobEvent:
+        return cls(kind=event.kind.value, job=Job.from_model(event.job), at=event.at)

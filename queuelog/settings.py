@@ -1,0 +1,131 @@
+"""Every QUEUELOG_* variable of API.md section 5, read in one place.
+
+Each field is also a `queuelog serve` flag (see cli.py): the flag's name is the field's
+name with dashes, and the CLI passes flags on to server processes through the same
+environment variables, so `--workers N` processes all see one configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+ENV_PREFIX = "QUEUELOG_"
+
+
+class SettingsError(ValueError):
+    """A configuration value that cannot be used; the message names the variable."""
+
+
+def _split_csv(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = "sqlite:///queuelog.db"
+    job_types: tuple[str, ...] = ()
+    max_payload_bytes: int = 65536
+    max_body_bytes: int = 1048576
+    max_error_chars: int = 2000
+    lease_seconds: int = 300
+    retry_base_seconds: int = 10
+    retry_max_seconds: int = 3600
+    retention_seconds: int = 604800
+    prune_interval_seconds: int = 60
+    max_depth: int = 10
+    max_aliases: int = 30
+    max_tokens: int = 2000
+    graphiql: bool = True
+    cors_origins: tuple[str, ...] = ()
+    # Not in the contract's table: how often the server looks for expired leases.
+    lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        positive = (
+            "max_payload_bytes",
+            "max_body_bytes",
+            "max_depth",
+            "max_aliases",
+            "max_tokens",
+            "prune_interval_seconds",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{env_name(name)} must be at least 1")
+        non_negative = ("max_error_chars", "retry_base_seconds", "retry_max_seconds", "retention_seconds")
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{env_name(name)} must not be negative")
+        if not 1 <= self.lease_seconds <= 86400:
+            raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
+        if self.lease_check_seconds <= 0:
+            raise SettingsError(f"{env_name('lease_check_seconds')} must be positive")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Defaults, then QUEUELOG_* variables, then explicit overrides (e.g. CLI flags)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(env_name(f.name))
+            if raw is not None:
+                values[f.name] = parse_value(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that makes `from_env` rebuild these settings in another process."""
+        env: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                env[env_name(f.name)] = ",".join(value)
+            elif isinstance(value, bool):
+                env[env_name(f.name)] = "true" if value else "false"
+            else:
+                env[env_name(f.name)] = str(value)
+        return env
+
+    def replace(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+
+def env_name(field_name: str) -> str:
+    return ENV_PREFIX + field_name.upper()
+
+
+def parse_value(f: dataclasses.Field, raw: str) -> object:
+    kind = field_kind(f)
+    name = env_name(f.name)
+    if kind is tuple:
+        return _split_csv(raw)
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{name} must be true or false, not {raw!r}")
+    if kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
+    if kind is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+    return raw
+
+
+def field_kind(f: dataclasses.Field) -> type:
+    """The Python type of a field, from its default (annotations are strings here)."""
+    return type(f.default)
+
+
+def public_fields() -> list[dataclasses.Field]:
+    return [f for f in fields(Settings) if not f.metadata.get("internal")]

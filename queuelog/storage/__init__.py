@@ -1,0 +1,5 @@
+"""Persistence: tables, migrations and the repository. Knows nothing of GraphQL."""
+
+from queuelog.storage.repository import Repository
+
+__all__ = ["Repository"]

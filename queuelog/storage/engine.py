@@ -1,0 +1,70 @@
+"""Opening the database: URLs, SQLite pragmas and transaction modes."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from queuelog.errors import DatabaseUnavailable
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def dialect_of(url: str) -> str:
+    try:
+        return make_url(url).get_backend_name()
+    except ArgumentError:
+        raise DatabaseUnavailable(f"not a database URL: {url!r}") from None
+
+
+def sync_url(url: str) -> str:
+    """The URL for SQLAlchemy's sync drivers: stdlib sqlite3, psycopg 3 for PostgreSQL."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    return url
+
+
+def create_sqlite_engine(url: str, *, immediate: bool, pool_size: int) -> Engine:
+    """An engine whose transactions start with BEGIN IMMEDIATE (writers) or BEGIN (readers).
+
+    pysqlite's own transaction handling is switched off so that we issue BEGIN ourselves
+    (the SQLAlchemy-documented recipe); an immediate transaction takes the write lock up
+    front, which is what makes a claim's SELECT-then-UPDATE atomic across processes.
+    """
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=0,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+    )
+    begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        # WAL + NORMAL: a commit survives a process crash (kill -9); only an OS crash or
+        # power loss can lose the last transactions. FULL would fsync every commit.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql(begin)
+
+    return engine
+
+
+def create_sync_engine(url: str) -> Engine:
+    """A plain engine for migrations and the CLI."""
+    if dialect_of(url) == "sqlite":
+        return create_sqlite_engine(url, immediate=True, pool_size=1)
+    return create_engine(sync_url(url), pool_pre_ping=True)

@@ -1,0 +1,98 @@
+"""The tables, in SQLAlchemy Core. Alembic migrations create them; this file describes them.
+
+`jobs` keeps the design note's columns under their names (priority stored 0/10/20/30,
+status lowercase) and adds what the contract needs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from queuelog.storage.types import JsonDocument, UtcTimestamp
+
+metadata = MetaData()
+
+# SQLite only gives AUTOINCREMENT-like rowids to INTEGER PRIMARY KEY; BIGINT elsewhere.
+IdType = BigInteger().with_variant(Integer(), "sqlite")
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("type", String(255), nullable=False),
+    Column("payload", JsonDocument(), nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("retry_count", Integer, nullable=False, server_default="0"),
+    Column("max_retries", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("idempotency_key", String(255)),
+    Column("claimed_at", UtcTimestamp()),
+    Column("worker_id", String(255)),
+    Column("lease_expires_at", UtcTimestamp()),
+    Column("run_at", UtcTimestamp(), nullable=False),
+    Column("finished_at", UtcTimestamp()),
+    Column("result", JsonDocument()),
+    Column("error", Text),
+    Column("created_by", String(255), nullable=False),
+    Column("created_at", UtcTimestamp(), nullable=False),
+    Column("updated_at", UtcTimestamp(), nullable=False),
+    UniqueConstraint("created_by", "idempotency_key", name="uq_jobs_idempotency"),
+    # The claim: first pending row in (priority DESC, created_at, id) order that is due.
+    # run_at and type ride along so the filter is answered from the index alone.
+    Index(
+        "ix_jobs_claim",
+        text("priority DESC"),
+        "created_at",
+        "id",
+        "run_at",
+        "type",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
+    Index(
+        "ix_jobs_lease",
+        "lease_expires_at",
+        postgresql_where=text("status = 'running'"),
+        sqlite_where=text("status = 'running'"),
+    ),
+    Index("ix_jobs_finished", "finished_at"),
+    Index("ix_jobs_status_type", "status", "type"),
+    Index("ix_jobs_created_by", "created_by", "id"),
+    Index("ix_jobs_worker", "worker_id", "id"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False, unique=True),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("roles", String(64), nullable=False),
+    Column("max_priority", SmallInteger, nullable=False),
+    Column("created_at", UtcTimestamp(), nullable=False),
+    Column("revoked_at", UtcTimestamp()),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("at", UtcTimestamp(), nullable=False),
+    Index("ix_job_events_job", "job_id", "id"),
+)

@@ -1,0 +1,38 @@
+"""Wakes long-polling claims when work may have become available in this process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from queuelog.model import JobEvent, JobStatus
+
+
+class WorkSignal:
+    def __init__(self) -> None:
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def notify(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def on_events(self, events: Sequence[JobEvent]) -> None:
+        if any(e.job.status is JobStatus.PENDING for e in events):
+            self.notify()
+
+    async def wait(self, timeout: float, *also: asyncio.Future[object]) -> None:
+        """Return on notify(), after `timeout` seconds, or when any of `also` completes."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            await asyncio.wait([waiter, *also], timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiters.discard(waiter)
+            if not waiter.done():
+                waiter.cancel()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
