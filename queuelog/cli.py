@@ -82,6 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = key_commands.add_parser("revoke", help="revoke a key by name")
     revoke.add_argument("name")
     _database_flag(revoke)
+
+    worker = commands.add_parser("worker", help="run job handlers from Python code")
+    worker.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    worker.add_argument("--key", required=True, help="a WORKER key")
+    worker.add_argument(
+        "--handlers",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a dict {job_type: handler} in an importable module",
+    )
+    worker.add_argument("--concurrency", type=int, default=4, help="handlers at once (default 4)")
+    worker.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds running handlers get to finish on SIGTERM (default 30)",
+    )
     return parser
 
 
@@ -215,12 +232,50 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
 
 
+def load_handlers(spec: str) -> dict[str, object]:
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CommandError(f"--handlers takes module:attr, not {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"cannot import {module_name!r}: {exc}") from None
+    handlers = getattr(module, attr, None)
+    if not isinstance(handlers, dict) or not handlers:
+        raise CommandError(f"{spec} must be a non-empty dict {{job_type: handler}}")
+    bad = [name for name, handler in handlers.items() if not callable(handler)]
+    if bad:
+        raise CommandError(f"handlers for {', '.join(map(str, bad))} are not callable")
+    return handlers
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from queuelog.worker import Worker
+
+    if args.concurrency < 1:
+        raise CommandError("--concurrency must be at least 1")
+    if args.grace < 0:
+        raise CommandError("--grace must not be negative")
+    handlers = load_handlers(args.handlers)
+    print(
+        f"queuelog worker: {', '.join(sorted(handlers))} from {args.url} (concurrency {args.concurrency})",
+        file=sys.stderr,
+        flush=True,
+    )
+    Worker(args.url, args.key, handlers, concurrency=args.concurrency, grace=args.grace).run_forever()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"serve": cmd_serve, "migrate": cmd_migrate, "keys": cmd_keys}
+    handlers = {"serve": cmd_serve, "migrate": cmd_migrate, "keys": cmd_keys, "worker": cmd_worker}
     try:
         handlers[args.command](args)
     except (CommandError, QueuelogError, SettingsError, DatabaseUnavailable) as exc:

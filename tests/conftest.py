@@ -77,7 +77,9 @@ class Server:
     def ws_url(self) -> str:
         return self.graphql_url.replace("http://", "ws://")
 
-    def gql(self, query: str, variables: dict[str, Any] | None = None, key: str | None = None) -> GraphQLResponse:
+    def gql(
+        self, query: str, variables: dict[str, Any] | None = None, key: str | None = None
+    ) -> GraphQLResponse:
         """POST a GraphQL operation with `key` (default: the admin key; "" for none)."""
         key = self.admin_key if key is None else key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -121,8 +123,18 @@ class Server:
 
 
 def serve_command(port: int, database_url: str, workers: int = 1, **settings: Any) -> list[str]:
-    command = [sys.executable, "-m", "queuelog", "serve", "--port", str(port),
-               "--database-url", database_url, "--log-level", "warning"]
+    command = [
+        sys.executable,
+        "-m",
+        "queuelog",
+        "serve",
+        "--port",
+        str(port),
+        "--database-url",
+        database_url,
+        "--log-level",
+        "warning",
+    ]
     if workers != 1:
         command += ["--workers", str(workers)]
     for name, value in settings.items():

@@ -1,0 +1,452 @@
+"""Python clients for producers, tools and workers (API.md section 7).
+
+    from queuelog.client import Client
+    with Client("http://127.0.0.1:8000", key) as queue:
+        job = queue.enqueue("email", {"to": "a@example.com"})
+
+`AsyncClient` has the same methods as coroutines; `Client` runs one on a private event
+loop thread. Contract errors are raised as `queuelog.errors.QueuelogError` subclasses
+carrying `.code` (`Forbidden`, `BadInput`, `Conflict`, `NotFound`, ...); a server that
+cannot be reached raises `ServerUnreachable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import httpx
+
+from queuelog.errors import (
+    BadInput,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QueuelogError,
+    Unauthenticated,
+)
+
+T = TypeVar("T")
+DEFAULT_TIMEOUT = 30.0
+PAGE_SIZE = 100
+
+
+class ServerError(QueuelogError):
+    code = "INTERNAL_SERVER_ERROR"
+
+
+class ServerUnreachable(QueuelogError):
+    """The request did not get an answer (connection refused, timeout, bad gateway...)."""
+
+    code = "UNREACHABLE"
+
+
+ERRORS_BY_CODE: dict[str, type[QueuelogError]] = {
+    cls.code: cls
+    for cls in (Unauthenticated, Forbidden, BadInput, PayloadTooLarge, NotFound, Conflict, ServerError)
+}
+
+JOB_FIELDS = """
+    id type payload priority status retryCount maxRetries attempt idempotencyKey workerId
+    claimedAt leaseExpiresAt runAt finishedAt result error createdAt updatedAt
+"""
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    type: str
+    payload: dict[str, Any]
+    priority: str
+    status: str
+    retry_count: int
+    max_retries: int
+    attempt: int
+    idempotency_key: str | None
+    worker_id: str | None
+    claimed_at: datetime | None
+    lease_expires_at: datetime | None
+    run_at: datetime
+    finished_at: datetime | None
+    result: Any
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_graphql(cls, data: dict[str, Any]) -> Job:
+        return cls(
+            id=data["id"],
+            type=data["type"],
+            payload=data["payload"],
+            priority=data["priority"],
+            status=data["status"],
+            retry_count=data["retryCount"],
+            max_retries=data["maxRetries"],
+            attempt=data["attempt"],
+            idempotency_key=data.get("idempotencyKey"),
+            worker_id=data.get("workerId"),
+            claimed_at=_time(data.get("claimedAt")),
+            lease_expires_at=_time(data.get("leaseExpiresAt")),
+            run_at=_time(data["runAt"]),  # type: ignore[arg-type]
+            finished_at=_time(data.get("finishedAt")),
+            result=data.get("result"),
+            error=data.get("error"),
+            created_at=_time(data["createdAt"]),  # type: ignore[arg-type]
+            updated_at=_time(data["updatedAt"]),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    completed: list[str]
+    rejected: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    counts: dict[str, int]
+    by_type: dict[str, dict[str, int]]
+    oldest_pending_seconds: float | None
+
+
+def graphql_url(url: str) -> str:
+    """Accept the server's base URL or its /graphql endpoint."""
+    url = url.rstrip("/")
+    return url if url.endswith("/graphql") else url + "/graphql"
+
+
+def _is_hidden_error_field(error: dict[str, Any]) -> bool:
+    """Non-admin keys get null plus FORBIDDEN for `Job.error`; that is not a failure."""
+    path = error.get("path") or []
+    code = (error.get("extensions") or {}).get("code")
+    return bool(path) and path[-1] == "error" and code == "FORBIDDEN"
+
+
+def raise_for_errors(errors: list[dict[str, Any]]) -> None:
+    for error in errors:
+        if _is_hidden_error_field(error):
+            continue
+        code = (error.get("extensions") or {}).get("code", "INTERNAL_SERVER_ERROR")
+        raise ERRORS_BY_CODE.get(code, ServerError)(error.get("message", "unknown error"))
+
+
+def _enqueue_input(
+    type: str,
+    payload: dict[str, Any] | None,
+    priority: str,
+    idempotency_key: str | None,
+    max_retries: int,
+    run_at: datetime | None,
+) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": type,
+        "payload": payload if payload is not None else {},
+        "priority": priority.upper(),
+        "maxRetries": max_retries,
+    }
+    if idempotency_key is not None:
+        item["idempotencyKey"] = idempotency_key
+    if run_at is not None:
+        item["runAt"] = (run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)).isoformat()
+    return item
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        url: str,
+        key: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = graphql_url(url)
+        self._http = httpx.AsyncClient(
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(max_keepalive_connections=32, max_connections=64),
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def execute(
+        self, query: str, variables: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Run one operation; returns `data` or raises the contract error."""
+        extra = {"timeout": timeout} if timeout is not None else {}
+        try:
+            response = await self._http.post(
+                self.url, json={"query": query, "variables": variables or {}}, **extra
+            )
+        except httpx.HTTPError as exc:
+            raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 and response.status_code != 503:
+            raise ServerUnreachable(f"HTTP {response.status_code} from {self.url}")
+        try:
+            body = response.json()
+        except ValueError:
+            raise ServerUnreachable(f"HTTP {response.status_code}: not a GraphQL response") from None
+        raise_for_errors(body.get("errors") or [])
+        if response.status_code == 413:
+            raise PayloadTooLarge("request body too large")
+        return body.get("data") or {}
+
+    # --- producers and tools ---------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        priority: str = "LOW",
+        idempotency_key: str | None = None,
+        max_retries: int = 3,
+        run_at: datetime | None = None,
+    ) -> Job:
+        data = await self.execute(
+            "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
+            f"{{ job {{ {JOB_FIELDS} }} }} }}",
+            {"input": _enqueue_input(type, payload, priority, idempotency_key, max_retries, run_at)},
+        )
+        return Job.from_graphql(data["enqueueJob"]["job"])
+
+    async def enqueue_many(self, items: Sequence[dict[str, Any]]) -> list[Enqueued]:
+        """Enqueue several jobs at once, all or nothing. Each item takes enqueue()'s arguments."""
+        inputs = [
+            _enqueue_input(
+                item["type"],
+                item.get("payload"),
+                item.get("priority", "LOW"),
+                item.get("idempotency_key"),
+                item.get("max_retries", 3),
+                item.get("run_at"),
+            )
+            for item in items
+        ]
+        data = await self.execute(
+            "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
+            f"{{ created job {{ {JOB_FIELDS} }} }} }}",
+            {"inputs": inputs},
+        )
+        return [Enqueued(Job.from_graphql(e["job"]), e["created"]) for e in data["enqueueJobs"]]
+
+    async def get(self, id: str) -> Job | None:
+        data = await self.execute(f"query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id})
+        return Job.from_graphql(data["job"]) if data.get("job") else None
+
+    async def list(self, status: str | None = None, type: str | None = None) -> AsyncIterator[Job]:
+        """Every job visible to this key, newest first, fetching page after page."""
+        after: str | None = None
+        while True:
+            data = await self.execute(
+                "query($status: JobStatus, $type: String, $first: Int!, $after: String) {"
+                " jobs(status: $status, type: $type, first: $first, after: $after) {"
+                f" nodes {{ {JOB_FIELDS} }} pageInfo {{ hasNextPage endCursor }} }} }}",
+                {
+                    "status": status.upper() if status else None,
+                    "type": type,
+                    "first": PAGE_SIZE,
+                    "after": after,
+                },
+            )
+            page = data["jobs"]
+            for node in page["nodes"]:
+                yield Job.from_graphql(node)
+            if not page["pageInfo"]["hasNextPage"]:
+                return
+            after = page["pageInfo"]["endCursor"]
+
+    async def cancel(self, id: str) -> Job:
+        data = await self.execute(
+            f"mutation($id: ID!) {{ cancelJob(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id}
+        )
+        return Job.from_graphql(data["cancelJob"])
+
+    async def retry(self, id: str) -> Job:
+        data = await self.execute(
+            f"mutation($id: ID!) {{ retryJob(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id}
+        )
+        return Job.from_graphql(data["retryJob"])
+
+    async def stats(self) -> QueueStats:
+        counts = "pending running completed failed cancelled"
+        data = await self.execute(
+            f"{{ queueStats {{ counts {{ {counts} }} byType {{ type counts {{ {counts} }} }} "
+            "oldestPendingSeconds } }"
+        )
+        stats = data["queueStats"]
+        return QueueStats(
+            counts=stats["counts"],
+            by_type={t["type"]: t["counts"] for t in stats["byType"]},
+            oldest_pending_seconds=stats["oldestPendingSeconds"],
+        )
+
+    # --- workers ---------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        limit: int = 1,
+        *,
+        types: Sequence[str] | None = None,
+        lease_seconds: int | None = None,
+        wait_seconds: int = 0,
+    ) -> list[Job]:
+        data = await self.execute(
+            "mutation($limit: Int!, $types: [String!], $lease: Int, $wait: Int) {"
+            " claimJobs(limit: $limit, types: $types, leaseSeconds: $lease, waitSeconds: $wait)"
+            f" {{ {JOB_FIELDS} }} }}",
+            {
+                "limit": limit,
+                "types": list(types) if types is not None else None,
+                "lease": lease_seconds,
+                "wait": wait_seconds,
+            },
+            timeout=DEFAULT_TIMEOUT + wait_seconds,
+        )
+        return [Job.from_graphql(j) for j in data["claimJobs"]]
+
+    async def heartbeat(self, id: str, attempt: int, lease_seconds: int | None = None) -> Job:
+        data = await self.execute(
+            "mutation($id: ID!, $attempt: Int, $lease: Int) {"
+            f" heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {JOB_FIELDS} }} }}",
+            {"id": id, "attempt": attempt, "lease": lease_seconds},
+        )
+        return Job.from_graphql(data["heartbeatJob"])
+
+    async def complete(self, id: str, attempt: int, result: Any = None) -> Job:
+        data = await self.execute(
+            "mutation($id: ID!, $attempt: Int, $result: JSON) {"
+            f" completeJob(id: $id, attempt: $attempt, result: $result) {{ {JOB_FIELDS} }} }}",
+            {"id": id, "attempt": attempt, "result": result},
+        )
+        return Job.from_graphql(data["completeJob"])
+
+    async def complete_many(self, items: Sequence[tuple[str, int, Any]]) -> Completed:
+        """Complete (id, attempt, result) items in one call; the rejected ids come back."""
+        data = await self.execute(
+            "mutation($items: [CompleteJobInput!]!) { completeJobs(items: $items) {"
+            " completed { id status } rejected } }",
+            {"items": [{"id": i, "attempt": a, "result": r} for i, a, r in items]},
+        )
+        outcome = data["completeJobs"]
+        return Completed(completed=[j["id"] for j in outcome["completed"]], rejected=outcome["rejected"])
+
+    async def fail(
+        self,
+        id: str,
+        attempt: int,
+        error: str,
+        *,
+        retryable: bool = True,
+        retry_in_seconds: int | None = None,
+    ) -> Job:
+        data = await self.execute(
+            "mutation($id: ID!, $attempt: Int, $error: String!, $retryable: Boolean!, $in: Int) {"
+            " failJob(id: $id, attempt: $attempt, error: $error, retryable: $retryable,"
+            f" retryInSeconds: $in) {{ {JOB_FIELDS} }} }}",
+            {"id": id, "attempt": attempt, "error": error, "retryable": retryable, "in": retry_in_seconds},
+        )
+        return Job.from_graphql(data["failJob"])
+
+
+class Client:
+    """The synchronous client: AsyncClient's methods, run on a private event-loop thread."""
+
+    def __init__(self, url: str, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="queuelog-client", daemon=True)
+        self._thread.start()
+        self._async = self._call(self._make(url, key, timeout))
+
+    @staticmethod
+    async def _make(url: str, key: str, timeout: float) -> AsyncClient:
+        return AsyncClient(url, key, timeout=timeout)
+
+    def _call(self, coroutine: Awaitable[T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+        return future.result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._call(self._async.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+        self._loop.close()
+
+    def execute(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._call(self._async.execute(query, variables))
+
+    def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        priority: str = "LOW",
+        idempotency_key: str | None = None,
+        max_retries: int = 3,
+        run_at: datetime | None = None,
+    ) -> Job:
+        return self._call(
+            self._async.enqueue(
+                type,
+                payload,
+                priority=priority,
+                idempotency_key=idempotency_key,
+                max_retries=max_retries,
+                run_at=run_at,
+            )
+        )
+
+    def enqueue_many(self, items: Sequence[dict[str, Any]]) -> list[Enqueued]:
+        return self._call(self._async.enqueue_many(items))
+
+    def get(self, id: str) -> Job | None:
+        return self._call(self._async.get(id))
+
+    def list(self, status: str | None = None, type: str | None = None) -> Iterator[Job]:
+        pages = self._async.list(status=status, type=type)
+        while True:
+            try:
+                yield self._call(pages.__anext__())
+            except StopAsyncIteration:
+                return
+
+    def cancel(self, id: str) -> Job:
+        return self._call(self._async.cancel(id))
+
+    def retry(self, id: str) -> Job:
+        return self._call(self._async.retry(id))
+
+    def stats(self) -> QueueStats:
+        return self._call(self._async.stats())
