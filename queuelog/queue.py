@@ -9,6 +9,7 @@ permission classes; this layer assumes the role may call the operation at all.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -154,21 +155,45 @@ class JobQueue:
             raise BadInput("types must not be empty; leave it out to claim any type")
         type_list = list(dict.fromkeys(types)) if types is not None else None
 
+        claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
+        if not wait:
+            return await claim()
+        return await self._claim_waiting(claim, type_list, wait, client_gone)
+
+    async def _claim_waiting(
+        self,
+        claim: Callable[[], Awaitable[list[Job]]],
+        types: list[str] | None,
+        wait: float,
+        client_gone: Callable[[], Awaitable[object]] | None,
+    ) -> list[Job]:
+        """Claim; if nothing is due, sleep until woken, something is due, or time is up.
+
+        Between claims it only reads when the next job is due (an indexed MIN), so an idle
+        worker costs one cheap read per recheck, never a write. Enqueues in this process
+        wake it at once; those of other processes are seen at the next recheck.
+        """
         deadline = time.monotonic() + wait
-        gone = asyncio.ensure_future(client_gone()) if client_gone is not None and wait else None
+        gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
+        watched = [gone] if gone is not None else []
         try:
             while True:
                 if gone is not None and gone.done():
                     return []
-                claimed = await self.repository.claim(principal.name, type_list, limit, lease)
-                remaining = deadline - time.monotonic()
-                if claimed or remaining <= 0:
+                claimed = await claim()
+                if claimed:
                     return claimed
-                pause = min(remaining, CROSS_PROCESS_RECHECK_SECONDS)
-                next_due = await self.repository.next_due_at()
-                if next_due is not None:
-                    pause = min(pause, max(0.0, (next_due - utcnow()).total_seconds()) + 0.001)
-                await self.signal.wait(pause, *([gone] if gone is not None else []))
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or (gone is not None and gone.done()):
+                        return []
+                    next_due = await self.repository.next_due_at(types)
+                    until_due = (next_due - utcnow()).total_seconds() if next_due is not None else remaining
+                    if until_due <= 0:
+                        break
+                    pause = min(remaining, until_due + 0.001, CROSS_PROCESS_RECHECK_SECONDS)
+                    if await self.signal.wait(pause, *watched):
+                        break
         finally:
             if gone is not None and not gone.done():
                 gone.cancel()

@@ -25,7 +25,11 @@ Judgement calls:
 * When in doubt, redact. A URL whose user-info holds credentials loses everything after the
   scheme (host and path included), because passwords are often not percent-encoded and may
   contain ``@``, ``/`` or ``:``. An unquoted secret value runs to the next whitespace, quote or
-  comma, so ``password=a;b&c`` is fully hidden even though the ``;``/``&`` are lost.
+  comma, so ``password=a;b&c)`` is fully hidden, at the cost of also hiding a ``;``, ``&`` or
+  ``)`` that merely follows the value (``(using password: YES)`` loses its ``)``).
+* Key names match with any prefix and with a ``_``/``-``/camelCase suffix: ``PGPASSWORD``,
+  ``client_secret``, ``passwordHash`` and ``api_key_id`` are all redacted; ``max_tokens`` and
+  ``tokenizer`` are not.
 * A ``key: value`` pair is treated like ``key=value``, so prose such as ``invalid token: expired``
   becomes ``invalid token: <redacted>``. Losing one word is cheaper than leaking a YAML secret.
 * A single-segment absolute path without an extension (``/healthz``, ``/tmp``) is kept: it reveals
@@ -64,8 +68,8 @@ _FRAME_RE = re.compile(
     r"[ \t]*(?:"
     # Java/Kotlin/C# `at a.b.C.m(C.java:42)` and Node `at async fn [as x] (/srv/x.js:10:5)`,
     # optionally followed by a logback jar hint `~[app.jar:1.0]` or C#'s `in C:\x.cs:line 4`.
-    r"at[ \t]+(?:(?:async|new)[ \t]+)*[^\s()]+(?:[ \t]+\[as[ \t][^\]\n]*\])?[ \t]*" + _PAREN
-    + r"(?:[ \t]+~?\[[^\]\n]*\]|[ \t]+in[ \t].*)?"
+    r"at[ \t]+(?:(?:async|new)[ \t]+)*[^\s()]+(?:[ \t]+\[as[ \t][^\]\n]*\])?[ \t]*"
+    rf"{_PAREN}(?:[ \t]+~?\[[^\]\n]*\]|[ \t]+in[ \t].*)?"
     # Node location-only frame `at /srv/app/x.js:10:5`, `at async file:///x.mjs:1:2`.
     r"|at[ \t]+(?:async[ \t]+)?\S+:\d+:\d+"
     # Java `... 12 more` / logback `... 12 common frames omitted`.
@@ -138,9 +142,7 @@ _KNOWN_TOKEN_RE = re.compile(
 # --- 4. paths ---------------------------------------------------------------------------------
 
 # `/a/b`, `~/a`, `file:///a/b`; not `and/or`, `1/2`, `./rel`, `//host` or a URL's path.
-_POSIX_PATH_RE = re.compile(
-    r"(?<![\w/.~\\-])(?:file://)?~?/(?!/)[\w.@+%~-]+(?:/[\w.@+%~-]*)*"
-)
+_POSIX_PATH_RE = re.compile(r"(?<![\w/.~\\-])(?:file://)?~?/(?!/)[\w.@+%~-]+(?:/[\w.@+%~-]*)*")
 # `C:\Users\bob\x.py`, `C:/x` and `\\server\share\x` (also JSON-escaped with doubled `\`).
 _WINDOWS_PATH_RE = re.compile(
     r"(?<![\w\\/])(?:[A-Za-z]:[\\/]|\\\\[\w.$-]+\\+[\w.$-])[\w.@+%~$\\/-]*"

@@ -22,12 +22,13 @@ class WorkSignal:
         if any(e.job.status is JobStatus.PENDING for e in events):
             self.notify()
 
-    async def wait(self, timeout: float, *also: asyncio.Future[object]) -> None:
-        """Return on notify(), after `timeout` seconds, or when any of `also` completes."""
+    async def wait(self, timeout: float, *also: asyncio.Future[object]) -> bool:
+        """Wait for notify(), `timeout` seconds, or any of `also`; True if notified."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
         try:
             await asyncio.wait([waiter, *also], timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
+            return waiter.done() and not waiter.cancelled()
         finally:
             self._waiters.discard(waiter)
             if not waiter.done():

@@ -15,7 +15,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Row,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -37,6 +51,7 @@ from queuelog.model import (
     StatusCounts,
 )
 from queuelog.storage.tables import api_keys, job_events, jobs
+from queuelog.storage.types import UtcTimestamp
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
@@ -44,6 +59,11 @@ TERMINAL = [s.value for s in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.C
 LEASE_EXPIRED_ERROR = "lease expired"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
+
+# Status written as a literal, not a bound parameter: SQLite only uses a partial index
+# (`WHERE status = 'pending'`) when it can see the value while planning.
+IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
+IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
 
 
 @dataclass(frozen=True)
@@ -246,9 +266,12 @@ def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
     )
 
 
-def next_due_at(conn: Connection) -> datetime | None:
-    """When the earliest PENDING job becomes due (may be in the past)."""
-    return conn.execute(select(func.min(jobs.c.run_at)).where(jobs.c.status == PENDING)).scalar_one()
+def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:
+    """When the earliest PENDING job (of these types) becomes due; may be in the past."""
+    filters = [IS_PENDING]
+    if types is not None:
+        filters.append(jobs.c.type.in_(list(types)))
+    return conn.execute(select(func.min(jobs.c.run_at)).where(*filters)).scalar_one()
 
 
 # --- claim and the holder's reports --------------------------------------------------------
@@ -264,20 +287,9 @@ def claim(
     policy: RetryPolicy,
 ) -> tuple[list[Job], list[JobEvent]]:
     events = expire_leases(conn, now, policy)
-    due = [jobs.c.status == PENDING, jobs.c.run_at <= now]
-    if types is not None:
-        due.append(jobs.c.type.in_(list(types)))
-    candidates = (
-        select(jobs.c.id)
-        .where(*due)
-        .order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
     rows = conn.execute(
         update(jobs)
-        .where(jobs.c.id.in_(candidates.scalar_subquery()), jobs.c.status == PENDING)
+        .where(jobs.c.id.in_(_claim_candidates(conn, now, types, limit)), IS_PENDING)
         .values(
             status=RUNNING,
             worker_id=worker,
@@ -292,6 +304,41 @@ def claim(
     claim_events = [JobEvent(EventKind.CLAIMED, j, now) for j in claimed]
     record_events(conn, claim_events)
     return claimed, events + claim_events
+
+
+_SQLITE_CLAIM = """
+    SELECT id FROM jobs INDEXED BY ix_jobs_claim
+    WHERE status = 'pending' AND run_at <= :now {type_filter}
+    ORDER BY priority DESC, created_at, id
+    LIMIT :limit
+"""
+
+
+def _claim_candidates(conn: Connection, now: datetime, types: Sequence[str] | None, limit: int) -> Any:
+    """The ids to claim: the first due rows in claim order, read from ix_jobs_claim.
+
+    SQLite gets the index by name (its planner, lacking statistics, may otherwise sort
+    every pending row); the write lock of BEGIN IMMEDIATE makes the claim atomic there.
+    PostgreSQL locks the rows it picks and skips rows other claims hold.
+    """
+    if conn.dialect.name == "sqlite":
+        params = [bindparam("now", now, type_=UtcTimestamp()), bindparam("limit", limit)]
+        type_filter = ""
+        if types is not None:
+            type_filter = "AND type IN :types"
+            params.append(bindparam("types", list(types), expanding=True))
+        sql = _SQLITE_CLAIM.format(type_filter=type_filter)
+        return text(sql).bindparams(*params).columns(id=Integer)
+    due = [IS_PENDING, jobs.c.run_at <= now]
+    if types is not None:
+        due.append(jobs.c.type.in_(list(types)))
+    return (
+        select(jobs.c.id)
+        .where(*due)
+        .order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
 
 
 def _held_job(conn: Connection, job_id: int, worker: str, attempt: int | None) -> Job:
@@ -428,7 +475,7 @@ def expire_leases(conn: Connection, now: datetime, policy: RetryPolicy) -> list[
     """
     rows = conn.execute(
         select(jobs)
-        .where(jobs.c.status == RUNNING, jobs.c.lease_expires_at < now)
+        .where(IS_RUNNING, jobs.c.lease_expires_at < now)
         .order_by(jobs.c.lease_expires_at)
         .limit(EXPIRE_BATCH)
     ).all()

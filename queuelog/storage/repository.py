@@ -137,8 +137,8 @@ class Repository:
     async def queue_stats(self, scope: JobScope) -> QueueStats:
         return await self._runner.read(_now_then(ops.queue_stats), scope)
 
-    async def next_due_at(self) -> datetime | None:
-        return await self._runner.read(ops.next_due_at)
+    async def next_due_at(self, types: Sequence[str] | None) -> datetime | None:
+        return await self._runner.read(ops.next_due_at, types)
 
     async def claim(
         self, worker: str, types: Sequence[str] | None, limit: int, lease_seconds: int

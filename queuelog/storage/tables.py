@@ -68,8 +68,16 @@ jobs = Table(
         postgresql_where=text("status = 'running'"),
         sqlite_where=text("status = 'running'"),
     ),
+    # No index may lead with `status`: without statistics SQLite's planner prefers it to
+    # the partial indexes above and the claim turns into a sort of every pending row.
     Index("ix_jobs_finished", "finished_at"),
-    Index("ix_jobs_status_type", "status", "type"),
+    # When the next delayed job becomes due (long-polling claims sleep until then).
+    Index(
+        "ix_jobs_due",
+        "run_at",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
     Index("ix_jobs_created_by", "created_by", "id"),
     Index("ix_jobs_worker", "worker_id", "id"),
 )

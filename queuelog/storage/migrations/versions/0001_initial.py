@@ -57,7 +57,13 @@ def upgrade() -> None:
         sqlite_where=sa.text("status = 'running'"),
     )
     op.create_index("ix_jobs_finished", "jobs", ["finished_at"])
-    op.create_index("ix_jobs_status_type", "jobs", ["status", "type"])
+    op.create_index(
+        "ix_jobs_due",
+        "jobs",
+        ["run_at"],
+        postgresql_where=sa.text("status = 'pending'"),
+        sqlite_where=sa.text("status = 'pending'"),
+    )
     op.create_index("ix_jobs_created_by", "jobs", ["created_by", "id"])
     op.create_index("ix_jobs_worker", "jobs", ["worker_id", "id"])
 
