@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from cross_web import HTTPException
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -73,6 +74,16 @@ class GraphQLView(GraphQL):
     def __init__(self, services: Services, **kwargs: Any) -> None:
         super().__init__(build_schema(services.settings), **kwargs)
         self.services = services
+
+    def parse_json(self, data: str | bytes) -> Any:
+        # Strawberry answers 500 for a body that is not UTF-8 JSON or not an object/array.
+        try:
+            parsed = self.decode_json(data)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, deep nesting
+            raise HTTPException(400, "Unable to parse request body as JSON") from None
+        if not isinstance(parsed, dict | list):
+            raise HTTPException(400, "the request body must be a JSON object")
+        return parsed
 
     async def get_context(self, request: Request | WebSocket, response: Any = None) -> RequestContext:
         return RequestContext(

@@ -11,18 +11,19 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
-
-from queuelog import keys
 from queuelog.errors import DatabaseUnavailable, QueuelogError
 from queuelog.settings import Settings, SettingsError, env_name, field_kind, public_fields
-from queuelog.storage.engine import create_sync_engine, dialect_of
-from queuelog.storage.migrate import upgrade_to_head
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+# SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
+# `queuelog worker` (which needs none of them) starts quickly.
 
 PROG = "queuelog"
+SHUTDOWN_GRACE_SECONDS = 5
 
 
 class CommandError(Exception):
@@ -31,7 +32,7 @@ class CommandError(Exception):
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,6 +124,11 @@ def _database_url(args: argparse.Namespace) -> str:
 
 
 def open_migrated(url: str) -> Engine:
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from queuelog.storage.engine import create_sync_engine, dialect_of
+    from queuelog.storage.migrate import upgrade_to_head
+
     if dialect_of(url) not in ("sqlite", "postgresql"):
         raise CommandError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
     engine = create_sync_engine(url)
@@ -159,6 +165,8 @@ def cmd_migrate(args: argparse.Namespace) -> None:
 
 
 def cmd_keys(args: argparse.Namespace) -> None:
+    from queuelog import keys
+
     engine = open_migrated(_database_url(args))
     try:
         if args.keys_command == "create":
@@ -188,6 +196,8 @@ def cmd_keys(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
+
+    from queuelog import keys
 
     overrides = {f.name: getattr(args, f.name) for f in public_fields()}
     raw = {k: v for k, v in overrides.items() if v is not None and not isinstance(v, bool)}
@@ -229,6 +239,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         workers=args.workers if args.workers > 1 else None,
         log_level=args.log_level,
         proxy_headers=False,
+        # Long-polling claims may wait 30 s; do not let them hold a shutdown that long.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
 
 
@@ -269,6 +281,10 @@ def cmd_worker(args: argparse.Namespace) -> None:
     Worker(args.url, args.key, handlers, concurrency=args.concurrency, grace=args.grace).run_forever()
 
 
+def _is_database_error(exc: BaseException) -> bool:
+    return any(cls.__module__.startswith("sqlalchemy") for cls in type(exc).__mro__)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -281,12 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CommandError, QueuelogError, SettingsError, DatabaseUnavailable) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    except SQLAlchemyError as exc:
-        print(f"{PROG}: error: database error: {_first_line(exc)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last guard: never a traceback on a user's terminal
+        if _is_database_error(exc):
+            print(f"{PROG}: error: database error: {_first_line(exc)}", file=sys.stderr)
+            return 1
         print(f"{PROG}: error: unexpected {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
         return 1
     return 0

@@ -96,7 +96,7 @@ class JobQueue:
             priority=priority,
             max_retries=max_retries,
             idempotency_key=idempotency_key,
-            run_at=run_at.astimezone(UTC) if run_at is not None else None,
+            run_at=as_utc(run_at) if run_at is not None else None,
         )
 
     def check_json_size(self, value: Any, what: str) -> None:
@@ -236,6 +236,14 @@ class JobQueue:
             raise BadInput(f"retryInSeconds must be between 0 and {MAX_RETRY_IN_SECONDS}")
         clean = sanitize_error(error, self.settings.max_error_chars)
         return await self.repository.fail(principal.name, job_id, clean, retryable, retry_in_seconds, attempt)
+
+
+def as_utc(value: datetime) -> datetime:
+    """A time without an offset is taken as UTC (the API speaks UTC), not server-local."""
+    try:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise BadInput("runAt cannot be expressed in UTC") from None
 
 
 def check_idempotency_key(key: str) -> None:

@@ -81,9 +81,7 @@ _FRAME_RE = re.compile(
 )
 
 # Cheap whole-text check so texts without any frame skip the per-line loop.
-_FRAME_HINT_RE = re.compile(
-    r'^[ \t]*(?:File "|at[ \t]|\.\.\.[ \t]|\[Previous|Traceback)', re.MULTILINE
-)
+_FRAME_HINT_RE = re.compile(r'^[ \t]*(?:File "|at[ \t]|\.\.\.[ \t]|\[Previous|Traceback)', re.MULTILINE)
 
 # A PEM private key, up to its END marker or, if that is missing, the end of the text.
 _PEM_RE = re.compile(
@@ -144,9 +142,7 @@ _KNOWN_TOKEN_RE = re.compile(
 # `/a/b`, `~/a`, `file:///a/b`; not `and/or`, `1/2`, `./rel`, `//host` or a URL's path.
 _POSIX_PATH_RE = re.compile(r"(?<![\w/.~\\-])(?:file://)?~?/(?!/)[\w.@+%~-]+(?:/[\w.@+%~-]*)*")
 # `C:\Users\bob\x.py`, `C:/x` and `\\server\share\x` (also JSON-escaped with doubled `\`).
-_WINDOWS_PATH_RE = re.compile(
-    r"(?<![\w\\/])(?:[A-Za-z]:[\\/]|\\\\[\w.$-]+\\+[\w.$-])[\w.@+%~$\\/-]*"
-)
+_WINDOWS_PATH_RE = re.compile(r"(?<![\w\\/])(?:[A-Za-z]:[\\/]|\\\\[\w.$-]+\\+[\w.$-])[\w.@+%~$\\/-]*")
 
 
 def sanitize_error(text: str, max_chars: int) -> str:

@@ -23,20 +23,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
 import random
 import signal
+import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from queuelog.client import AsyncClient, Completed, Job, ServerUnreachable
-from queuelog.errors import Conflict, NotFound, QueuelogError
+from queuelog.errors import Conflict, NotFound, PayloadTooLarge, QueuelogError
 
 log = logging.getLogger("queuelog.worker")
+# One JSON object per finished job; `run_forever` prints them as bare JSON lines on stderr.
+job_log = logging.getLogger("queuelog.worker.jobs")
 
 T = TypeVar("T")
 Handler = Callable[["JobContext"], Any]
@@ -44,6 +50,7 @@ SHUTDOWN_REPORT_TRIES = 5
 CLAIM_WAIT_SECONDS = 20
 COMPLETE_BATCH = 100
 COMPLETE_LINGER_SECONDS = 0.005
+COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 
@@ -106,6 +113,53 @@ class Backoff:
         self.delay, self.failures = BACKOFF_START, 0
 
 
+def _in_daemon_thread(handler: Handler, context: JobContext) -> asyncio.Future[Any]:
+    """Run a sync handler in its own daemon thread.
+
+    Not `asyncio.to_thread`: the default executor's threads are joined when the loop and
+    the interpreter shut down, so a handler still stuck after the grace period would keep
+    the worker from exiting until it returned. A daemon thread is abandoned instead (its
+    job has already been failed as retryable).
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if future.done():
+            return
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, exc = ctx.run(handler, context), None
+        except BaseException as error:
+            result, exc = None, error
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the worker has stopped
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=target, name=f"queuelog-job-{context.id}", daemon=True).start()
+    return future
+
+
+def _job_lines_as_json() -> None:
+    """Unless the application configured it, print job records as bare JSON lines on stderr
+    (not behind the root logger's text prefix), so log shippers can parse each line whole."""
+    if job_log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    job_log.addHandler(handler)
+    job_log.propagate = False
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -146,6 +200,7 @@ class Worker:
 
     def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT (installs the handlers), then shut down gracefully."""
+        _job_lines_as_json()
         asyncio.run(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
@@ -252,7 +307,7 @@ class Worker:
             if inspect.iscoroutinefunction(handler):
                 result = await handler(context)
             else:
-                result = await asyncio.to_thread(handler, context)
+                result = await _in_daemon_thread(handler, context)
                 if inspect.isawaitable(result):
                     result = await result
         except Retry as exc:
@@ -324,23 +379,41 @@ class Worker:
     async def _flush_completions(self) -> None:
         while True:
             batch = [await self._completions.get()]
+            size = _json_size(batch[0][1])
             deadline = time.monotonic() + COMPLETE_LINGER_SECONDS
-            while len(batch) < COMPLETE_BATCH:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    batch.append(await asyncio.wait_for(self._completions.get(), remaining))
-                except TimeoutError:
-                    break
+            # Bounded in bytes too: a request over the server's body limit is refused whole.
+            while len(batch) < COMPLETE_BATCH and size < COMPLETE_BATCH_BYTES:
+                try:  # what is queued already, without a loop iteration per item
+                    batch.append(self._completions.get_nowait())
+                except asyncio.QueueEmpty:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    try:
+                        batch.append(await asyncio.wait_for(self._completions.get(), remaining))
+                    except TimeoutError:
+                        break
+                size += _json_size(batch[-1][1])
             await self._send_completions(batch)
             for _ in batch:
                 self._completions.task_done()
 
     async def _send_completions(self, batch: list[tuple[Job, Any, asyncio.Future[str]]]) -> None:
         items = [(job.id, job.attempt, result) for job, result, _ in batch]
+        outcome: Completed | str
         try:
             outcome = await self._with_retries(lambda: self._client.complete_many(items))
+        except PayloadTooLarge as exc:
+            # One result over the server's limit refuses the whole call: settle each alone,
+            # so that only the job with that result fails (for good: it would again).
+            if len(batch) > 1:
+                for item in batch:
+                    await self._send_completions([item])
+                return
+            job = batch[0][0]
+            log.error("job %s: result refused: %s", job.id, exc)
+            too_large = Outcome("failed", f"result refused: {exc}", retryable=False)
+            outcome = str(await self._with_retries(lambda: self._fail(job, too_large)))
         except QueuelogError as exc:
             log.error("completeJobs refused: %s", exc)
             outcome = "refused"
@@ -353,9 +426,10 @@ class Worker:
                 done.set_result(status)
 
     def _log_job(self, job: Job, outcome: str, started: float) -> None:
-        log.info(
+        job_log.info(
             json.dumps(
                 {
+                    "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
                     "event": "job",
                     "id": job.id,
                     "type": job.type,

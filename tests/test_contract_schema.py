@@ -28,7 +28,9 @@ def test_check_contract_tool_passes_against_running_server(server) -> None:
         pytest.skip(f"check_contract.py not found at {CHECKER}")
     result = subprocess.run(
         [sys.executable, str(CHECKER), "--url", server.graphql_url, "--key", server.admin_key],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 breaking changes" in result.stdout

@@ -97,10 +97,20 @@ Check the key file format.
 LEAKS = [
     pytest.param(
         PSYCOPG_TRACEBACK,
-        ["S3cr3t-pw", "queuelog:S3cr3t", "Traceback", 'File "', "/srv/ql", "psycopg.connect",
-         "^^^", "raise last_ex"],
-        ["psycopg.OperationalError: connection failed: postgresql://<redacted>: connection refused",
-         "\tIs the server running on that host and accepting TCP/IP connections?"],
+        [
+            "S3cr3t-pw",
+            "queuelog:S3cr3t",
+            "Traceback",
+            'File "',
+            "/srv/ql",
+            "psycopg.connect",
+            "^^^",
+            "raise last_ex",
+        ],
+        [
+            "psycopg.OperationalError: connection failed: postgresql://<redacted>: connection refused",
+            "\tIs the server running on that host and accepting TCP/IP connections?",
+        ],
         id="python-psycopg-traceback-with-dsn",
     ),
     pytest.param(
@@ -131,10 +141,20 @@ LEAKS = [
     ),
     pytest.param(
         JAVA_TRACE,
-        ["\tat ", "JobRunner.java", "Thread.java", "SQLError", "mysql-connector", "... 12 more",
-         "lambda$connect", "Native Method"],
-        ['Exception in thread "main" java.lang.RuntimeException: job 42 failed',
-         "Caused by: java.sql.SQLException: Access denied for user 'app'@'10.0.0.5'"],
+        [
+            "\tat ",
+            "JobRunner.java",
+            "Thread.java",
+            "SQLError",
+            "mysql-connector",
+            "... 12 more",
+            "lambda$connect",
+            "Native Method",
+        ],
+        [
+            'Exception in thread "main" java.lang.RuntimeException: job 42 failed',
+            "Caused by: java.sql.SQLException: Access denied for user 'app'@'10.0.0.5'",
+        ],
         id="java-trace-with-caused-by",
     ),
     pytest.param(
@@ -146,15 +166,20 @@ LEAKS = [
     pytest.param(
         HTTPX_GITHUB,
         ["ghp_16C7e42F292c6912E7710c838347Ae178B4a", "x-access-token", "16C7e42F"],
-        ["httpx.HTTPStatusError: Client error '401 Unauthorized' for url 'https://<redacted>'",
-         "https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/401"],
+        [
+            "httpx.HTTPStatusError: Client error '401 Unauthorized' for url 'https://<redacted>'",
+            "https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/401",
+        ],
         id="httpx-url-with-github-token",
     ),
     pytest.param(
         LIBPQ_CONNINFO,
         ["Sup3r$ecret", "ecret"],
-        ["connection refused", "host=db.internal port=5432 dbname=queuelog user=app",
-         "password=<redacted> sslmode=require"],
+        [
+            "connection refused",
+            "host=db.internal port=5432 dbname=queuelog user=app",
+            "password=<redacted> sslmode=require",
+        ],
         id="libpq-key-value-conninfo",
     ),
     pytest.param(
@@ -199,8 +224,11 @@ LEAKS = [
         f"upstream said 401: invalid credentials for bearer {JWT}\nAuthorization: Basic "
         "dXNlcjpwYXNz\nProxy-Authorization: token gho_abcdefghijklmnopqrstuvwxyz0123456789",
         [JWT, "eyJ", "dXNlcjpwYXNz", "gho_abc"],
-        ["upstream said 401: invalid credentials for bearer <redacted>",
-         "Authorization: Basic <redacted>", "Proxy-Authorization: token <redacted>"],
+        [
+            "upstream said 401: invalid credentials for bearer <redacted>",
+            "Authorization: Basic <redacted>",
+            "Proxy-Authorization: token <redacted>",
+        ],
         id="bearer-basic-and-token-schemes",
     ),
     pytest.param(
@@ -269,13 +297,16 @@ LEAKS = [
         "mysql://root:toor@localhost/app down; "
         "jdbc:postgresql://db:5432/app?user=app&password=jdbcpw down",
         ["gu3st", "p@ss", "w0rd", "toor", "jdbcpw", "admin"],
-        ["broker amqp://<redacted> down", "mongo mongodb+srv://<redacted> down",
-         "mysql://<redacted> down", "jdbc:postgresql://db:5432/app?user=app&password=<redacted>"],
+        [
+            "broker amqp://<redacted> down",
+            "mongo mongodb+srv://<redacted> down",
+            "mysql://<redacted> down",
+            "jdbc:postgresql://db:5432/app?user=app&password=<redacted>",
+        ],
         id="amqp-mongodb-mysql-jdbc-urls",
     ),
     pytest.param(
-        "queuelog.errors.Unauthorized: API key ql_Vd8Jf2kLq0Zx-9YtR_3mN7pQ1sW4uE6aB5cD8gH2jK0 "
-        "was revoked",
+        "queuelog.errors.Unauthorized: API key ql_Vd8Jf2kLq0Zx-9YtR_3mN7pQ1sW4uE6aB5cD8gH2jK0 was revoked",
         ["ql_Vd8Jf2kLq0Zx", "Vd8Jf2kLq0Zx-9YtR"],
         ["queuelog.errors.Unauthorized: API key <redacted> was revoked"],
         id="queuelog-api-key",
@@ -434,8 +465,11 @@ MB = 1_000_000
         pytest.param("    at fn (/srv/app/x.js:10:5)\n" * (MB // 31), id="node-frames"),
         pytest.param("\n" * MB, id="newlines"),
         pytest.param(
-            ("Traceback (most recent call last):\n  File \"/srv/x.py\", line 3, in f\n    g()\n"
-             "ValueError: bad thing password=abc https://u:p@h/x /etc/x\n") * (MB // 120),
+            (
+                'Traceback (most recent call last):\n  File "/srv/x.py", line 3, in f\n    g()\n'
+                "ValueError: bad thing password=abc https://u:p@h/x /etc/x\n"
+            )
+            * (MB // 120),
             id="repeated-tracebacks",
         ),
     ],

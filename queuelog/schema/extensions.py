@@ -5,20 +5,21 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from graphql import GraphQLError
 from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
 from strawberry.extensions import (
     AddValidationRules,
-    MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
-    QueryDepthLimiter,
     SchemaExtension,
     ValidationCache,
 )
+from strawberry.extensions.max_aliases import create_validator as alias_rule
 
 from queuelog.errors import QueuelogError
+from queuelog.schema.limits import depth_limit_rule
 from queuelog.settings import Settings
 
 log = logging.getLogger("queuelog.errors")
@@ -46,7 +47,9 @@ def shape_error(error: GraphQLError) -> GraphQLError:
         message, code = original.message, original.code
     elif (error.extensions or {}).get("code") in CONTRACT_CODES:
         message, code = error.message, error.extensions["code"]
-    elif error.path is None and (original is None or isinstance(original, (ValueError, TypeError))):
+    elif error.path is None and (
+        original is None or isinstance(original, (ValueError, TypeError, GraphQLError))
+    ):
         # Refused before execution: syntax, validation, limits, variable coercion.
         message, code = _SUGGESTION.sub("", error.message), "BAD_USER_INPUT"
     else:
@@ -79,19 +82,38 @@ def shape_errors(errors: list[GraphQLError]) -> list[GraphQLError]:
 
 class ErrorPolicy(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
-        yield
+        try:
+            yield
+        except GraphQLError as error:
+            # ParserCache parses while entering on_parse, so a syntax error (or the token
+            # limit) is raised through here instead of landing in the result: shape it now.
+            raise shape_error(error) from None
         result = self.execution_context.result
         if result is not None and result.errors:
             result.errors = shape_errors(result.errors)
 
+    def on_stream_result(self, result: Any) -> Iterator[None]:
+        # Websocket results (every subscription event) are sent before on_operation ends:
+        # shape each one as it goes out, so they carry the contract's codes too.
+        errors = getattr(result, "errors", None)
+        if errors:
+            result.errors = shape_errors(errors)
+        yield
+
 
 def schema_extensions(settings: Settings) -> list:
+    # The rule classes are built once: ValidationCache keys on them, and Strawberry's
+    # QueryDepthLimiter / MaxAliasesLimiter would build new classes on every request,
+    # so no validation would ever be served from the cache.
+    rules = [
+        depth_limit_rule(settings.max_depth),
+        alias_rule(settings.max_aliases),
+        MaxIntrospectionDepthRule,
+    ]
     return [
         ErrorPolicy,
         lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),
         ParserCache,
+        lambda: AddValidationRules(rules),
         ValidationCache,
-        lambda: QueryDepthLimiter(max_depth=settings.max_depth),
-        lambda: MaxAliasesLimiter(max_alias_count=settings.max_aliases),
-        lambda: AddValidationRules([MaxIntrospectionDepthRule]),
     ]

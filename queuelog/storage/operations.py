@@ -9,6 +9,7 @@ a row that changed since it was read is left alone on every database.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from queuelog.model import (
     StatusCounts,
 )
 from queuelog.storage.tables import api_keys, job_events, jobs
-from queuelog.storage.types import UtcTimestamp
+from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
@@ -195,10 +196,13 @@ def enqueue(
     outcomes: list[EnqueueOutcome | None] = [None] * len(items)
     plain = [i for i, item in enumerate(items) if item.idempotency_key is None]
     if plain:
+        # One multi-row INSERT ... RETURNING. Ids follow the VALUES order, so sorting by id
+        # maps rows back to inputs (sort_by_parameter_order would send one INSERT per row).
         rows = conn.execute(
-            insert(jobs).returning(*jobs.c, sort_by_parameter_order=True),
+            insert(jobs).returning(*jobs.c),
             [_new_row(items[i], created_by, now) for i in plain],
         ).all()
+        rows.sort(key=lambda r: r.id)
         for i, row in zip(plain, rows, strict=True):
             outcomes[i] = EnqueueOutcome(job=row_to_job(row), created=True)
     for i, item in enumerate(items):
@@ -399,27 +403,58 @@ def complete(
     return job, events
 
 
+_COMPLETE_ONE = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_id"), IS_RUNNING, jobs.c.attempt == bindparam("b_attempt"))
+    .values(
+        status=JobStatus.COMPLETED.value,
+        result=bindparam("b_result", type_=JsonDocument()),
+        finished_at=bindparam("b_now", type_=UtcTimestamp()),
+        lease_expires_at=None,
+        updated_at=bindparam("b_now", type_=UtcTimestamp()),
+    )
+)
+
+
 def complete_many(
     conn: Connection, now: datetime, worker: str, items: Sequence[Completion]
 ) -> tuple[CompletionOutcome, list[JobEvent]]:
+    """Check every item against the rows as read, then apply the good ones in one executemany.
+
+    The rows are locked as read (FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already
+    holds the write lock), so the checks still hold when the UPDATE runs.
+    """
     ids = {item.id for item in items}
-    rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids))).all()
+    rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids)).with_for_update()).all()
     current = {r.id: row_to_job(r) for r in rows}
-    completed: list[Job] = []
+    accepted: list[tuple[Job, Any]] = []
     rejected: list[int] = []
     seen: set[int] = set()
     for item in items:
         job = current.get(item.id)
-        if item.id in seen or job is None:
-            rejected.append(item.id)
-            seen.add(item.id)
-            continue
+        repeated = item.id in seen
         seen.add(item.id)
         try:
+            if repeated or job is None:
+                raise Conflict("not applicable")
             _check_holder(job, worker, item.attempt)
-            completed.append(_guarded_update(conn, job, _completed_values(now, item.result)))
         except Conflict:
             rejected.append(item.id)
+            continue
+        accepted.append((job, item.result))
+    if accepted:
+        result = conn.execute(
+            _COMPLETE_ONE,
+            [{"b_id": j.id, "b_attempt": j.attempt, "b_result": r, "b_now": now} for j, r in accepted],
+        )
+        if result.rowcount != len(accepted):
+            raise Conflict("jobs changed while being completed; nothing was applied")
+    completed = [
+        dataclasses.replace(
+            job, status=JobStatus.COMPLETED, result=r, finished_at=now, lease_expires_at=None, updated_at=now
+        )
+        for job, r in accepted
+    ]
     events = [JobEvent(EventKind.COMPLETED, j, now) for j in completed]
     record_events(conn, events)
     return CompletionOutcome(completed=completed, rejected=rejected), events

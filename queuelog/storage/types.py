@@ -29,8 +29,12 @@ def from_micros(value: int) -> datetime:
 
 
 def compact_json(value: Any) -> str:
-    """The contract's canonical form: separators `,` and `:`, non-ASCII kept as is."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    """The contract's canonical form: separators `,` and `:`, non-ASCII kept as is.
+
+    NaN and Infinity are not JSON (Python's json reads them from request bodies): refused
+    with ValueError, so a payload or result holding them is BAD_USER_INPUT, never stored.
+    """
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class UtcTimestamp(TypeDecorator[datetime]):

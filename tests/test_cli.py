@@ -1,0 +1,397 @@
+"""The `queuelog` command line (API.md section 6), run as real subprocesses.
+
+Attacked: `keys create/list/revoke`, `migrate` and `serve` on real SQLite files, and every
+way a user can misuse them (unknown commands, bad flags and values, unknown roles and
+priorities, unreachable or nonsense database URLs).
+
+Proven:
+- `keys create` prints the key alone on the last line of stdout, the key works against a
+  server on the same database at once (also one created while the server runs), and
+  `keys revoke` makes it answer 401; roles and priorities are case-insensitive;
+- a duplicate name is refused without printing a key; `keys list` shows names, roles,
+  priorities and status, never a key or its hash;
+- `migrate` (and `keys` on a fresh file) creates the schema at Alembic's head;
+- every misuse ends with exactly one stderr line `queuelog: error: ...`, a non-zero exit
+  and no traceback (nor a password from the URL);
+- `serve` prints a bootstrap ADMIN key on a database with no active key, and only then.
+
+CLI calls are slow to start (imports), so the independent ones run concurrently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from alembic.script import ScriptDirectory
+
+from queuelog.storage.migrate import alembic_config
+
+Server = Any  # conftest.Server
+Result = subprocess.CompletedProcess[str]
+
+KEY_ANYWHERE = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
+WHOLE_KEY = re.compile(r"ql_[A-Za-z0-9_-]{40,}")
+CLI_TIMEOUT = 60
+PARALLEL = 4
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
+    """Run `python -m queuelog ARGS` with no QUEUELOG_* variables but those in `env`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    clean.update(env or {})
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "queuelog", *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=clean,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"`queuelog {' '.join(args)}` still running after {timeout}s") from exc
+
+
+def cli_many(calls: Sequence[Sequence[str]], cwd: Path) -> list[Result]:
+    """Run independent calls concurrently; a call that hangs becomes a failed result."""
+
+    def one(args: Sequence[str]) -> Result:
+        try:
+            return cli(*args, cwd=cwd)
+        except AssertionError as exc:
+            return subprocess.CompletedProcess(list(args), -9, "", f"(test) {exc}\n")
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(one, calls))
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+def created_key(result: Result) -> str:
+    """The key printed by `keys create`: alone on the last line of stdout."""
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines, "keys create printed nothing"
+    assert WHOLE_KEY.fullmatch(lines[-1]), f"last line is not a bare key: {lines[-1]!r}"
+    assert result.stdout.count(lines[-1]) == 1 and lines[-1] not in result.stderr
+    return lines[-1]
+
+
+def assert_one_line_error(result: Result, fragment: str = "") -> str:
+    everything = result.stdout + result.stderr
+    assert "Traceback" not in everything, everything
+    assert result.returncode != 0, everything
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"want exactly one stderr line, got {len(lines)}:\n{result.stderr}"
+    assert lines[0].startswith("queuelog: error:"), lines[0]
+    assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
+    assert not KEY_ANYWHERE.search(result.stdout), result.stdout
+    return lines[0]
+
+
+def list_rows(database_url: str, cwd: Path) -> dict[str, list[str]]:
+    return parse_listing(cli("keys", "list", "--database-url", database_url, cwd=cwd))
+
+
+def parse_listing(result: Result) -> dict[str, list[str]]:
+    """`keys list` as {name: [roles, max priority, created date, created time, status]}."""
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:2] == ["NAME", "ROLES"], lines[0]
+    return {line.split()[0]: line.split()[1:] for line in lines[1:] if line.strip()}
+
+
+def me(server: Server, key: str) -> dict[str, Any]:
+    return server.gql("{ me { name roles maxPriority } }", key=key).ok()["me"]
+
+
+# --- keys create / list against a CLI-only database ----------------------------------------
+
+CREATE_CASES: list[tuple[str, list[str], str | None, str, str]] = [
+    # (name, --role values, --max-priority, roles shown by `keys list`, priority shown)
+    ("upper-worker", ["WORKER"], None, "WORKER", "MEDIUM"),
+    ("lower-worker", ["worker"], None, "WORKER", "MEDIUM"),
+    ("mixed-producer", ["Producer"], "HIGH", "PRODUCER", "HIGH"),
+    ("lower-producer", ["producer"], "high", "PRODUCER", "HIGH"),
+    ("mixed-priority", ["viewer"], "cRiTiCaL", "VIEWER", "CRITICAL"),
+    ("admin-default", ["admin"], None, "ADMIN", "CRITICAL"),
+    ("two-roles", ["producer", "WORKER"], "low", "PRODUCER,WORKER", "LOW"),
+]
+
+
+@pytest.fixture(scope="module")
+def key_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, dict[str, Result]]:
+    """One database, migrated by the first `keys create`, then every CREATE_CASES key at once, then listed."""
+    home = tmp_path_factory.mktemp("keys")
+    url = sqlite_url(home / "x.db")
+
+    def create_args(name: str, roles: list[str], priority: str | None) -> list[str]:
+        args = ["keys", "create", "--name", name, "--database-url", url]
+        for role in roles:
+            args += ["--role", role]
+        return args + (["--max-priority", priority] if priority else [])
+
+    first = cli(*create_args("first", ["viewer"], None), cwd=home)  # migrates the fresh file
+    results = dict(
+        zip(
+            [c[0] for c in CREATE_CASES],
+            cli_many([create_args(name, roles, prio) for name, roles, prio, _, _ in CREATE_CASES], home),
+            strict=True,
+        )
+    )
+    results["first"] = first
+    listing = cli("keys", "list", "--database-url", url, cwd=home)
+    return listing, results
+
+
+@pytest.mark.parametrize(
+    ("name", "roles", "priority", "shown_roles", "shown_priority"),
+    [pytest.param(*case, id=case[0]) for case in CREATE_CASES],
+)
+def test_keys_create_is_case_insensitive(
+    key_db: tuple[Result, dict[str, Result]],
+    name: str,
+    roles: list[str],
+    priority: str | None,
+    shown_roles: str,
+    shown_priority: str,
+) -> None:
+    listing, results = key_db
+    created_key(results[name])
+    assert results[name].stderr == ""
+    row = parse_listing(listing)[name]
+    assert row[0] == shown_roles and row[1] == shown_priority and row[-1] == "active", row
+
+
+def test_keys_list_never_shows_a_key_or_its_hash(key_db: tuple[Result, dict[str, Result]]) -> None:
+    listing, results = key_db
+    keys = [created_key(r) for r in results.values()]
+    assert listing.returncode == 0 and listing.stderr == "", listing.stderr
+    for name in results:
+        assert re.search(rf"^{re.escape(name)}\s", listing.stdout, re.MULTILINE), name
+    for key in keys:
+        assert key not in listing.stdout and key[3:] not in listing.stdout
+        assert hashlib.sha256(key.encode()).hexdigest() not in listing.stdout
+    assert not KEY_ANYWHERE.search(listing.stdout)
+    assert not re.search(r"[0-9a-f]{32,}", listing.stdout), "something hash-like is listed"
+    assert "STATUS" in listing.stdout.splitlines()[0]
+
+
+def test_duplicate_name_is_refused(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "x.db")
+    key = created_key(
+        cli("keys", "create", "--name", "dup", "--role", "worker", "--database-url", url, cwd=tmp_path)
+    )
+    again = cli("keys", "create", "--name", "dup", "--role", "admin", "--database-url", url, cwd=tmp_path)
+    assert_one_line_error(again, "dup")
+    rows = list_rows(url, tmp_path)
+    assert list(rows) == ["dup"] and rows["dup"][0] == "WORKER", "the duplicate changed the first key"
+    assert key not in again.stdout + again.stderr
+
+
+# --- migrate -------------------------------------------------------------------------------
+
+
+def schema_of(path: Path) -> tuple[set[str], list[str]]:
+    with sqlite3.connect(path) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        versions = [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")]
+    return tables, versions
+
+
+HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+@pytest.mark.parametrize("via", ["flag", "env"])
+def test_migrate_creates_the_schema(tmp_path: Path, via: str) -> None:
+    path = tmp_path / "fresh.db"
+    if via == "flag":
+        result = cli("migrate", "--database-url", sqlite_url(path), cwd=tmp_path)
+    else:
+        result = cli("migrate", cwd=tmp_path, env={"QUEUELOG_DATABASE_URL": sqlite_url(path)})
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    tables, versions = schema_of(path)
+    assert {"jobs", "job_events", "api_keys", "alembic_version"} <= tables
+    assert versions == [HEAD]
+    if via == "flag":  # a second run on a current database changes nothing
+        again = cli("migrate", "--database-url", sqlite_url(path), cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert schema_of(path) == (tables, versions)
+    written = {p.name for p in tmp_path.iterdir()}
+    assert written <= {"fresh.db", "fresh.db-wal", "fresh.db-shm"}, f"migrate wrote elsewhere: {written}"
+
+
+def test_keys_migrates_a_fresh_database(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.db"
+    result = cli("keys", "list", "--database-url", sqlite_url(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    tables, versions = schema_of(path)
+    assert {"jobs", "job_events", "api_keys"} <= tables and versions == [HEAD]
+
+
+# --- misuse: one line, non-zero, no traceback ----------------------------------------------
+
+DB = "{db}"  # replaced by a migrated temporary database
+NO_DIR = "sqlite:////nonexistent-dir/x.db"
+PG_DOWN = "postgresql://nobody@127.0.0.1:1/db"
+PG_DOWN_PASSWORD = "postgresql://nobody:s3cr3t-pw@127.0.0.1:1/db"
+
+MISUSE: list[tuple[str, list[str], str]] = [
+    # (id, arguments, a fragment the message must contain)
+    ("no-command", [], "COMMAND"),
+    ("unknown-command", ["frobnicate"], "frobnicate"),
+    ("keys-no-action", ["keys"], "ACTION"),
+    ("keys-create-missing-name", ["keys", "create", "--role", "worker", "--database-url", DB], "--name"),
+    (
+        "keys-create-unknown-role",
+        ["keys", "create", "--name", "x", "--role", "wizard", "--database-url", DB],
+        "wizard",
+    ),
+    (
+        "keys-create-bad-priority",
+        [
+            "keys",
+            "create",
+            "--name",
+            "x",
+            "--role",
+            "producer",
+            "--max-priority",
+            "urgent",
+            "--database-url",
+            DB,
+        ],
+        "urgent",
+    ),
+    (
+        "keys-create-bad-name",
+        ["keys", "create", "--name", "no spaces/here", "--role", "worker", "--database-url", DB],
+        "name",
+    ),
+    ("keys-list-bad-flag", ["keys", "list", "--all"], "--all"),
+    ("keys-revoke-unknown", ["keys", "revoke", "ghost", "--database-url", DB], "ghost"),
+    ("migrate-no-such-dir", ["migrate", "--database-url", NO_DIR], "nonexistent-dir"),
+    (
+        "keys-create-no-such-dir",
+        ["keys", "create", "--name", "x", "--role", "worker", "--database-url", NO_DIR],
+        "nonexistent-dir",
+    ),
+    ("migrate-postgres-down", ["migrate", "--database-url", PG_DOWN], "127.0.0.1"),
+    ("keys-list-postgres-down-password", ["keys", "list", "--database-url", PG_DOWN_PASSWORD], "127.0.0.1"),
+    ("migrate-garbage-url", ["migrate", "--database-url", "not a url at all"], "not a url"),
+    ("migrate-unsupported-url", ["migrate", "--database-url", "mysql://u@localhost/db"], "mysql"),
+    ("serve-lease-0", ["serve", "--lease-seconds", "0", "--database-url", DB], "QUEUELOG_LEASE_SECONDS"),
+    ("serve-max-depth-abc", ["serve", "--max-depth", "abc", "--database-url", DB], "QUEUELOG_MAX_DEPTH"),
+    ("serve-port-abc", ["serve", "--port", "abc", "--database-url", DB], "--port"),
+    ("serve-workers-0", ["serve", "--workers", "0", "--database-url", DB], "--workers"),
+    ("serve-garbage-url", ["serve", "--database-url", "garbage"], "garbage"),
+    ("serve-no-such-dir", ["serve", "--database-url", NO_DIR], "nonexistent-dir"),
+]
+
+
+@pytest.fixture(scope="module")
+def misuse_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    home = tmp_path_factory.mktemp("misuse")
+    url = sqlite_url(home / "x.db")
+    assert cli("migrate", "--database-url", url, cwd=home).returncode == 0
+    calls = [[url if arg == DB else arg for arg in args] for _, args, _ in MISUSE]
+    return dict(zip([case_id for case_id, _, _ in MISUSE], cli_many(calls, home), strict=True))
+
+
+@pytest.mark.parametrize(("case_id", "fragment"), [pytest.param(c[0], c[2], id=c[0]) for c in MISUSE])
+def test_misuse_is_one_line_and_non_zero(
+    misuse_results: dict[str, Result], case_id: str, fragment: str
+) -> None:
+    line = assert_one_line_error(misuse_results[case_id], fragment)
+    assert "s3cr3t-pw" not in line, "the database password leaked into the error"
+    assert "sqlalchemy" not in line.lower() and 'File "' not in line
+
+
+# --- keys against a running server ---------------------------------------------------------
+
+
+def test_created_keys_work_on_a_server_and_revoke_cuts_them_off(
+    tmp_path: Path, start_server: Callable[..., Server]
+) -> None:
+    url = sqlite_url(tmp_path / "x.db")
+
+    def run(*args: str) -> Result:
+        return cli(*args, "--database-url", url, cwd=tmp_path)
+
+    boss = created_key(run("keys", "create", "--name", "boss", "--role", "ADMIN"))
+    worker = created_key(run("keys", "create", "--name", "w1", "--role", "worker"))
+    server = start_server(database_url=url, admin_key=boss)
+    assert not KEY_ANYWHERE.search(server.log()), "serve printed a key although active keys exist"
+
+    assert me(server, boss) == {"name": "boss", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
+    assert me(server, worker) == {"name": "w1", "roles": ["WORKER"], "maxPriority": "MEDIUM"}
+    assert server.gql("mutation { claimJob { id } }", key=worker).ok() == {"claimJob": None}
+
+    # A key created while the server runs works at once, with its roles and priority.
+    producer = created_key(
+        run("keys", "create", "--name", "p1", "--role", "PRODUCER", "--max-priority", "high")
+    )
+    assert me(server, producer) == {"name": "p1", "roles": ["PRODUCER"], "maxPriority": "HIGH"}
+    enqueued = server.gql(
+        'mutation { enqueueJob(input: {type: "noop", priority: HIGH}) { created } }', key=producer
+    )
+    assert enqueued.ok() == {"enqueueJob": {"created": True}}
+
+    revoked = run("keys", "revoke", "w1")
+    assert revoked.returncode == 0 and revoked.stderr == "", revoked.stderr
+    refused = server.gql("{ me { name } }", key=worker)
+    assert refused.status == 401 and refused.codes == ["UNAUTHENTICATED"], refused.body
+    assert me(server, producer)["name"] == "p1", "revoking one key touched another"
+
+    assert_one_line_error(run("keys", "revoke", "w1"), "w1")  # already revoked
+    rows = list_rows(url, tmp_path)
+    assert {name: row[-1] for name, row in rows.items()} == {
+        "boss": "active",
+        "w1": "revoked",
+        "p1": "active",
+    }
+    assert rows["p1"][:2] == ["PRODUCER", "HIGH"]
+
+
+# --- serve's bootstrap key -----------------------------------------------------------------
+
+
+def test_serve_prints_a_bootstrap_key_only_on_a_database_without_active_keys(
+    tmp_path: Path, start_server: Callable[..., Server]
+) -> None:
+    url = sqlite_url(tmp_path / "x.db")
+    first = start_server(database_url=url)  # fails unless a key is printed
+    log = first.log()
+    assert len(set(KEY_ANYWHERE.findall(log))) == 1
+    assert me(first, first.admin_key) == {"name": "admin", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
+    first.stop()
+
+    second = start_server(database_url=url, admin_key=first.admin_key)
+    assert not KEY_ANYWHERE.search(second.log()), "a second start printed a new key"
+    assert me(second, first.admin_key)["name"] == "admin"
+    second.stop()
+
+    # With every key revoked there is no active key again: the next start makes a new one.
+    assert cli("keys", "revoke", "admin", "--database-url", url, cwd=tmp_path).returncode == 0
+    third = start_server(database_url=url)
+    assert third.admin_key != first.admin_key
+    assert me(third, third.admin_key) == {"name": "admin-2", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
+    old = httpx.post(
+        third.graphql_url,
+        json={"query": "{ me { name } }"},
+        headers={"Authorization": f"Bearer {first.admin_key}"},
+    )
+    assert old.status_code == 401

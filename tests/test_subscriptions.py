@@ -1,0 +1,534 @@
+"""Subscriptions over real websockets (`graphql-transport-ws`) against a real `queuelog serve`.
+
+Attacked and proven:
+- `jobUpdated` starts with the job as it is, follows every change, delivers the terminal state
+  and then ends the operation with `complete`;
+- `jobEvents` delivers ENQUEUED / CLAIMED / COMPLETED with the job, honours its `types` and
+  `statuses` filters exactly, and applies visibility to every event: a PRODUCER sees only its own
+  jobs, a VIEWER all of them, and `Job.error` stays ADMIN-only inside events;
+- connection authentication (bad, missing, revoked key: 4403; subscribe before init: 4401), a
+  NOT_FOUND error for a job the caller may not see that leaves the connection usable;
+- the per-connection subscription limit;
+- the websocket Origin policy: cross-origin refused unless listed in `cors_origins`, no Origin and
+  same-origin allowed.
+
+Every wait is bounded: each receive has a timeout and each test runs under an overall deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from conftest import GraphQLResponse, Server
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from queuelog import keys as key_admin
+from queuelog.app import MAX_SUBSCRIPTIONS_PER_CONNECTION
+from queuelog.storage.engine import create_sync_engine
+
+PROTOCOL = "graphql-transport-ws"
+RECV_TIMEOUT = 5.0
+TEST_TIMEOUT = 30.0
+
+ENQUEUE = "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) { job { id } } }"
+CLAIM = "mutation($types: [String!]) { claimJob(types: $types) { id attempt } }"
+COMPLETE = "mutation($id: ID!, $result: JSON) { completeJob(id: $id, result: $result) { id } }"
+FAIL = "mutation($id: ID!, $error: String!) { failJob(id: $id, error: $error, retryInSeconds: 0) { id } }"
+CANCEL = "mutation($id: ID!) { cancelJob(id: $id) { id } }"
+JOB_UPDATED = """subscription($id: ID!) {
+  jobUpdated(id: $id) { id status attempt workerId result finishedAt } }"""
+JOB_EVENTS = """subscription($types: [String!], $statuses: [JobStatus!]) {
+  jobEvents(types: $types, statuses: $statuses) { kind at job { id type status } } }"""
+JOB_EVENTS_WITH_ERROR = "subscription { jobEvents { kind job { id status error } } }"
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    secret: str
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    job_id: str
+    type: str
+    status: str
+
+
+# --- a minimal graphql-transport-ws client ---------------------------------------------------------
+
+
+class GraphQLWs:
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.backlog: list[dict[str, Any]] = []
+
+    async def recv(self, timeout: float = RECV_TIMEOUT) -> dict[str, Any]:
+        raw = await asyncio.wait_for(self.ws.recv(), timeout)
+        return json.loads(raw)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(message))
+
+    async def init(self, key: str) -> None:
+        await self.send({"type": "connection_init", "payload": {"authorization": f"Bearer {key}"}})
+        ack = await self.recv()
+        assert ack["type"] == "connection_ack", ack
+
+    async def subscribe(self, op_id: str, query: str, variables: dict[str, Any] | None = None) -> None:
+        await self.send(
+            {"id": op_id, "type": "subscribe", "payload": {"query": query, "variables": variables or {}}}
+        )
+
+    async def stop(self, op_id: str) -> None:
+        await self.send({"id": op_id, "type": "complete"})
+
+    async def message_for(self, op_id: str, timeout: float = RECV_TIMEOUT) -> dict[str, Any]:
+        """The next message of operation `op_id`; messages of other operations are kept for later."""
+        for i, message in enumerate(self.backlog):
+            if message.get("id") == op_id:
+                return self.backlog.pop(i)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            message = await self.recv(max(0.0, deadline - loop.time()))
+            if message.get("id") == op_id:
+                return message
+            self.backlog.append(message)
+
+    async def next_data(self, op_id: str, timeout: float = RECV_TIMEOUT) -> dict[str, Any]:
+        """The data of the next `next` message of `op_id`, asserting it carries no errors."""
+        message = await self.message_for(op_id, timeout)
+        assert message["type"] == "next", message
+        assert not message["payload"].get("errors"), message
+        return message["payload"]["data"]
+
+    async def next_event(self, op_id: str, timeout: float = RECV_TIMEOUT) -> Event:
+        data = (await self.next_data(op_id, timeout))["jobEvents"]
+        job = data["job"]
+        return Event(data["kind"], job["id"], job["type"], job["status"])
+
+
+@asynccontextmanager
+async def connected(
+    server: Server, key: str | None = None, origin: str | None = None
+) -> AsyncIterator[GraphQLWs]:
+    """An open websocket, initialised with `key` unless it is None."""
+    async with connect(
+        server.ws_url,
+        subprotocols=[PROTOCOL],  # type: ignore[list-item]
+        origin=origin,  # type: ignore[arg-type]
+        proxy=None,
+        open_timeout=10,
+        close_timeout=2,
+    ) as ws:
+        assert ws.subprotocol == PROTOCOL
+        client = GraphQLWs(ws)
+        if key is not None:
+            await client.init(key)
+        yield client
+
+
+def run(test: Coroutine[Any, Any, None]) -> None:
+    asyncio.run(asyncio.wait_for(test, TEST_TIMEOUT))
+
+
+# --- HTTP helpers (run in a thread so the event loop keeps reading frames) -------------------------
+
+
+async def gql(
+    server: Server, query: str, variables: dict[str, Any] | None = None, key: str | None = None
+) -> Any:
+    response: GraphQLResponse = await asyncio.to_thread(server.gql, query, variables, key)
+    return response.ok()
+
+
+async def enqueue(server: Server, key: Key | None = None, job_type: str = "email") -> str:
+    data = await gql(server, ENQUEUE, {"input": {"type": job_type}}, key.secret if key else None)
+    return data["enqueueJob"]["job"]["id"]
+
+
+async def claim(server: Server, worker: Key, job_type: str, expected_id: str) -> None:
+    data = await gql(server, CLAIM, {"types": [job_type]}, worker.secret)
+    assert data["claimJob"] is not None and data["claimJob"]["id"] == expected_id, data
+
+
+async def complete(server: Server, worker: Key, job_id: str, result: Any = None) -> None:
+    await gql(server, COMPLETE, {"id": job_id, "result": result}, worker.secret)
+
+
+async def run_through(server: Server, worker: Key, job_type: str) -> str:
+    """Enqueue, claim and complete one job (ENQUEUED, CLAIMED, COMPLETED events); its id."""
+    job_id = await enqueue(server, job_type=job_type)
+    await claim(server, worker, job_type, job_id)
+    await complete(server, worker, job_id)
+    return job_id
+
+
+async def synchronise(
+    client: GraphQLWs, op_id: str, make_event: Callable[[], Awaitable[str]], attempts: int = 20
+) -> set[str]:
+    """Wait until subscription `op_id` is live: repeat `make_event()` (which returns a job id)
+    until an event of one of those jobs arrives. Returns the ids of those sentinel jobs."""
+    sentinels: set[str] = set()
+    for _ in range(attempts):
+        sentinels.add(await make_event())
+        try:
+            while True:
+                if (await client.next_event(op_id, timeout=0.5)).job_id in sentinels:
+                    return sentinels
+        except TimeoutError:
+            continue
+    pytest.fail(f"subscription {op_id} never delivered a sentinel event")
+
+
+async def collect_until(
+    client: GraphQLWs, op_id: str, last: Event, ignore: set[str], limit: int = 50
+) -> list[Event]:
+    """Events of `op_id` (those of `ignore`d jobs left out) up to and including `last`."""
+    seen: list[Event] = []
+    for _ in range(limit):
+        event = await client.next_event(op_id)
+        if event.job_id in ignore:
+            continue
+        seen.append(event)
+        if event == last:
+            return seen
+    pytest.fail(f"{last} never arrived; saw {seen}")
+
+
+def new_key(server: Server, unique: Callable[[str], str], role: str) -> Key:
+    name = unique(role)
+    return Key(name, server.make_key(name, role))
+
+
+def cancel_all_pending(server: Server) -> None:
+    """So that a worker's claim picks the test's own job on the shared server."""
+    while True:
+        nodes = server.gql("query { jobs(status: PENDING, first: 100) { nodes { id } } }").ok()["jobs"][
+            "nodes"
+        ]
+        if not nodes:
+            return
+        for node in nodes:
+            server.gql(CANCEL, {"id": node["id"]})
+
+
+@pytest.fixture
+def idle(server: Server) -> Server:
+    cancel_all_pending(server)
+    return server
+
+
+@pytest.fixture
+def worker(server: Server, unique: Callable[[str], str]) -> Key:
+    return new_key(server, unique, "worker")
+
+
+# --- jobUpdated ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subscriber", ["ADMIN", "VIEWER", "own-PRODUCER"])
+def test_job_updated_follows_the_job_to_its_end(
+    idle: Server, worker: Key, unique: Callable[[str], str], subscriber: str
+) -> None:
+    producer = new_key(idle, unique, "producer")
+    key = {"ADMIN": idle.admin_key, "VIEWER": new_key(idle, unique, "viewer").secret}.get(
+        subscriber, producer.secret
+    )
+
+    async def scenario() -> None:
+        job_id = await enqueue(idle, producer, "report")
+        async with connected(idle, key) as client:
+            await client.subscribe("watch", JOB_UPDATED, {"id": job_id})
+            first = (await client.next_data("watch"))["jobUpdated"]
+            assert (first["id"], first["status"], first["attempt"]) == (job_id, "PENDING", 0)
+
+            await claim(idle, worker, "report", job_id)
+            running = (await client.next_data("watch"))["jobUpdated"]
+            assert (running["status"], running["attempt"], running["workerId"]) == ("RUNNING", 1, worker.name)
+
+            await complete(idle, worker, job_id, {"pages": 3})
+            done = (await client.next_data("watch"))["jobUpdated"]
+            assert (done["status"], done["result"]) == ("COMPLETED", {"pages": 3})
+            assert done["finishedAt"] is not None
+            assert await client.message_for("watch") == {"id": "watch", "type": "complete"}
+
+    run(scenario())
+
+
+def test_job_updated_on_a_finished_job_sends_it_once_and_ends(server: Server) -> None:
+    async def scenario() -> None:
+        job_id = await enqueue(server, job_type="noop")
+        await gql(server, CANCEL, {"id": job_id})
+        async with connected(server, server.admin_key) as client:
+            await client.subscribe("done", JOB_UPDATED, {"id": job_id})
+            assert (await client.next_data("done"))["jobUpdated"]["status"] == "CANCELLED"
+            assert await client.message_for("done") == {"id": "done", "type": "complete"}
+
+    run(scenario())
+
+
+# --- jobEvents -------------------------------------------------------------------------------------
+
+
+def test_job_events_deliver_the_lifecycle_with_the_job(
+    idle: Server, worker: Key, unique: Callable[[str], str]
+) -> None:
+    viewer = new_key(idle, unique, "viewer")
+
+    async def scenario() -> None:
+        async with connected(idle, viewer.secret) as client:
+            await client.subscribe("all", JOB_EVENTS)
+            sentinels = await synchronise(client, "all", lambda: enqueue(idle, job_type="noop"))
+            job_id = await run_through(idle, worker, "resize")
+            seen = await collect_until(
+                client, "all", Event("COMPLETED", job_id, "resize", "COMPLETED"), ignore=sentinels
+            )
+        assert seen == [
+            Event("ENQUEUED", job_id, "resize", "PENDING"),
+            Event("CLAIMED", job_id, "resize", "RUNNING"),
+            Event("COMPLETED", job_id, "resize", "COMPLETED"),
+        ]
+
+    run(scenario())
+
+
+FILTER_CASES = [
+    pytest.param({"types": ["report"]}, "report", id="types=report"),
+    pytest.param({"types": ["email"]}, "email", id="types=email"),
+    pytest.param({"statuses": ["COMPLETED", "CANCELLED"]}, "noop", id="statuses=COMPLETED,CANCELLED"),
+    pytest.param({"statuses": ["RUNNING"]}, "noop", id="statuses=RUNNING"),
+    pytest.param({"types": ["email", "report"], "statuses": ["PENDING"]}, "email", id="types+statuses"),
+]
+
+
+@pytest.mark.parametrize(("filters", "sentinel_type"), FILTER_CASES)
+def test_job_events_filters_deliver_exactly_the_matching_events(
+    idle: Server, worker: Key, filters: dict[str, list[str]], sentinel_type: str
+) -> None:
+    def wanted(event: Event) -> bool:
+        return event.type in filters.get("types", [event.type]) and event.status in filters.get(
+            "statuses", [event.status]
+        )
+
+    async def scenario() -> None:
+        async with connected(idle, idle.admin_key) as client:
+            await client.subscribe("filtered", JOB_EVENTS, filters)
+            sentinels = await synchronise(
+                client, "filtered", lambda: run_through(idle, worker, sentinel_type)
+            )
+            email = await enqueue(idle, job_type="email")
+            report = await enqueue(idle, job_type="report")
+            await claim(idle, worker, "report", report)
+            await gql(idle, CANCEL, {"id": email})
+            await complete(idle, worker, report)
+            happened = [
+                Event("ENQUEUED", email, "email", "PENDING"),
+                Event("ENQUEUED", report, "report", "PENDING"),
+                Event("CLAIMED", report, "report", "RUNNING"),
+                Event("CANCELLED", email, "email", "CANCELLED"),
+                Event("COMPLETED", report, "report", "COMPLETED"),
+            ]
+            expected = [e for e in happened if wanted(e)]
+            assert expected, "a filter case that matches nothing proves nothing"
+            # Events arrive in order, so once the last wanted one is here nothing unwanted is pending.
+            assert await collect_until(client, "filtered", expected[-1], ignore=sentinels) == expected
+
+    run(scenario())
+
+
+def test_job_events_respect_visibility(server: Server, unique: Callable[[str], str]) -> None:
+    a, b = new_key(server, unique, "producer"), new_key(server, unique, "producer")
+    viewer = new_key(server, unique, "viewer")
+
+    async def scenario() -> None:
+        async with connected(server, a.secret) as as_a, connected(server, viewer.secret) as as_viewer:
+            await as_a.subscribe("mine", JOB_EVENTS)
+            await as_viewer.subscribe("all", JOB_EVENTS)
+            sentinels = await synchronise(as_a, "mine", lambda: enqueue(server, a, "noop"))
+            sentinels |= await synchronise(as_viewer, "all", lambda: enqueue(server, a, "noop"))
+            of_b = await enqueue(server, b, "email")
+            of_a = await enqueue(server, a, "email")
+            last = Event("ENQUEUED", of_a, "email", "PENDING")
+            assert await collect_until(as_a, "mine", last, ignore=sentinels) == [last], "A saw B's job"
+            assert await collect_until(as_viewer, "all", last, ignore=sentinels) == [
+                Event("ENQUEUED", of_b, "email", "PENDING"),
+                last,
+            ]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("role", ["ADMIN", "VIEWER"])
+def test_job_error_in_events_is_admin_only(
+    idle: Server, worker: Key, unique: Callable[[str], str], role: str
+) -> None:
+    key = idle.admin_key if role == "ADMIN" else new_key(idle, unique, "viewer").secret
+
+    async def scenario() -> None:
+        async with connected(idle, key) as client:
+            await client.subscribe("errors", JOB_EVENTS_WITH_ERROR)
+            job_id = await enqueue(idle, job_type="resize")
+            await claim(idle, worker, "resize", job_id)
+            await gql(idle, FAIL, {"id": job_id, "error": "disk full"}, worker.secret)
+            for _ in range(20):
+                message = await client.message_for("errors")
+                assert message["type"] == "next", message
+                event = message["payload"]["data"]["jobEvents"]
+                if event["job"]["id"] == job_id and event["kind"] == "RETRYING":
+                    break
+            else:
+                pytest.fail("no RETRYING event")
+            errors = message["payload"].get("errors") or []
+            if role == "ADMIN":
+                assert (event["job"]["error"], errors) == ("disk full", [])
+            else:
+                assert event["job"]["error"] is None
+                assert [(e["extensions"]["code"], e["path"]) for e in errors] == [
+                    ("FORBIDDEN", ["jobEvents", "job", "error"])
+                ]
+                assert "disk full" not in json.dumps(message)
+
+    run(scenario())
+
+
+# --- authentication and errors ---------------------------------------------------------------------
+
+
+def revoked_key(server: Server, unique: Callable[[str], str]) -> str:
+    name = unique("revoked")
+    secret = server.make_key(name, "viewer")
+    engine = create_sync_engine(server.database_url)
+    try:
+        key_admin.revoke_key(engine, name)
+    finally:
+        engine.dispose()
+    return f"Bearer {secret}"
+
+
+BAD_INITS: list[Any] = [
+    pytest.param(lambda s, u: "Bearer ql_not-a-real-key-at-all-0000000000", id="unknown-key"),
+    pytest.param(lambda s, u: f"Basic {s.admin_key}", id="not-bearer"),
+    pytest.param(lambda s, u: None, id="no-authorization"),
+    pytest.param(revoked_key, id="revoked-key"),
+]
+
+
+@pytest.mark.parametrize("authorization", BAD_INITS)
+def test_bad_key_in_connection_init_closes_with_4403(
+    server: Server,
+    unique: Callable[[str], str],
+    authorization: Callable[[Server, Callable[[str], str]], str | None],
+) -> None:
+    value = authorization(server, unique)
+    payload = {"authorization": value} if value is not None else {}
+
+    async def scenario() -> None:
+        async with connected(server) as client:
+            await client.send({"type": "connection_init", "payload": payload})
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+    run(scenario())
+
+
+def test_subscribe_before_connection_init_closes_with_4401(server: Server) -> None:
+    async def scenario() -> None:
+        async with connected(server) as client:
+            await client.subscribe("early", JOB_EVENTS)
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.recv()
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+
+    run(scenario())
+
+
+def test_invisible_job_is_not_found_and_the_connection_stays_usable(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    a, b = new_key(server, unique, "producer"), new_key(server, unique, "producer")
+
+    async def scenario() -> None:
+        theirs = await enqueue(server, b, "email")
+        mine = await enqueue(server, a, "email")
+        async with connected(server, a.secret) as client:
+            for op_id, job_id in [("theirs", theirs), ("missing", "987654321")]:
+                await client.subscribe(op_id, JOB_UPDATED, {"id": job_id})
+                message = await client.message_for(op_id)
+                errors = (
+                    message["payload"] if message["type"] == "error" else message["payload"].get("errors")
+                )
+                assert message["type"] in ("next", "error") and errors, message
+                assert [e.get("extensions", {}).get("code") for e in errors] == ["NOT_FOUND"], message
+                if message["type"] == "next":
+                    assert message["payload"]["data"] is None
+                    assert await client.message_for(op_id) == {"id": op_id, "type": "complete"}
+            await client.subscribe("mine", JOB_UPDATED, {"id": mine})
+            assert (await client.next_data("mine"))["jobUpdated"]["status"] == "PENDING"
+
+    run(scenario())
+
+
+def test_subscriptions_per_connection_are_bounded(server: Server) -> None:
+    limit = MAX_SUBSCRIPTIONS_PER_CONNECTION
+
+    async def scenario() -> None:
+        job_id = await enqueue(server, job_type="noop")
+        async with connected(server, server.admin_key) as client:
+            for i in range(limit):
+                await client.subscribe(f"s{i}", JOB_EVENTS)
+            await client.subscribe("one-too-many", JOB_EVENTS)
+            refused = await client.message_for("one-too-many")
+            assert refused["type"] == "error", refused
+            assert "limit" in refused["payload"][0]["message"].lower(), refused
+
+            # Ending one subscription makes room again, on the same connection.
+            await client.stop("s0")
+            await client.subscribe("watch", JOB_UPDATED, {"id": job_id})
+            assert (await client.next_data("watch"))["jobUpdated"]["id"] == job_id
+
+    run(scenario())
+
+
+# --- origins ---------------------------------------------------------------------------------------
+
+
+async def try_connect(server: Server, origin: str | None) -> bool:
+    """True when the handshake is accepted and the key is acknowledged; False on an HTTP refusal."""
+    try:
+        async with connected(server, server.admin_key, origin=origin):
+            return True
+    except InvalidStatus as refused:
+        assert refused.response.status_code == 403, refused
+        return False
+
+
+def test_websocket_origin_policy_by_default(server: Server) -> None:
+    async def scenario() -> None:
+        assert await try_connect(server, None), "a client without Origin (worker, script) was refused"
+        assert await try_connect(server, server.url), "a same-origin page (GraphiQL) was refused"
+        assert not await try_connect(server, "http://evil.example"), "a cross-origin page got a websocket"
+
+    run(scenario())
+
+
+def test_websocket_origin_listed_in_cors_origins_is_accepted(start_server: Callable[..., Server]) -> None:
+    srv = start_server(cors_origins="http://app.example")
+
+    async def scenario() -> None:
+        assert await try_connect(srv, "http://app.example")
+        assert await try_connect(srv, None)
+        assert not await try_connect(srv, "http://evil.example")
+        assert not await try_connect(srv, "http://app.example.evil.example")
+
+    run(scenario())
