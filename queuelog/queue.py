@@ -162,7 +162,7 @@ class JobQueue:
 
     async def _claim_waiting(
         self,
-        claim: Callable[[], Awaitable[list[Job]]],
+        claim: Callable[..., Awaitable[list[Job]]],
         types: list[str] | None,
         wait: float,
         client_gone: Callable[[], Awaitable[object]] | None,
@@ -176,11 +176,15 @@ class JobQueue:
         deadline = time.monotonic() + wait
         gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
         watched = [gone] if gone is not None else []
+        # Read from the writer thread right before commit: a client that has gone away by
+        # then claims nothing (the claim rolls back) instead of stranding jobs until
+        # their lease expires.
+        wanted = (lambda: not gone.done()) if gone is not None else None
         try:
             while True:
                 if gone is not None and gone.done():
                     return []
-                claimed = await claim()
+                claimed = await claim(wanted=wanted)
                 if claimed:
                     return claimed
                 while True:

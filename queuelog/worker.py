@@ -284,6 +284,8 @@ class Worker:
         started = time.monotonic()
         self.active += 1
         self.max_active_seen = max(self.max_active_seen, self.active)
+        # The heartbeat runs until the report is in: a report held up by an unreachable
+        # server must not let the lease lapse and the job run twice.
         heartbeat = asyncio.create_task(self._heartbeat(job))
         try:
             outcome = await self._call_handler(job)
@@ -291,10 +293,10 @@ class Worker:
             outcome = Outcome("retrying", "worker stopped before the job finished")
         finally:
             self.active -= 1
-            heartbeat.cancel()
         try:
             status = await asyncio.shield(self._report(job, outcome))
         finally:
+            heartbeat.cancel()
             self._running.pop(job.id, None)
             self._slots.release()
         self.processed += 1

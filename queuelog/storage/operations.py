@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -65,6 +65,10 @@ PRUNE_BATCH = 2000
 # (`WHERE status = 'pending'`) when it can see the value while planning.
 IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
 IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
+
+
+class ClaimAbandoned(Exception):
+    """Raised inside a claim's transaction to roll it back: nobody will receive the jobs."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +293,10 @@ def claim(
     limit: int,
     lease_seconds: int,
     policy: RetryPolicy,
+    wanted: Callable[[], bool] | None = None,
 ) -> tuple[list[Job], list[JobEvent]]:
+    """Claim up to `limit` due jobs. If `wanted()` turns false before commit (the waiting
+    client went away), raise ClaimAbandoned so the transaction rolls back."""
     events = expire_leases(conn, now, policy)
     rows = conn.execute(
         update(jobs)
@@ -305,6 +312,8 @@ def claim(
         .returning(*jobs.c)
     ).all()
     claimed = sorted((row_to_job(r) for r in rows), key=lambda j: (-j.priority.value, j.created_at, j.id))
+    if claimed and wanted is not None and not wanted():
+        raise ClaimAbandoned()
     claim_events = [JobEvent(EventKind.CLAIMED, j, now) for j in claimed]
     record_events(conn, claim_events)
     return claimed, events + claim_events

@@ -141,9 +141,20 @@ class Repository:
         return await self._runner.read(ops.next_due_at, types)
 
     async def claim(
-        self, worker: str, types: Sequence[str] | None, limit: int, lease_seconds: int
+        self,
+        worker: str,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int,
+        wanted: Callable[[], bool] | None = None,
     ) -> list[Job]:
-        return await self._write_with_events(ops.claim, worker, types, limit, lease_seconds, self._policy)
+        """Claim due jobs; `wanted` is asked (on the writer thread) just before commit."""
+        try:
+            return await self._write_with_events(
+                ops.claim, worker, types, limit, lease_seconds, self._policy, wanted
+            )
+        except ops.ClaimAbandoned:
+            return []
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._runner.write(_now_then(ops.heartbeat), worker, job_id, attempt, lease_seconds)
