@@ -52,10 +52,13 @@ ERRORS_BY_CODE: dict[str, type[QueuelogError]] = {
     for cls in (Unauthenticated, Forbidden, BadInput, PayloadTooLarge, NotFound, Conflict, ServerError)
 }
 
-JOB_FIELDS = """
+# What workers ask for: everything but `error`, which only ADMIN keys may read (any other
+# key would get a FORBIDDEN error per job for it).
+WORKER_JOB_FIELDS = """
     id type payload priority status retryCount maxRetries attempt idempotencyKey workerId
-    claimedAt leaseExpiresAt runAt finishedAt result error createdAt updatedAt
+    claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt
 """
+JOB_FIELDS = WORKER_JOB_FIELDS + " error"
 
 
 def _time(value: str | None) -> datetime | None:
@@ -319,7 +322,7 @@ class AsyncClient:
         data = await self.execute(
             "mutation($limit: Int!, $types: [String!], $lease: Int, $wait: Int) {"
             " claimJobs(limit: $limit, types: $types, leaseSeconds: $lease, waitSeconds: $wait)"
-            f" {{ {JOB_FIELDS} }} }}",
+            f" {{ {WORKER_JOB_FIELDS} }} }}",
             {
                 "limit": limit,
                 "types": list(types) if types is not None else None,
@@ -333,7 +336,7 @@ class AsyncClient:
     async def heartbeat(self, id: str, attempt: int, lease_seconds: int | None = None) -> Job:
         data = await self.execute(
             "mutation($id: ID!, $attempt: Int, $lease: Int) {"
-            f" heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {JOB_FIELDS} }} }}",
+            f" heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {WORKER_JOB_FIELDS} }} }}",
             {"id": id, "attempt": attempt, "lease": lease_seconds},
         )
         return Job.from_graphql(data["heartbeatJob"])
@@ -341,7 +344,7 @@ class AsyncClient:
     async def complete(self, id: str, attempt: int, result: Any = None) -> Job:
         data = await self.execute(
             "mutation($id: ID!, $attempt: Int, $result: JSON) {"
-            f" completeJob(id: $id, attempt: $attempt, result: $result) {{ {JOB_FIELDS} }} }}",
+            f" completeJob(id: $id, attempt: $attempt, result: $result) {{ {WORKER_JOB_FIELDS} }} }}",
             {"id": id, "attempt": attempt, "result": result},
         )
         return Job.from_graphql(data["completeJob"])
@@ -368,7 +371,7 @@ class AsyncClient:
         data = await self.execute(
             "mutation($id: ID!, $attempt: Int, $error: String!, $retryable: Boolean!, $in: Int) {"
             " failJob(id: $id, attempt: $attempt, error: $error, retryable: $retryable,"
-            f" retryInSeconds: $in) {{ {JOB_FIELDS} }} }}",
+            f" retryInSeconds: $in) {{ {WORKER_JOB_FIELDS} }} }}",
             {"id": id, "attempt": attempt, "error": error, "retryable": retryable, "in": retry_in_seconds},
         )
         return Job.from_graphql(data["failJob"])
