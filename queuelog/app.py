@@ -102,6 +102,7 @@ class GraphQLView(GraphQL):
         if principal is None:
             raise ConnectionRejectionError()
         context.principal = principal
+        context.reauthenticate = lambda: self.services.principal_for(authorization)
         return None
 
 

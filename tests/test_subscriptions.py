@@ -532,3 +532,36 @@ def test_websocket_origin_listed_in_cors_origins_is_accepted(start_server: Calla
         assert not await try_connect(srv, "http://app.example.evil.example")
 
     run(scenario())
+
+
+# --- a key revoked while its websocket is open -----------------------------------------------------
+
+
+def test_a_key_revoked_mid_subscription_stops_receiving_events(
+    idle: Server, unique: Callable[[str], str]
+) -> None:
+    """Revocation reaches long-lived subscriptions too: the next event after the key is
+    revoked (at most KEY_RECHECK_SECONDS later) ends the subscription with UNAUTHENTICATED."""
+    from queuelog.schema.context import KEY_RECHECK_SECONDS
+
+    viewer = new_key(idle, unique, "viewer")
+
+    async def scenario() -> None:
+        async with connected(idle, viewer.secret) as client:
+            await client.subscribe("events", JOB_EVENTS, {"types": ["resize"]})
+            await synchronise(client, "events", lambda: enqueue(idle, job_type="resize"))
+            engine = create_sync_engine(idle.database_url)
+            try:
+                await asyncio.to_thread(key_admin.revoke_key, engine, viewer.name)
+            finally:
+                engine.dispose()
+            await asyncio.sleep(KEY_RECHECK_SECONDS + 0.2)
+            secret_job = await enqueue(idle, job_type="resize")
+            message = await client.message_for("events")
+            assert message["type"] in ("next", "error"), message
+            payload = message["payload"]
+            errors = payload if isinstance(payload, list) else payload.get("errors")
+            assert errors and errors[0]["extensions"]["code"] == "UNAUTHENTICATED", message
+            assert secret_job not in json.dumps(message)
+
+    run(scenario())

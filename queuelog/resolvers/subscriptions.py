@@ -36,6 +36,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
             if not scope.allows(event.job):
                 return
             current = event.job
+            await info.context.ensure_key_still_valid()
             yield Job.from_model(current)
             if current.status.is_terminal:
                 return
@@ -57,4 +58,5 @@ async def job_events(
 
     with info.context.bus.subscribe(accepts) as events:
         async for event in events:
+            await info.context.ensure_key_still_valid()
             yield JobEvent.from_model(event)

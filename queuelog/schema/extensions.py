@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode
 from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
 from strawberry.extensions import (
     AddValidationRules,
@@ -17,6 +17,7 @@ from strawberry.extensions import (
     ValidationCache,
 )
 from strawberry.extensions.max_aliases import create_validator as alias_rule
+from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError
 from queuelog.schema.limits import depth_limit_rule
@@ -91,6 +92,27 @@ class ErrorPolicy(SchemaExtension):
         result = self.execution_context.result
         if result is not None and result.errors:
             result.errors = shape_errors(result.errors)
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        if len(operations) > 1 and context._provided_operation_name is None:
+            # The spec's rule; Strawberry would otherwise run the first operation.
+            raise GraphQLError(
+                "the document has several operations: name one with operationName",
+                extensions={"code": "BAD_USER_INPUT"},
+            )
+        if (
+            context.operation_type is OperationType.SUBSCRIPTION
+            and getattr(context.context, "request", None) is not None
+            and context.context.request.scope["type"] == "http"
+        ):
+            raise GraphQLError(
+                "subscriptions are served over the websocket at /graphql (graphql-transport-ws)",
+                extensions={"code": "BAD_USER_INPUT"},
+            )
+        yield
 
     def on_stream_result(self, result: Any) -> Iterator[None]:
         # Websocket results (every subscription event) are sent before on_operation ends:

@@ -369,16 +369,37 @@ def test_a_time_that_cannot_be_utc_is_bad_input_without_internals(leaky: Server)
         assert "overflow" not in error["message"].lower()
 
 
-def test_an_unexpected_error_is_generic_and_logged(leaky: Server) -> None:
-    # Subscriptions live on the websocket; over POST the resolver's stream cannot be
-    # served, which the server treats as an unexpected failure.
-    response = leaky.gql("subscription { jobEvents { kind } }")
-    assert response.errors, response.body
+def test_an_unexpected_error_is_generic_and_logged(start_server: Any) -> None:
+    # A database error the server never expects: its events table has gone.
+    server = start_server()
+    with sqlite3.connect(server.database_url.removeprefix("sqlite:///")) as db:
+        db.execute("DROP TABLE job_events")
+    response = server.gql(ENQUEUE_LITERAL.format("payload: {}"))
+    assert response.data is None and response.errors, response.body
     assert_clean_errors(response.body)
     assert_no_internals(json.dumps(response.body))
     assert response.codes == ["INTERNAL_SERVER_ERROR"]
     assert response.errors[0]["message"] == INTERNAL_MESSAGE
-    assert "Traceback" in leaky.log(), "the details belong in the server log"
+    assert "job_events" not in json.dumps(response.body)
+    assert "Traceback" in server.log() and "job_events" in server.log(), "details go to the server log"
+    assert server.gql("{ jobs { totalCount } }").ok()["jobs"]["totalCount"] == 0, "nothing half written"
+
+
+def test_a_subscription_over_http_is_refused_as_bad_input(leaky: Server) -> None:
+    response = leaky.gql("subscription { jobEvents { kind } }")
+    assert response.codes == ["BAD_USER_INPUT"], response.body
+    assert "websocket" in response.errors[0]["message"]
+
+
+def test_several_operations_without_a_name_run_nothing(leaky: Server) -> None:
+    before = leaky.gql("{ jobs { totalCount } }").ok()["jobs"]["totalCount"]
+    document = (
+        ENQUEUE_LITERAL.format("payload: {}").replace("mutation", "mutation M", 1)
+        + " query Q { me { name } }"
+    )
+    response = leaky.gql(document)
+    assert response.codes == ["BAD_USER_INPUT"], response.body
+    assert leaky.gql("{ jobs { totalCount } }").ok()["jobs"]["totalCount"] == before
 
 
 def test_no_tracing_on_request(leaky: Server) -> None:
