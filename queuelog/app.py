@@ -25,6 +25,9 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
 
 from queuelog import maintenance
 from queuelog.auth import Principal, bearer_token, hash_key
@@ -68,8 +71,26 @@ class Services:
         return Principal.from_key(key) if key is not None else None
 
 
+class TransportWSHandler(BaseGraphQLTransportWSHandler):
+    """Strawberry's graphql-transport-ws handler, refusing one subscription too many with a
+    contract error code (Strawberry's own refusal carries none)."""
+
+    async def handle_subscribe(self, message: Any) -> None:
+        limit = self.max_subscriptions_per_connection
+        if self.connection_acknowledged and limit is not None and len(self.operations) >= limit:
+            error = {
+                "message": f"at most {limit} subscriptions per connection",
+                "extensions": {"code": "BAD_USER_INPUT"},
+            }
+            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            return
+        await super().handle_subscribe(message)
+
+
 class GraphQLView(GraphQL):
     """Strawberry's ASGI view with queuelog's context and websocket authentication."""
+
+    graphql_transport_ws_handler_class = TransportWSHandler
 
     def __init__(self, services: Services, **kwargs: Any) -> None:
         super().__init__(build_schema(services.settings), **kwargs)

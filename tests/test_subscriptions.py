@@ -490,7 +490,8 @@ def test_subscriptions_per_connection_are_bounded(server: Server) -> None:
             await client.subscribe("one-too-many", JOB_EVENTS)
             refused = await client.message_for("one-too-many")
             assert refused["type"] == "error", refused
-            assert "limit" in refused["payload"][0]["message"].lower(), refused
+            assert f"at most {limit}" in refused["payload"][0]["message"], refused
+            assert refused["payload"][0]["extensions"] == {"code": "BAD_USER_INPUT"}, refused
 
             # Ending one subscription makes room again, on the same connection.
             await client.stop("s0")
