@@ -657,6 +657,15 @@ def test_finished_jobs_are_pruned_and_live_ones_kept(
     assert orphans == [], "events of pruned jobs were left behind"
 
 
+def test_ids_of_pruned_jobs_are_never_reused(start_server: Callable[..., Server]) -> None:
+    # The newest job is the one pruned: without AUTOINCREMENT SQLite would hand its id out again.
+    srv = start_server(retention_seconds=1, prune_interval_seconds=1)
+    newest = enqueue(srv, type="email")
+    srv.gql(CANCEL, {"id": newest["id"]}).ok()
+    wait_for(lambda: admin_job(srv, newest["id"]), lambda job: job is None, 10, "the job to be pruned")
+    assert int(enqueue(srv, type="email")["id"]) > int(newest["id"])
+
+
 # --- listing and statistics ------------------------------------------------------------------------
 
 FILTERS = [

@@ -80,6 +80,8 @@ jobs = Table(
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
     Index("ix_jobs_worker", "worker_id", "id"),
+    # Never reuse the id of a pruned job: ids are what clients hold on to (and cursors).
+    sqlite_autoincrement=True,
 )
 
 api_keys = Table(
@@ -103,4 +105,5 @@ job_events = Table(
     Column("status", String(16), nullable=False),
     Column("at", UtcTimestamp(), nullable=False),
     Index("ix_job_events_job", "job_id", "id"),
+    sqlite_autoincrement=True,
 )

@@ -41,6 +41,8 @@ def upgrade() -> None:
         sa.Column("created_at", UtcTimestamp(), nullable=False),
         sa.Column("updated_at", UtcTimestamp(), nullable=False),
         sa.UniqueConstraint("created_by", "idempotency_key", name="uq_jobs_idempotency"),
+        # Never reuse the id of a pruned job: ids are what clients hold on to (and cursors).
+        sqlite_autoincrement=True,
     )
     op.create_index(
         "ix_jobs_claim",
@@ -85,6 +87,7 @@ def upgrade() -> None:
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("at", UtcTimestamp(), nullable=False),
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_job_events_job", "job_events", ["job_id", "id"])
 
