@@ -298,6 +298,7 @@ MISUSE: list[tuple[str, list[str], str]] = [
     ("serve-port-abc", ["serve", "--port", "abc", "--database-url", DB], "--port"),
     ("serve-workers-0", ["serve", "--workers", "0", "--database-url", DB], "--workers"),
     ("serve-garbage-url", ["serve", "--database-url", "garbage"], "garbage"),
+    ("serve-postgres-not-yet", ["serve", "--database-url", PG_DOWN], "sqlite:///"),
     ("serve-no-such-dir", ["serve", "--database-url", NO_DIR], "nonexistent-dir"),
 ]
 
