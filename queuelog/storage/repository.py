@@ -35,6 +35,7 @@ from queuelog.model import (
 from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sqlite_engine, dialect_of
 from queuelog.storage.operations import RetryPolicy
+from queuelog.storage.write_lock import WriteLock
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -54,16 +55,20 @@ class SqliteRunner:
         self.reader: Engine = create_sqlite_engine(url, immediate=False, pool_size=SQLITE_READERS)
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="queuelog-writer")
         self._read_threads = ThreadPoolExecutor(SQLITE_READERS, thread_name_prefix="queuelog-reader")
+        self._write_lock = WriteLock(url)
 
     @staticmethod
     def _in_transaction(engine: Engine, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         with engine.begin() as conn:
             return fn(conn, *args)
 
+    def _write_locked(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        with self._write_lock.held():
+            return self._in_transaction(self.writer, fn, args)
+
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
-        call = functools.partial(self._in_transaction, self.writer, fn, args)
-        return await loop.run_in_executor(self._write_thread, call)
+        return await loop.run_in_executor(self._write_thread, self._write_locked, fn, args)
 
     async def read(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -75,6 +80,7 @@ class SqliteRunner:
         self._read_threads.shutdown(wait=True)
         self.writer.dispose()
         self.reader.dispose()
+        self._write_lock.close()
 
 
 def _now_then(fn: Callable[..., T]) -> Callable[..., T]:

@@ -1,0 +1,47 @@
+"""An OS file lock that serialises SQLite writers across server processes.
+
+SQLite's own lock is a busy-wait: a writer that finds the database locked sleeps in
+growing steps (up to 100 ms) and tries again, so with `queuelog serve --workers N` the
+processes' writes stall each other for far longer than they take. Taking an exclusive
+`flock` on a file beside the database before BEGIN IMMEDIATE makes them queue in the
+kernel instead, and each wakes the moment the previous one commits. Writers that do
+not take it (the CLI) still fall back to SQLite's busy timeout, so it is an optimisation,
+never a correctness requirement. Not available on Windows, where it does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+from sqlalchemy.engine import make_url
+
+
+class WriteLock:
+    def __init__(self, database_url: str) -> None:
+        database = make_url(database_url).database
+        self._fd: int | None = None
+        if fcntl is not None and database and database != ":memory:":
+            self._fd = os.open(f"{database}-queuelog.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        if self._fd is None:
+            yield
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
