@@ -10,7 +10,7 @@ from sqlalchemy import Engine
 from queuelog.auth import default_max_priority, generate_key, hash_key
 from queuelog.errors import BadInput
 from queuelog.model import ApiKey, Priority, Role
-from queuelog.storage import operations as ops
+from queuelog.storage import key_operations as ops
 from queuelog.storage.repository import utcnow
 
 BOOTSTRAP_NAME = "admin"

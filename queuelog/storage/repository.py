@@ -32,6 +32,7 @@ from queuelog.model import (
     NewJob,
     QueueStats,
 )
+from queuelog.storage import key_operations
 from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sqlite_engine, dialect_of
 from queuelog.storage.operations import RetryPolicy
@@ -210,7 +211,7 @@ class Repository:
     # --- API keys --------------------------------------------------------------------------
 
     async def find_active_key(self, key_hash: str) -> ApiKey | None:
-        return await self._runner.read(ops.find_active_key, key_hash)
+        return await self._runner.read(key_operations.find_active_key, key_hash)
 
 
 def _ping(conn: Connection) -> None:
