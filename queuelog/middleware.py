@@ -32,14 +32,20 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[by
 class BodyLimit:
     """Refuse bodies over `limit` bytes with 413 while reading, never buffering more.
 
-    A Content-Length over the limit is refused before reading anything; a chunked body is
-    counted as it arrives and refused as soon as it passes the limit. The accepted body is
-    handed on to the app, and later receive() calls (disconnect) pass through.
+    A body is counted as it arrives and refused as soon as it passes the limit; a declared
+    Content-Length over the limit is refused without waiting for it. Before answering,
+    the rest of a moderately oversized body (up to DRAIN_FACTOR times the limit) is read
+    and dropped, so that a client still uploading sees the 413 rather than a connection
+    reset; anything larger is cut off at once. The accepted body is handed on to the app,
+    and later receive() calls (disconnect) pass through.
     """
+
+    DRAIN_FACTOR = 4
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
+        self.drain_limit = limit * self.DRAIN_FACTOR
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,6 +53,8 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            if declared.isdigit() and int(declared) <= self.drain_limit:
+                await self._drain(receive, 0)
             await self._refuse(send)
             return
         chunks: list[bytes] = []
@@ -57,11 +65,14 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
+            more = message.get("more_body", False)
             if size > self.limit:
+                if more:
+                    await self._drain(receive, size)
                 await self._refuse(send)
                 return
             chunks.append(body)
-            if not message.get("more_body", False):
+            if not more:
                 break
         delivered = False
 
@@ -73,6 +84,16 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _drain(self, receive: Receive, size: int) -> None:
+        """Read and drop the body's remainder while it stays under the drain limit."""
+        while size <= self.drain_limit:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     async def _refuse(self, send: Send) -> None:
         body = graphql_error_body(f"request body exceeds {self.limit} bytes", "PAYLOAD_TOO_LARGE")

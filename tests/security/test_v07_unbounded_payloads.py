@@ -18,6 +18,7 @@ nothing stored), while documents at the limits and the standard introspection qu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -364,3 +365,27 @@ def test_a_document_under_the_token_limit_runs(limited: Server) -> None:
     before = stored_jobs(limited)
     assert len(limited.gql(query).ok()["enqueueJobs"]) == 370
     assert stored_jobs(limited) == before + 370
+
+
+@pytest.mark.parametrize("size", [1_200_000, 2_000_000, 3_500_000], ids=["1.2MB", "2MB", "3.5MB"])
+def test_a_moderately_oversized_upload_gets_a_clean_413_not_a_reset(server: Server, size: int) -> None:
+    """Up to 4x the (default 1 MiB) limit the server drains the rest before answering, so a
+    client still uploading reads the 413 instead of a connection reset (which clients report
+    as "server unreachable"). One keep-alive client, as workers use."""
+    body = body_of_size(size)
+    headers = {"Authorization": f"Bearer {server.admin_key}", "Content-Type": "application/json"}
+
+    async def upload_ten_times() -> list[int | str]:
+        statuses: list[int | str] = []
+        async with httpx.AsyncClient(timeout=30, headers=headers) as client:
+            for _ in range(10):
+                try:
+                    response = await client.post(server.graphql_url, content=body)
+                except httpx.TransportError as error:
+                    statuses.append(type(error).__name__)
+                    continue
+                statuses.append(response.status_code)
+                assert response.json()["errors"][0]["extensions"]["code"] == "PAYLOAD_TOO_LARGE"
+        return statuses
+
+    assert asyncio.run(upload_ten_times()) == [413] * 10
