@@ -23,14 +23,13 @@ workers, multiprocessing's resource tracker), read from /proc.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import signal
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -39,52 +38,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     STARTUP_TIMEOUT,
     Cleanup,
-    Comparison,
-    HttpConnection,
-    Measurement,
     ServerProcess,
     bearer,
-    common_arguments,
     event_loop_runner,
-    graphql_body,
     machine_line,
     make_keys,
-    measured,
-    merge,
     phase,
     print_report,
     process_cpu_seconds,
-    py_spy,
     sqlite_url,
     start_queuelog,
     stderr,
 )
-
-ENQUEUE = (
-    "mutation Enqueue($input: EnqueueJobInput!) { enqueueJob(input: $input) { created job { id status } } }"
+from _enqueue_load import (  # noqa: E402
+    alternating_rounds,
+    check_created,
+    load_parser,
+    parse_load_args,
+    per_round_ratios,
+    rounds_comparison,
+    warm_up,
 )
-Check = Callable[[int, bytes], str | None]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("-c", "--concurrency", type=int, default=16, help="client connections (default 16)")
-    parser.add_argument(
-        "-n", "--requests", type=int, default=1000, help="requests per target per round (default 1000)"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per target (default 3)")
-    parser.add_argument(
-        "--round-seconds",
-        type=float,
-        default=8.0,
-        help="a round also ends after this long, with the requests done so far (default 8)",
-    )
-    parser.add_argument("--warmup", type=int, default=200, help="untimed requests per target first (200)")
-    parser.add_argument(
-        "--payload-bytes", type=int, default=64, help="approximate size of each job's payload (64)"
-    )
+    parser = load_parser(__doc__)
     parser.add_argument(
         "--workers", type=int, default=2, help="server processes of the subject (default 2; baseline: 1)"
     )
@@ -94,12 +72,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="profile the subject's first worker process with py-spy during the rounds "
         "(.svg flamegraph, .txt collapsed)",
     )
-    common_arguments(parser)
-    args = parser.parse_args(argv)
-    if not 1 <= args.concurrency <= 256 or not 1 <= args.requests <= 100_000 or not 1 <= args.rounds <= 20:
-        parser.error("bounds: 1 <= concurrency <= 256, 1 <= requests <= 100000, 1 <= rounds <= 20")
-    if not 0 < args.round_seconds <= 300:
-        parser.error("bounds: 0 < round-seconds <= 300")
+    args = parse_load_args(parser, argv)
     if not 2 <= args.workers <= 8:
         parser.error("bounds: 2 <= workers <= 8")
     return args
@@ -222,97 +195,6 @@ def jobs_in(database: Path) -> int:
         return int(db.execute("SELECT count(*) FROM jobs").fetchone()[0])
 
 
-# --- the load (as in enqueue_http.py) --------------------------------------------------------
-
-
-def bodies(count: int, start: int, payload_bytes: int) -> list[bytes]:
-    pad = "x" * max(0, payload_bytes - 40)
-    return [
-        graphql_body(
-            ENQUEUE, {"input": {"type": "noop", "payload": {"n": i, "to": f"u{i}@example.com", "p": pad}}}
-        )
-        for i in range(start, start + count)
-    ]
-
-
-def check_enqueued(status: int, body: bytes) -> str | None:
-    if status != 200 or b'"errors"' in body or b'"created":true' not in body:
-        return f"HTTP {status}: {body[:300]!r}"
-    return None
-
-
-async def drive(
-    server: ServerProcess,
-    headers: dict[str, str],
-    payloads: list[bytes],
-    concurrency: int,
-    check: Check,
-    seconds: float,
-    all_connected: Callable[[], None] | None = None,
-) -> tuple[list[float], list[str]]:
-    """`concurrency` connections send `payloads` (each once), one request at a time each.
-
-    No new request starts after `seconds`; the latencies of those done are returned.
-    `all_connected` is called once, when every connection has had its first answer.
-    """
-    latencies: list[float] = []
-    failures: list[str] = []
-    pending = iter(payloads)
-    deadline = time.perf_counter() + seconds
-    answered_once = 0
-
-    async def connection() -> None:
-        nonlocal answered_once
-        conn = HttpConnection(server.url, headers)
-        first = True
-        try:
-            for body in pending:
-                if time.perf_counter() > deadline:
-                    return
-                started = time.perf_counter()
-                status, answer = await conn.post("/graphql", body)
-                latencies.append(time.perf_counter() - started)
-                if first:
-                    first = False
-                    answered_once += 1
-                    if answered_once == concurrency and all_connected is not None:
-                        all_connected()
-                problem = check(status, answer)
-                if problem is not None:
-                    failures.append(problem)
-        finally:
-            await conn.close()
-
-    await asyncio.gather(*(connection() for _ in range(concurrency)))
-    return latencies, failures
-
-
-async def load(
-    label: str,
-    server: ServerProcess,
-    headers: dict[str, str],
-    payloads: list[bytes],
-    concurrency: int,
-    seconds: float,
-    all_connected: Callable[[], None] | None = None,
-) -> Measurement:
-    failures: list[str] = []
-
-    async def work() -> tuple[int, list[float]]:
-        latencies, failed = await drive(
-            server, headers, payloads, concurrency, check_enqueued, seconds, all_connected
-        )
-        failures.extend(failed)
-        return len(latencies), latencies
-
-    result = await measured(label, work, server)
-    if failures:
-        raise SystemExit(
-            f"{label}: {len(failures)} failed requests, first: {failures[0]}\n{server.log()[-2000:]}"
-        )
-    return result
-
-
 def worker_cpu(server: ServerTree) -> list[float]:
     return [process_cpu_seconds(pid) or 0.0 for pid in server.workers]
 
@@ -325,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = cleanup.workdir
         spawned: dict[int, str | None] = {}
         cleanup.callback(stop_leftovers, spawned)  # runs after the servers' stop (LIFO)
-        targets: dict[str, tuple[ServerTree, dict[str, str], Path]] = {}
+        targets: dict[str, tuple[ServerTree, dict[str, str]]] = {}
+        databases: dict[str, Path] = {}
         with phase("starting servers"):
             for name, count in ((one, 1), (many, args.workers)):
                 database = work / f"queuelog-{name.replace('=', '')}.db"
@@ -338,73 +221,46 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server = wait_workers(started, database, count)
                 spawned.update({pid: start_time(pid) for pid in process_tree(server.process.pid)[1:]})
                 producer = make_keys(url, [("bench-producer", "producer")])["bench-producer"]
-                targets[name] = (server, bearer(producer), database)
+                targets[name] = (server, bearer(producer))
+                databases[name] = database
         subject = targets[many][0]
         stderr(f"    {many}: supervisor pid {subject.process.pid}, worker pids {subject.workers}")
 
-        sent = dict.fromkeys(targets, 0)
-        with phase(f"warm-up ({args.warmup} requests each)"):
-            for name, (server, headers, _) in targets.items():
-                payloads = bodies(args.warmup, 10_000_000, args.payload_bytes)
-                warm = runner.run(
-                    load(
-                        name,
-                        server,
-                        headers,
-                        payloads,
-                        min(args.concurrency, args.warmup),
-                        args.round_seconds,
-                    )
-                )
-                sent[name] += warm.ops
-
-        rounds: dict[str, list[Measurement]] = {one: [], many: []}
+        sent = {name: m.ops for name, m in warm_up(runner, args, targets, check_created).items()}
         splits: list[list[float]] = []
         spread: list[list[int]] = []
-        rounds_phase = phase(
-            f"{args.rounds} rounds x {args.requests} requests per target, C={args.concurrency}"
-        )
-        with rounds_phase, py_spy(subject.workers[0], args.py_spy):
-            for r in range(args.rounds):
-                order = [one, many] if r % 2 == 0 else [many, one]
-                for name in order:
-                    server, headers, _ = targets[name]
-                    payloads = bodies(args.requests, r * args.requests, args.payload_bytes)
-                    before = worker_cpu(server)
-                    counted: list[list[int]] = []
 
-                    def count(server: ServerTree = server, counted: list[list[int]] = counted) -> None:
-                        counted.append(connections_per_worker(server))
+        @contextlib.contextmanager
+        def observe(name: str, _: ServerProcess) -> Iterator[Callable[[], None]]:
+            """Per round: the connections each worker holds, and (for the subject) the CPU split."""
+            server = targets[name][0]
+            before = worker_cpu(server)
+            counted: list[list[int]] = []
+            yield lambda: counted.append(connections_per_worker(server))
+            if name == many:
+                splits.append([a - b for a, b in zip(worker_cpu(server), before, strict=True)])
+                spread.append(counted[0] if counted else [])
 
-                    measurement = load(
-                        name, server, headers, payloads, args.concurrency, args.round_seconds, count
-                    )
-                    rounds[name].append(runner.run(measurement))
-                    sent[name] += rounds[name][-1].ops
-                    if name == many:
-                        splits.append([a - b for a, b in zip(worker_cpu(server), before, strict=True)])
-                        spread.append(counted[0] if counted else [])
-                    time.sleep(0.2)
-
-        for name, (_, _, database) in targets.items():
+        rounds = alternating_rounds(runner, args, targets, check_created, subject.workers[0], observe)
+        for name, database in databases.items():
+            sent[name] += sum(m.ops for m in rounds[name])
             stored = jobs_in(database)
             if stored != sent[name]:
                 raise SystemExit(f"{name}: {sent[name]} enqueues answered created, but {stored} jobs stored")
 
-    per_round = [a.throughput / b.throughput for a, b in zip(rounds[one], rounds[many], strict=True)]
-    comparison = Comparison(
-        title=f"enqueueJob, single job per request, C={args.concurrency}, one SQLite file per server",
-        subject=merge(f"queuelog --workers {args.workers}", rounds[many]),
-        baseline=merge("queuelog --workers 1", rounds[one]),
-        unit="req/s",
-        note=f"{args.rounds} rounds of up to {args.requests} requests or {args.round_seconds:g} s each",
+    per_round = per_round_ratios(rounds[one], rounds[many])
+    comparison = rounds_comparison(
+        args,
+        f"enqueueJob, single job per request, C={args.concurrency}, one SQLite file per server",
+        subject=(f"queuelog --workers {args.workers}", rounds[many]),
+        baseline=("queuelog --workers 1", rounds[one]),
     )
     print_report(f"bench/multiprocess_enqueue.py  ({machine})", [comparison], args.json)
     print(
         f"here the baseline is --workers 1 and 'queuelog' is --workers {args.workers}; srv CPU/op sums the\n"
         "whole process tree of each server (supervisor, workers, resource tracker)."
     )
-    print("per-round throughput ratio (workers=1 / workers=N): " + "  ".join(f"{x:.2f}x" for x in per_round))
+    print("per-round throughput ratio (workers=1 / workers=N): " + per_round)
     print(
         "per-round connections per worker process: "
         + "  ".join("/".join(str(n) for n in counts) if counts else "-" for counts in spread)
