@@ -390,25 +390,6 @@ def heartbeat(
     )
 
 
-def _completed_values(now: datetime, result: Any) -> dict[str, Any]:
-    return {
-        "status": JobStatus.COMPLETED.value,
-        "result": result,
-        "finished_at": now,
-        "lease_expires_at": None,
-        "updated_at": now,
-    }
-
-
-def complete(
-    conn: Connection, now: datetime, worker: str, job_id: int, result: Any, attempt: int | None
-) -> tuple[Job, list[JobEvent]]:
-    job = _guarded_update(conn, _held_job(conn, job_id, worker, attempt), _completed_values(now, result))
-    events = [JobEvent(EventKind.COMPLETED, job, now)]
-    record_events(conn, events)
-    return job, events
-
-
 _COMPLETE_ONE = (
     update(jobs)
     .where(jobs.c.id == bindparam("b_id"), IS_RUNNING, jobs.c.attempt == bindparam("b_attempt"))
@@ -420,6 +401,39 @@ _COMPLETE_ONE = (
         updated_at=bindparam("b_now", type_=UtcTimestamp()),
     )
 )
+
+
+def _apply_completions(
+    conn: Connection, now: datetime, accepted: Sequence[tuple[Job, Any]]
+) -> tuple[list[Job], list[JobEvent]]:
+    """Complete jobs already checked against their holder, in one executemany.
+
+    Each UPDATE still requires the row to be RUNNING at the attempt read, so a row that
+    changed anyway turns the whole call into a CONFLICT rather than a partial write.
+    """
+    if accepted:
+        result = conn.execute(
+            _COMPLETE_ONE,
+            [{"b_id": j.id, "b_attempt": j.attempt, "b_result": r, "b_now": now} for j, r in accepted],
+        )
+        if result.rowcount != len(accepted):
+            raise Conflict("jobs changed while being completed; nothing was applied")
+    completed = [
+        dataclasses.replace(
+            job, status=JobStatus.COMPLETED, result=r, finished_at=now, lease_expires_at=None, updated_at=now
+        )
+        for job, r in accepted
+    ]
+    events = [JobEvent(EventKind.COMPLETED, j, now) for j in completed]
+    record_events(conn, events)
+    return completed, events
+
+
+def complete(
+    conn: Connection, now: datetime, worker: str, job_id: int, result: Any, attempt: int | None
+) -> tuple[Job, list[JobEvent]]:
+    (job,), events = _apply_completions(conn, now, [(_held_job(conn, job_id, worker, attempt), result)])
+    return job, events
 
 
 def complete_many(
@@ -448,21 +462,7 @@ def complete_many(
             rejected.append(item.id)
             continue
         accepted.append((job, item.result))
-    if accepted:
-        result = conn.execute(
-            _COMPLETE_ONE,
-            [{"b_id": j.id, "b_attempt": j.attempt, "b_result": r, "b_now": now} for j, r in accepted],
-        )
-        if result.rowcount != len(accepted):
-            raise Conflict("jobs changed while being completed; nothing was applied")
-    completed = [
-        dataclasses.replace(
-            job, status=JobStatus.COMPLETED, result=r, finished_at=now, lease_expires_at=None, updated_at=now
-        )
-        for job, r in accepted
-    ]
-    events = [JobEvent(EventKind.COMPLETED, j, now) for j in completed]
-    record_events(conn, events)
+    completed, events = _apply_completions(conn, now, accepted)
     return CompletionOutcome(completed=completed, rejected=rejected), events
 
 
