@@ -24,21 +24,26 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
 )
 
 from queuelog import maintenance
-from queuelog.auth import Principal, bearer_token, hash_key
+from queuelog.auth import Principal
+from queuelog.compiled.http import CompiledRequests, read_body
+from queuelog.compiled.plan import Planner
 from queuelog.events import EventBus
 from queuelog.metrics import CONTENT_TYPE, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, send_json
+from queuelog.principals import Authenticator
 from queuelog.queue import JobQueue
+from queuelog.retry_policy import RetryPolicy
 from queuelog.schema import build_schema
 from queuelog.schema.context import RequestContext
+from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
-from queuelog.storage.operations import RetryPolicy
 from queuelog.storage.repository import Repository
 from queuelog.wakeup import WorkSignal
 
@@ -52,10 +57,11 @@ class Services:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.repository = Repository.open(
+        self.repository = Repository(
             settings.database_url,
             RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds),
         )
+        self.authenticator = Authenticator(self.repository)
         self.bus = EventBus()
         self.signal = WorkSignal()
         self.queue = JobQueue(settings, self.repository, self.signal)
@@ -64,11 +70,7 @@ class Services:
         self.repository.add_listener(metrics.observe_events)
 
     async def principal_for(self, authorization: str | None) -> Principal | None:
-        token = bearer_token(authorization)
-        if token is None:
-            return None
-        key = await self.repository.find_active_key(hash_key(token))
-        return Principal.from_key(key) if key is not None else None
+        return await self.authenticator.principal_for(authorization)
 
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler):
@@ -85,6 +87,17 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
             await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
             return
         await super().handle_subscribe(message)
+
+    async def handle_task_exception(self, error: Exception) -> None:
+        # A websocket that is gone while its events are being sent is normal traffic, not a
+        # crash: no traceback. uvicorn says so with WebSocketDisconnected, or with this
+        # RuntimeError when it closed the socket itself a moment earlier (keepalive ping
+        # timeout). Anything else is still logged, once, by Strawberry.
+        if isinstance(error, WebSocketDisconnected) or (
+            isinstance(error, RuntimeError) and "after sending 'websocket.close'" in str(error)
+        ):
+            return
+        await super().handle_task_exception(error)
 
 
 class GraphQLView(GraphQL):
@@ -128,11 +141,22 @@ class GraphQLView(GraphQL):
 
 
 class GraphQLEndpoint:
-    """POST needs a valid key (else 401 with a GraphQL body); GET only shows GraphiQL."""
+    """POST needs a valid key (else 401 with a GraphQL body); GET only shows GraphiQL.
+
+    A POST whose document has a compiled plan is answered by it; the rest, by Strawberry.
+    """
 
     def __init__(self, services: Services, view: GraphQLView) -> None:
         self.services = services
         self.view = view
+        settings = services.settings
+        planner = Planner(view.schema._schema, document_rules(settings), settings.max_tokens)
+        self.compiled = CompiledRequests(planner, self._context)
+
+    def _context(self, request: Request, principal: Principal) -> RequestContext:
+        return RequestContext(
+            queue=self.services.queue, bus=self.services.bus, request=request, principal=principal
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -144,6 +168,9 @@ class GraphQLEndpoint:
                 await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
                 return
             scope["queuelog.principal"] = principal
+            body, receive = await read_body(receive)
+            if await self.compiled.answer(scope, body, receive, send, principal):
+                return
         await self.view(scope, receive, send)
 
 

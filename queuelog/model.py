@@ -86,6 +86,7 @@ class NewJob:
 
     type: str
     payload: dict[str, Any]
+    payload_json: str  # the payload's compact JSON, as measured against the size limit
     priority: Priority
     max_retries: int
     idempotency_key: str | None

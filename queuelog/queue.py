@@ -81,7 +81,7 @@ class JobQueue:
             raise BadInput(f"job type {type[:100]!r} is not allowed")
         if not isinstance(payload, dict):
             raise BadInput("payload must be a JSON object")
-        self.check_json_size(payload, "payload")
+        payload_json = self.check_json_size(payload, "payload")
         if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
             raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
         if priority.value > principal.max_priority.value:
@@ -93,19 +93,25 @@ class JobQueue:
         return NewJob(
             type=type,
             payload=payload,
+            payload_json=payload_json,
             priority=priority,
             max_retries=max_retries,
             idempotency_key=idempotency_key,
             run_at=as_utc(run_at) if run_at is not None else None,
         )
 
-    def check_json_size(self, value: Any, what: str) -> None:
+    def check_json_size(self, value: Any, what: str) -> str:
+        """The value's compact JSON, once it is known to be JSON within the size limit."""
         try:
-            size = len(compact_json(value).encode("utf-8"))
+            text = compact_json(value)
         except (TypeError, ValueError):
             raise BadInput(f"{what} is not valid JSON") from None
-        if size > self.settings.max_payload_bytes:
-            raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {self.settings.max_payload_bytes}")
+        # Characters count as at least one byte each: most texts need no encoding to pass.
+        limit = self.settings.max_payload_bytes
+        if len(text) > limit or (not text.isascii() and len(text.encode("utf-8")) > limit):
+            size = len(text.encode("utf-8"))
+            raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {limit}")
+        return text
 
     async def cancel(self, principal: Principal, job_id: int) -> Job:
         return await self.repository.cancel(job_id, principal.cancel_scope)

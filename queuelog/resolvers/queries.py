@@ -31,8 +31,7 @@ async def me(info: Ctx) -> Principal:
 
 
 async def job(info: Ctx, id: strawberry.ID) -> Job | None:
-    found = await queue(info).get(caller(info), parse_job_id(id))
-    return Job.from_model(found) if found is not None else None
+    return await queue(info).get(caller(info), parse_job_id(id))  # type: ignore[return-value]
 
 
 async def jobs(
@@ -44,11 +43,10 @@ async def jobs(
 ) -> JobConnection:
     after_id = decode_cursor(after) if after is not None else None
     page, has_next, total = await queue(info).list(caller(info), status, type, first, after_id)
-    nodes = [Job.from_model(j) for j in page]
-    edges = [JobEdge(node=n, cursor=encode_cursor(j.id)) for n, j in zip(nodes, page, strict=True)]
+    edges = [JobEdge(node=j, cursor=encode_cursor(j.id)) for j in page]  # type: ignore[arg-type]
     return JobConnection(
         edges=edges,
-        nodes=nodes,
+        nodes=page,  # type: ignore[arg-type]
         page_info=PageInfo(has_next_page=has_next, end_cursor=edges[-1].cursor if edges else None),
         total_count=total,
     )

@@ -27,7 +27,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         current = await queue(info).get(principal, job_id)
         if current is None:
             raise NotFound(f"job {job_id} not found")
-        yield Job.from_model(current)
+        yield current  # type: ignore[misc]  # a model.Job, resolved as Job
         if current.status.is_terminal:
             return
         async for event in updates:
@@ -37,7 +37,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
                 return
             current = event.job
             await info.context.ensure_key_still_valid()
-            yield Job.from_model(current)
+            yield current  # type: ignore[misc]  # a model.Job, resolved as Job
             if current.status.is_terminal:
                 return
 

@@ -19,6 +19,10 @@ from graphql import (
     SelectionSetNode,
     ValidationRule,
 )
+from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
+from strawberry.extensions.max_aliases import create_validator as alias_rule
+
+from queuelog.settings import Settings
 
 
 def depth_limit_rule(max_depth: int) -> type[ValidationRule]:
@@ -76,3 +80,8 @@ def _fragment_depth(
         return 0
     memo[name] = _selection_depth(fragment.selection_set, fragments, memo, visiting | {name})
     return memo[name]
+
+
+def document_rules(settings: Settings) -> list[type[ValidationRule]]:
+    """The validation rules queuelog adds to GraphQL's own: depth, aliases, introspection."""
+    return [depth_limit_rule(settings.max_depth), alias_rule(settings.max_aliases), MaxIntrospectionDepthRule]

@@ -52,8 +52,8 @@ class Job:
     result: JSON | None
     created_at: datetime
     updated_at: datetime
-    stored_error: strawberry.Private[str | None]
 
+    # Resolvers return `queuelog.model.Job` itself: its attributes are these fields.
     @strawberry.field(
         description=(
             "Sanitized worker error. ADMIN only: any other caller gets null plus a FORBIDDEN "
@@ -62,30 +62,7 @@ class Job:
         extensions=[PermissionExtension(permissions=[AdminOnlyField()], use_directives=False)],
     )
     def error(self) -> str | None:
-        return self.stored_error
-
-    @classmethod
-    def from_model(cls, job: model.Job) -> Job:
-        return cls(
-            id=strawberry.ID(str(job.id)),
-            type=job.type,
-            payload=job.payload,
-            priority=job.priority,
-            status=job.status,
-            retry_count=job.retry_count,
-            max_retries=job.max_retries,
-            attempt=job.attempt,
-            idempotency_key=job.idempotency_key,
-            worker_id=job.worker_id,
-            claimed_at=job.claimed_at,
-            lease_expires_at=job.lease_expires_at,
-            run_at=job.run_at,
-            finished_at=job.finished_at,
-            result=job.result,
-            created_at=job.created_at,
-            updated_at=job.updated_at,
-            stored_error=job.error,
-        )
+        return self.error  # type: ignore[return-value]  # self is a model.Job, whose error is text
 
 
 @strawberry.type
@@ -188,4 +165,4 @@ class JobEvent:
 
     @classmethod
     def from_model(cls, event: model.JobEvent) -> JobEvent:
-        return cls(kind=event.kind.value, job=Job.from_model(event.job), at=event.at)
+        return cls(kind=event.kind.value, job=event.job, at=event.at)  # type: ignore[arg-type]

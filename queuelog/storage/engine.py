@@ -10,6 +10,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from queuelog.errors import DatabaseUnavailable
+from queuelog.storage.write_lock import WriteLock
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -29,20 +30,20 @@ def sync_url(url: str) -> str:
     return url
 
 
-def create_sqlite_engine(url: str, *, immediate: bool, pool_size: int) -> Engine:
-    """An engine whose transactions start with BEGIN IMMEDIATE (writers) or BEGIN (readers).
+def create_sqlite_engine(url: str) -> Engine:
+    """The CLI's and migrations' engine: every transaction is BEGIN IMMEDIATE, taken under
+    the write lock that running servers queue on (write_lock.py).
 
     pysqlite's own transaction handling is switched off so that we issue BEGIN ourselves
-    (the SQLAlchemy-documented recipe); an immediate transaction takes the write lock up
-    front, which is what makes a claim's SELECT-then-UPDATE atomic across processes.
+    (the SQLAlchemy-documented recipe). Servers do not use this engine: see sqlite.py.
     """
     engine = create_engine(
         url,
-        pool_size=pool_size,
+        pool_size=1,
         max_overflow=0,
         connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
     )
-    begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+    lock = WriteLock(url, create=False)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -58,7 +59,17 @@ def create_sqlite_engine(url: str, *, immediate: bool, pool_size: int) -> Engine
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql(begin)
+        lock.acquire()
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            lock.release()
+            raise
+
+    @event.listens_for(engine, "commit")
+    @event.listens_for(engine, "rollback")
+    def _on_end(connection: Any) -> None:
+        lock.release()
 
     return engine
 
@@ -66,5 +77,5 @@ def create_sqlite_engine(url: str, *, immediate: bool, pool_size: int) -> Engine
 def create_sync_engine(url: str) -> Engine:
     """A plain engine for migrations and the CLI."""
     if dialect_of(url) == "sqlite":
-        return create_sqlite_engine(url, immediate=True, pool_size=1)
+        return create_sqlite_engine(url)
     return create_engine(sync_url(url), pool_pre_ping=True)

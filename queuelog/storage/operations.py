@@ -1,38 +1,25 @@
-"""Every statement on `jobs` and `job_events`, as functions of an open connection in a transaction.
+"""Every statement on `jobs`, `job_events` and `job_counts`: SQL, and nothing else.
 
-They are synchronous on purpose: SQLite runs them on its writer/reader threads, and an
-async PostgreSQL connection runs the same functions through `run_sync`. Each write
-returns the events it recorded so the caller can publish them once the transaction has
-committed. State guards (`status = 'running' AND attempt = :seen`) sit in every UPDATE, so
-a row that changed since it was read is left alone on every database.
+Statements are built once, with SQLAlchemy Core, and compiled at import; the functions
+below hand the SQL to the driver's connection, whose statement cache keeps each one
+prepared. Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report
+each transition through `tx.record`; reads take a plain connection. State guards
+(`status = 'running' AND attempt = :attempt`) sit in every UPDATE, so a row that changed
+since it was read is left alone. The rules (limits, sanitising, retry policy) are the
+queue's; they arrive here as values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Integer,
-    Row,
-    bindparam,
-    delete,
-    func,
-    insert,
-    literal_column,
-    or_,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, update
+from sqlalchemy.dialects import sqlite
 
+from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
 from queuelog.model import (
     Completion,
@@ -40,187 +27,626 @@ from queuelog.model import (
     EnqueueOutcome,
     EventKind,
     Job,
-    JobEvent,
     JobScope,
     JobStatus,
     NewJob,
     Priority,
     QueueStats,
-    StatusCounts,
 )
-from queuelog.storage.tables import job_events, jobs
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage import counters
+from queuelog.storage.codec import JOB_COLUMN_LIST, decode_job, micros_to_datetime
+from queuelog.storage.tables import job_counts, job_events, jobs
+from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.types import compact_json, to_micros
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
-TERMINAL = [s.value for s in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)]
+TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
+
+# `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
+RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
+
+_DIALECT = sqlite.dialect(paramstyle="named")
+
+
+def _sql(statement: Any) -> str:
+    """The statement's SQL; every value in it is a named parameter or a literal (`lit`)."""
+    compiled = statement.compile(dialect=_DIALECT)
+    embedded = [name for name, bind in compiled.binds.items() if bind.value is not None or bind.expanding]
+    if embedded:  # pragma: no cover - a mistake in a statement below
+        raise RuntimeError(f"values must be parameters or lit(): {embedded}")
+    return str(compiled)
+
+
+def lit(value: str | int | None) -> Any:
+    """A constant written into the SQL itself (never user input)."""
+    if value is None:
+        return null()
+    return literal_column(f"'{value}'" if isinstance(value, str) else str(int(value)))
+
 
 # Status written as a literal, not a bound parameter: SQLite only uses a partial index
 # (`WHERE status = 'pending'`) when it can see the value while planning.
 IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
 IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
+_NEW_COLUMNS = (
+    "type",
+    "payload",
+    "priority",
+    "status",
+    "retry_count",
+    "max_retries",
+    "attempt",
+    "idempotency_key",
+    "run_at",
+    "created_by",
+    "created_at",
+    "updated_at",
+)
+_INSERT_VALUES = {name: bindparam(name) for name in _NEW_COLUMNS}
 
-
-class ClaimAbandoned(Exception):
-    """Raised inside a claim's transaction to roll it back: nobody will receive the jobs."""
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential back-off with jitter: d = min(max, base * 2^retry_count), delay in [0.75d, d]."""
-
-    base_seconds: float
-    max_seconds: float
-
-    def delay(self, retry_count: int, rng: random.Random = random._inst) -> float:  # type: ignore[attr-defined]
-        exponent = min(retry_count, 62)
-        cap = min(self.max_seconds, self.base_seconds * (2**exponent))
-        return cap * rng.uniform(0.75, 1.0)
-
-
-def row_to_job(row: Row[Any]) -> Job:
-    m = row._mapping
-    return Job(
-        id=m["id"],
-        type=m["type"],
-        payload=m["payload"],
-        priority=Priority(m["priority"]),
-        status=JobStatus(m["status"]),
-        retry_count=m["retry_count"],
-        max_retries=m["max_retries"],
-        attempt=m["attempt"],
-        idempotency_key=m["idempotency_key"],
-        worker_id=m["worker_id"],
-        claimed_at=m["claimed_at"],
-        lease_expires_at=m["lease_expires_at"],
-        run_at=m["run_at"],
-        finished_at=m["finished_at"],
-        result=m["result"],
-        error=m["error"],
-        created_by=m["created_by"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
+INSERT_JOB = _sql(insert(jobs).values(_INSERT_VALUES))
+INSERT_JOB_ONCE = _sql(
+    sqlite.insert(jobs)
+    .values(_INSERT_VALUES)
+    .on_conflict_do_nothing(index_elements=["created_by", "idempotency_key"])
+)
+JOB_BY_IDEMPOTENCY_KEY = _sql(
+    select(*jobs.c).where(
+        jobs.c.created_by == bindparam("created_by"), jobs.c.idempotency_key == bindparam("key")
     )
+)
+JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
+JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
+LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"
+INSERT_EVENT = _sql(
+    insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})
+)
+DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
+ADD_TO_COUNT = _sql(
+    sqlite.insert(job_counts)
+    .values({n: bindparam(n) for n in ("scope", "name", "type", "status", "n")})
+    .on_conflict_do_update(
+        index_elements=["scope", "name", "type", "status"],
+        set_={"n": job_counts.c.n + literal_column("excluded.n")},
+    )
+)
+COUNTS_OF_SCOPES = (
+    "SELECT scope, name, type, status, n FROM job_counts"
+    " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
+)
+
+# The claim reads ix_jobs_claim by name: lacking statistics, SQLite's planner may otherwise
+# pick a status index and sort every pending row. BEGIN IMMEDIATE makes it atomic.
+_CLAIM = f"""
+    UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = :now,
+        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now
+    WHERE status = 'pending' AND id IN (
+        SELECT id FROM jobs INDEXED BY ix_jobs_claim
+        WHERE status = 'pending' AND run_at <= :now {{types}}
+        ORDER BY priority DESC, created_at, id
+        LIMIT :limit)
+    RETURNING {JOB_COLUMN_LIST}
+"""
+CLAIM_ANY = _CLAIM.format(types="")
+CLAIM_TYPES = _CLAIM.format(types="AND type IN (SELECT value FROM json_each(:types))")
+
+_HOLDER_GUARD = and_(
+    jobs.c.id == bindparam("id"),
+    IS_RUNNING,
+    jobs.c.worker_id == bindparam("worker"),
+    or_(bindparam("attempt").is_(None), jobs.c.attempt == bindparam("attempt")),
+)
+HEARTBEAT = _sql(
+    update(jobs)
+    .where(_HOLDER_GUARD)
+    .values(lease_expires_at=bindparam("lease"), updated_at=bindparam("now"))
+    .returning(*jobs.c)
+)
+COMPLETE_HELD = _sql(
+    update(jobs)
+    .where(_HOLDER_GUARD)
+    .values(
+        status=lit(JobStatus.COMPLETED.value),
+        result=bindparam("result"),
+        finished_at=bindparam("now"),
+        lease_expires_at=lit(None),
+        updated_at=bindparam("now"),
+    )
+    .returning(*jobs.c)
+)
+COMPLETE_CHECKED = _sql(
+    update(jobs)
+    .where(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
+    .values(
+        status=lit(JobStatus.COMPLETED.value),
+        result=bindparam("result"),
+        finished_at=bindparam("now"),
+        lease_expires_at=lit(None),
+        updated_at=bindparam("now"),
+    )
+)
+_FAILURE_VALUES = {
+    "status": bindparam("status"),
+    "retry_count": bindparam("retry_count"),
+    "worker_id": bindparam("worker_id"),
+    "lease_expires_at": lit(None),
+    "run_at": bindparam("run_at"),
+    "finished_at": bindparam("finished_at"),
+    "error": bindparam("error"),
+    "updated_at": bindparam("now"),
+}
+_SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
+FAIL_RUNNING = _sql(update(jobs).where(_SEEN_RUNNING).values(_FAILURE_VALUES).returning(*jobs.c))
+EXPIRE_RUNNING = _sql(
+    update(jobs)
+    .where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now"))
+    .values(_FAILURE_VALUES)
+    .returning(*jobs.c)
+)
+EXPIRED_LEASES = f"""
+    SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_lease
+    WHERE status = 'running' AND lease_expires_at < :now
+    ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
+"""
+CANCEL_PENDING = _sql(
+    update(jobs)
+    .where(jobs.c.id == bindparam("id"), IS_PENDING)
+    .values(status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now"))
+    .returning(*jobs.c)
+)
+RETRY_FINISHED = _sql(
+    update(jobs)
+    .where(jobs.c.id == bindparam("id"), jobs.c.status.in_([lit("failed"), lit("cancelled")]))
+    .values(
+        status=lit(PENDING),
+        retry_count=lit(0),
+        run_at=bindparam("now"),
+        worker_id=lit(None),
+        lease_expires_at=lit(None),
+        finished_at=lit(None),
+        updated_at=bindparam("now"),
+    )
+    .returning(*jobs.c)
+)
+PRUNE = f"""
+    DELETE FROM jobs WHERE id IN (
+        SELECT id FROM jobs INDEXED BY ix_jobs_finished
+        WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} LIMIT {PRUNE_BATCH})
+    RETURNING id, type, status, created_by, worker_id
+"""
+NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_due WHERE status = 'pending'"
+NEXT_DUE_TYPES = NEXT_DUE_ANY + " AND type IN (SELECT value FROM json_each(:types))"
+# The oldest due PENDING job: the first due row of each priority in ix_jobs_claim's order.
+_OLDEST_OF_PRIORITY = """
+    SELECT created_at FROM (SELECT created_at FROM jobs INDEXED BY ix_jobs_claim
+        WHERE status = 'pending' AND priority = {priority} AND run_at <= :now {scope}
+        ORDER BY priority DESC, created_at LIMIT 1)
+"""
 
 
-def record_events(conn: Connection, events: Sequence[JobEvent]) -> None:
-    if events:
-        conn.execute(
-            insert(job_events),
-            [
-                {"job_id": e.job.id, "kind": e.kind.value, "status": e.job.status.value, "at": e.at}
-                for e in events
-            ],
-        )
+def _oldest_pending_sql(scope: str) -> str:
+    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, scope=scope) for p in Priority]
+    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ")"
 
 
-def _scope_filter(scope: JobScope) -> ColumnElement[bool] | None:
-    if scope.everything:
-        return None
-    clauses = []
-    if scope.created_by is not None:
-        clauses.append(jobs.c.created_by == scope.created_by)
-    if scope.worker_id is not None:
-        clauses.append(jobs.c.worker_id == scope.worker_id)
-    if not clauses:
-        return jobs.c.id.is_(None)  # sees nothing
-    return or_(*clauses)
+OLDEST_PENDING_ANY = _oldest_pending_sql("")
+OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
 
 
-def _fetch_job(conn: Connection, job_id: int) -> Job | None:
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
-    return row_to_job(row) if row is not None else None
-
-
-def _insert_stmt(conn: Connection) -> Any:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(jobs)
+def _ids_json(ids: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(i)) for i in ids) + "]"
 
 
 # --- enqueue -------------------------------------------------------------------------------
 
 
-def _new_row(item: NewJob, created_by: str, now: datetime) -> dict[str, Any]:
+def _row_values(item: NewJob, created_by: str, now_us: int) -> dict[str, Any]:
     return {
         "type": item.type,
-        "payload": item.payload,
+        "payload": item.payload_json,
         "priority": item.priority.value,
         "status": PENDING,
         "retry_count": 0,
         "max_retries": item.max_retries,
         "attempt": 0,
         "idempotency_key": item.idempotency_key,
-        "run_at": item.run_at if item.run_at is not None else now,
+        "run_at": to_micros(item.run_at) if item.run_at is not None else now_us,
         "created_by": created_by,
-        "created_at": now,
-        "updated_at": now,
+        "created_at": now_us,
+        "updated_at": now_us,
     }
+
+
+def _new_job(job_id: int, item: NewJob, created_by: str, now: datetime) -> Job:
+    return Job(
+        id=job_id,
+        type=item.type,
+        payload=item.payload,
+        priority=item.priority,
+        status=JobStatus.PENDING,
+        retry_count=0,
+        max_retries=item.max_retries,
+        attempt=0,
+        idempotency_key=item.idempotency_key,
+        worker_id=None,
+        claimed_at=None,
+        lease_expires_at=None,
+        run_at=item.run_at if item.run_at is not None else now,
+        finished_at=None,
+        result=None,
+        error=None,
+        created_by=created_by,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality: object key order does not matter; 1, true and "1" all differ."""
+    return jsonutil.canonical(a) == jsonutil.canonical(b)
 
 
 def _same_request(job: Job, item: NewJob) -> bool:
     return (
         job.type == item.type
-        and job.payload == item.payload
         and job.priority == item.priority
         and job.max_retries == item.max_retries
+        and same_json(job.payload, item.payload)
     )
 
 
-def _enqueue_with_key(conn: Connection, item: NewJob, created_by: str, now: datetime) -> EnqueueOutcome:
+def _enqueue_once(tx: WriteTx, item: NewJob, values: dict[str, Any], created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
-    stmt = (
-        _insert_stmt(conn)
-        .values(_new_row(item, created_by, now))
-        .on_conflict_do_nothing(index_elements=["created_by", "idempotency_key"])
-        .returning(*jobs.c)
-    )
-    row = conn.execute(stmt).first()
-    if row is not None:
-        return EnqueueOutcome(job=row_to_job(row), created=True)
-    existing = conn.execute(
-        select(jobs).where(jobs.c.created_by == created_by, jobs.c.idempotency_key == item.idempotency_key)
-    ).first()
-    if existing is None:  # deleted between the two statements (pruned): try again once
-        return _enqueue_with_key(conn, item, created_by, now)
-    job = row_to_job(existing)
-    if not _same_request(job, item):
+    cursor = tx.execute(INSERT_JOB_ONCE, values)
+    if cursor.rowcount == 1:
+        job = _new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
+        tx.record(EventKind.ENQUEUED, None, job)
+        return EnqueueOutcome(job=job, created=True)
+    key = {"created_by": created_by, "key": item.idempotency_key}
+    row = tx.execute(JOB_BY_IDEMPOTENCY_KEY, key).fetchone()
+    if row is None:  # pruned between the two statements: try again
+        return _enqueue_once(tx, item, values, created_by)
+    existing = decode_job(row)
+    if not _same_request(existing, item):
         raise Conflict("idempotency key already used for a different job")
-    return EnqueueOutcome(job=job, created=False)
+    return EnqueueOutcome(job=existing, created=False)
 
 
-def enqueue(
-    conn: Connection, now: datetime, items: Sequence[NewJob], created_by: str
-) -> tuple[list[EnqueueOutcome], list[JobEvent]]:
+def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[EnqueueOutcome]:
+    """Insert the jobs (all or nothing)."""
     outcomes: list[EnqueueOutcome | None] = [None] * len(items)
     plain = [i for i, item in enumerate(items) if item.idempotency_key is None]
     if plain:
-        # One multi-row INSERT ... RETURNING. Ids follow the VALUES order, so sorting by id
-        # maps rows back to inputs (sort_by_parameter_order would send one INSERT per row).
-        rows = conn.execute(
-            insert(jobs).returning(*jobs.c),
-            [_new_row(items[i], created_by, now) for i in plain],
-        ).all()
-        rows.sort(key=lambda r: r.id)
-        for i, row in zip(plain, rows, strict=True):
-            outcomes[i] = EnqueueOutcome(job=row_to_job(row), created=True)
+        rows = [_row_values(items[i], created_by, tx.now_us) for i in plain]
+        if len(rows) == 1:
+            first_id = tx.execute(INSERT_JOB, rows[0]).lastrowid
+        else:
+            # AUTOINCREMENT under the write lock hands out consecutive ids after the last
+            # one ever used; the check below makes sure of it before relying on it.
+            before = tx.execute(LAST_JOB_ID).fetchone()
+            cursor = tx.executemany(INSERT_JOB, rows)
+            last = tx.execute(LAST_JOB_ID).fetchone()[0]
+            first_id = (before[0] if before is not None else 0) + 1
+            if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
+                raise RuntimeError("jobs ids were not consecutive; nothing was enqueued")
+        for offset, i in enumerate(plain):
+            job = _new_job(first_id + offset, items[i], created_by, tx.now)  # type: ignore[operator]
+            tx.record(EventKind.ENQUEUED, None, job)
+            outcomes[i] = EnqueueOutcome(job=job, created=True)
     for i, item in enumerate(items):
         if item.idempotency_key is not None:
-            outcomes[i] = _enqueue_with_key(conn, item, created_by, now)
-    done = [o for o in outcomes if o is not None]
-    events = [JobEvent(EventKind.ENQUEUED, o.job, now) for o in done if o.created]
-    record_events(conn, events)
-    return done, events
+            values = _row_values(item, created_by, tx.now_us)
+            outcomes[i] = _enqueue_once(tx, item, values, created_by)
+    return [o for o in outcomes if o is not None]
+
+
+# --- claim and the holder's reports --------------------------------------------------------
+
+
+def claim(
+    tx: WriteTx,
+    worker: str,
+    types: Sequence[str] | None,
+    limit: int,
+    lease_seconds: int,
+    delay: RetryDecision,
+) -> list[Job]:
+    """Claim up to `limit` due jobs in claim order (expired leases are handled first)."""
+    expire_leases(tx, delay)
+    params: dict[str, Any] = {
+        "worker": worker,
+        "now": tx.now_us,
+        "lease": tx.now_us + lease_seconds * 1_000_000,
+        "limit": limit,
+    }
+    if types is None:
+        rows = tx.execute(CLAIM_ANY, params).fetchall()
+    else:
+        params["types"] = jsonutil.dumps(list(types)).decode()
+        rows = tx.execute(CLAIM_TYPES, params).fetchall()
+    claimed = sorted(map(decode_job, rows), key=lambda j: (-j.priority.value, j.created_at, j.id))
+    for job in claimed:
+        tx.record_from(EventKind.CLAIMED, PENDING, None, job)
+    return claimed
+
+
+def _fetch(tx: WriteTx | Connection, job_id: int) -> Job | None:
+    row = tx.execute(JOB_BY_ID, {"id": job_id}).fetchone()
+    return decode_job(row) if row is not None else None
+
+
+def check_holder(job: Job, worker: str, attempt: int | None) -> None:
+    if job.status is not JobStatus.RUNNING:
+        raise Conflict(f"job {job.id} is {job.status.name}, not RUNNING")
+    if job.worker_id != worker:
+        raise Conflict(f"job {job.id} is not held by this worker")
+    if attempt is not None and attempt != job.attempt:
+        raise Conflict(f"job {job.id} is at attempt {job.attempt}, not {attempt}")
+
+
+def _refusal(tx: WriteTx, job_id: int, worker: str, attempt: int | None) -> Exception:
+    """Why a guarded UPDATE on a held job matched nothing."""
+    job = _fetch(tx, job_id)
+    if job is None:
+        return NotFound(f"job {job_id} not found")
+    try:
+        check_holder(job, worker, attempt)
+    except Conflict as conflict:
+        return conflict
+    return Conflict(f"job {job_id} changed while being updated")  # pragma: no cover
+
+
+def heartbeat(tx: WriteTx, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
+    params = {
+        "id": job_id,
+        "worker": worker,
+        "attempt": attempt,
+        "lease": tx.now_us + lease_seconds * 1_000_000,
+        "now": tx.now_us,
+    }
+    row = tx.execute(HEARTBEAT, params).fetchone()
+    if row is None:
+        raise _refusal(tx, job_id, worker, attempt)
+    return decode_job(row)
+
+
+def _completed(job: Job, result: Any, now: datetime) -> Job:
+    return dataclasses.replace(
+        job, status=JobStatus.COMPLETED, result=result, finished_at=now, lease_expires_at=None, updated_at=now
+    )
+
+
+def complete(tx: WriteTx, worker: str, job_id: int, result: Any, attempt: int | None) -> Job:
+    params = {
+        "id": job_id,
+        "worker": worker,
+        "attempt": attempt,
+        "result": compact_json(result) if result is not None else None,
+        "now": tx.now_us,
+    }
+    row = tx.execute(COMPLETE_HELD, params).fetchone()
+    if row is None:
+        raise _refusal(tx, job_id, worker, attempt)
+    job = decode_job(row)
+    tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
+    return job
+
+
+def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
+    """Check every item against the rows as read, then apply the good ones in one executemany.
+
+    The write lock held since BEGIN IMMEDIATE keeps the rows as read until COMMIT; the
+    rowcount check turns any surprise into a CONFLICT for the whole call, never a partial
+    write.
+    """
+    rows = tx.execute(JOBS_BY_IDS, {"ids": _ids_json([item.id for item in items])}).fetchall()
+    current = {job.id: job for job in map(decode_job, rows)}
+    accepted: list[tuple[Job, Any]] = []
+    rejected: list[int] = []
+    seen: set[int] = set()
+    for item in items:
+        job = current.get(item.id)
+        repeated = item.id in seen
+        seen.add(item.id)
+        if (
+            repeated
+            or job is None
+            or job.status is not JobStatus.RUNNING
+            or job.worker_id != worker
+            or (item.attempt is not None and item.attempt != job.attempt)
+        ):
+            rejected.append(item.id)
+            continue
+        accepted.append((job, item.result))
+    if accepted:
+        now_us = tx.now_us
+        params = [
+            {
+                "id": job.id,
+                "attempt": job.attempt,
+                "result": compact_json(result) if result is not None else None,
+                "now": now_us,
+            }
+            for job, result in accepted
+        ]
+        if tx.executemany(COMPLETE_CHECKED, params).rowcount != len(accepted):
+            raise Conflict("jobs changed while being completed; nothing was applied")
+    completed = []
+    for job, result in accepted:
+        done = _completed(job, result, tx.now)
+        tx.record(EventKind.COMPLETED, job, done)
+        completed.append(done)
+    return CompletionOutcome(completed=completed, rejected=rejected)
+
+
+def _failure_params(job: Job, now: datetime, error: str, delay: float | None) -> dict[str, Any]:
+    now_us = to_micros(now)
+    if delay is not None:
+        return {
+            "status": PENDING,
+            "retry_count": job.retry_count + 1,
+            "worker_id": None,
+            "run_at": to_micros(now + timedelta(seconds=delay)),
+            "finished_at": None,
+            "error": error,
+            "now": now_us,
+            "id": job.id,
+            "attempt": job.attempt,
+        }
+    return {
+        "status": JobStatus.FAILED.value,
+        "retry_count": job.retry_count,
+        "worker_id": job.worker_id,
+        "run_at": to_micros(job.run_at),
+        "finished_at": now_us,
+        "error": error,
+        "now": now_us,
+        "id": job.id,
+        "attempt": job.attempt,
+    }
+
+
+def fail(
+    tx: WriteTx,
+    worker: str,
+    job_id: int,
+    error: str,
+    retryable: bool,
+    retry_in: float | None,
+    attempt: int | None,
+    delay: RetryDecision,
+) -> Job:
+    held = _fetch(tx, job_id)
+    if held is None:
+        raise NotFound(f"job {job_id} not found")
+    check_holder(held, worker, attempt)
+    params = _failure_params(held, tx.now, error, delay(held, retryable, retry_in))
+    row = tx.execute(FAIL_RUNNING, params).fetchone()
+    if row is None:  # pragma: no cover - the write lock keeps the row as read
+        raise Conflict(f"job {job_id} changed while being updated")
+    job = decode_job(row)
+    tx.record(EventKind.RETRYING if job.status is JobStatus.PENDING else EventKind.FAILED, held, job)
+    return job
+
+
+def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
+    """Treat RUNNING jobs whose lease has passed as failed attempts (up to EXPIRE_BATCH)."""
+    expired = 0
+    for row in tx.execute(EXPIRED_LEASES, {"now": tx.now_us}).fetchall():
+        stale = decode_job(row)
+        params = _failure_params(stale, tx.now, LEASE_EXPIRED_ERROR, delay(stale, True, None))
+        updated = tx.execute(EXPIRE_RUNNING, params).fetchone()
+        if updated is not None:
+            tx.record(EventKind.LEASE_EXPIRED, stale, decode_job(updated))
+            expired += 1
+    return expired
+
+
+# --- producer and admin actions ------------------------------------------------------------
+
+
+def cancel(tx: WriteTx, job_id: int, scope: JobScope) -> Job:
+    job = _fetch(tx, job_id)
+    if job is None or not scope.allows(job):
+        raise NotFound(f"job {job_id} not found")
+    if job.status is not JobStatus.PENDING:
+        raise Conflict(f"job {job_id} is {job.status.name}; only PENDING jobs can be cancelled")
+    row = tx.execute(CANCEL_PENDING, {"id": job_id, "now": tx.now_us}).fetchone()
+    if row is None:  # pragma: no cover - the write lock keeps the row as read
+        raise Conflict(f"job {job_id} is no longer PENDING")
+    cancelled = decode_job(row)
+    tx.record(EventKind.CANCELLED, job, cancelled)
+    return cancelled
+
+
+def retry(tx: WriteTx, job_id: int) -> Job:
+    job = _fetch(tx, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+        raise Conflict(f"job {job_id} is {job.status.name}; only FAILED or CANCELLED jobs can be retried")
+    row = tx.execute(RETRY_FINISHED, {"id": job_id, "now": tx.now_us}).fetchone()
+    if row is None:  # pragma: no cover - the write lock keeps the row as read
+        raise Conflict(f"job {job_id} changed while being retried")
+    retried = decode_job(row)
+    tx.record(EventKind.RETRIED, job, retried)
+    return retried
+
+
+def prune(tx: WriteTx, finished_before: datetime) -> int:
+    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events."""
+    rows = tx.execute(PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
+    if rows:
+        tx.execute(DELETE_EVENTS_OF, {"ids": _ids_json([r[0] for r in rows])})
+        for _, job_type, status, created_by, worker_id in rows:
+            keys = counters.count_keys(job_type, status, created_by, worker_id)
+            tx.count_changes.extend((key, -1) for key in keys)
+    return len(rows)
+
+
+def write_side_effects(tx: WriteTx) -> None:
+    """The events and counter changes of a group commit's successful operations."""
+    if tx.events:
+        tx.executemany(
+            INSERT_EVENT,
+            [
+                {"job_id": e.job.id, "kind": e.kind.value, "status": e.job.status.value, "at": tx.now_us}
+                for e in tx.events
+            ],
+        )
+    changes = counters.net(tx.count_changes)
+    if changes:
+        tx.executemany(
+            ADD_TO_COUNT,
+            [{"scope": k[0], "name": k[1], "type": k[2], "status": k[3], "n": n} for k, n in changes],
+        )
 
 
 # --- reads ---------------------------------------------------------------------------------
 
 
 def get_job(conn: Connection, job_id: int, scope: JobScope) -> Job | None:
-    job = _fetch_job(conn, job_id)
+    job = _fetch(conn, job_id)
     return job if job is not None and scope.allows(job) else None
+
+
+def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:
+    terms = counters.scope_terms(scope)
+    if not terms:
+        return {}
+    scopes = jsonutil.dumps([[s, n] for s, n, _ in terms]).decode()
+    return counters.by_type(conn.execute(COUNTS_OF_SCOPES, {"scopes": scopes}).fetchall(), terms)
+
+
+_LIST_STATEMENTS: dict[tuple[bool, bool, bool, bool, bool], str] = {}
+
+
+def _list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
+    key = (by_creator, by_worker, status, job_type, after)
+    statement = _LIST_STATEMENTS.get(key)
+    if statement is None:
+        filters = []
+        if by_creator and by_worker:
+            filters.append(
+                or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name"))
+            )
+        elif by_creator:
+            filters.append(jobs.c.created_by == bindparam("name"))
+        elif by_worker:
+            filters.append(jobs.c.worker_id == bindparam("name"))
+        if status:
+            filters.append(jobs.c.status == bindparam("status"))
+        if job_type:
+            filters.append(jobs.c.type == bindparam("type"))
+        if after:
+            filters.append(jobs.c.id < bindparam("after"))
+        query = select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())
+        statement = _LIST_STATEMENTS[key] = _sql(query) + " LIMIT :limit"
+    return statement
 
 
 def list_jobs(
@@ -232,377 +658,58 @@ def list_jobs(
     after_id: int | None,
 ) -> tuple[list[Job], bool, int]:
     """Newest first (id DESC). Returns the page, whether more follow, and the total count."""
-    filters: list[ColumnElement[bool]] = []
-    scope_clause = _scope_filter(scope)
-    if scope_clause is not None:
-        filters.append(scope_clause)
-    if status is not None:
-        filters.append(jobs.c.status == status.value)
-    if job_type is not None:
-        filters.append(jobs.c.type == job_type)
-    total = conn.execute(select(func.count()).select_from(jobs).where(*filters)).scalar_one()
-    page_filters = [*filters, jobs.c.id < after_id] if after_id is not None else filters
-    rows = conn.execute(select(jobs).where(*page_filters).order_by(jobs.c.id.desc()).limit(first + 1)).all()
-    page = [row_to_job(r) for r in rows[:first]]
-    return page, len(rows) > first, total
+    if not scope.everything and scope.created_by is None and scope.worker_id is None:
+        return [], False, 0
+    by_creator = not scope.everything and scope.created_by is not None
+    by_worker = not scope.everything and scope.worker_id is not None
+    has = (status is not None, job_type is not None, after_id is not None)
+    sql = _list_statement(by_creator, by_worker, *has)
+    params = {
+        "name": scope.created_by if by_creator else scope.worker_id,
+        "status": status.value if status is not None else None,
+        "type": job_type,
+        "after": after_id,
+        "limit": first + 1,
+    }
+    rows = conn.execute(sql, params).fetchall()
+    counts = _counts(conn, scope)
+    total = 0
+    for per_type, per_status in counts.items():
+        if job_type is None or per_type == job_type:
+            total += per_status.get(status.value, 0) if status is not None else sum(per_status.values())
+    return [decode_job(r) for r in rows[:first]], len(rows) > first, total
 
 
 def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
-    scope_clause = _scope_filter(scope)
-    filters = [scope_clause] if scope_clause is not None else []
-    rows = conn.execute(
-        select(jobs.c.type, jobs.c.status, func.count()).where(*filters).group_by(jobs.c.type, jobs.c.status)
-    ).all()
+    per_type = _counts(conn, scope)
     totals: dict[str, int] = {}
-    per_type: dict[str, dict[str, int]] = {}
-    for job_type, status, count in rows:
-        totals[status] = totals.get(status, 0) + count
-        per_type.setdefault(job_type, {})[status] = count
-    oldest = conn.execute(
-        select(func.min(jobs.c.created_at)).where(*filters, jobs.c.status == PENDING, jobs.c.run_at <= now)
-    ).scalar_one()
-    oldest_seconds = None
-    if oldest is not None:
-        oldest_seconds = max(0.0, (now - oldest).total_seconds())
+    for per_status in per_type.values():
+        for status, n in per_status.items():
+            totals[status] = totals.get(status, 0) + n
     return QueueStats(
-        counts=StatusCounts(**totals),
-        by_type={t: StatusCounts(**c) for t, c in sorted(per_type.items())},
-        oldest_pending_seconds=oldest_seconds,
+        counts=counters.status_counts(totals),
+        by_type={t: counters.status_counts(c) for t, c in sorted(per_type.items())},
+        oldest_pending_seconds=_oldest_pending_seconds(conn, now, scope),
     )
+
+
+def _oldest_pending_seconds(conn: Connection, now: datetime, scope: JobScope) -> float | None:
+    if scope.everything:
+        row = conn.execute(OLDEST_PENDING_ANY, {"now": to_micros(now)}).fetchone()
+    elif scope.created_by is not None:  # a PENDING job never has a worker_id
+        params = {"now": to_micros(now), "created_by": scope.created_by}
+        row = conn.execute(OLDEST_PENDING_OF, params).fetchone()
+    else:
+        return None
+    oldest = micros_to_datetime(row[0]) if row is not None else None
+    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
 def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:
     """When the earliest PENDING job (of these types) becomes due; may be in the past."""
-    filters = [IS_PENDING]
-    if types is not None:
-        filters.append(jobs.c.type.in_(list(types)))
-    return conn.execute(select(func.min(jobs.c.run_at)).where(*filters)).scalar_one()
+    if types is None:
+        row = conn.execute(NEXT_DUE_ANY).fetchone()
+    else:
+        row = conn.execute(NEXT_DUE_TYPES, {"types": jsonutil.dumps(list(types)).decode()}).fetchone()
+    return micros_to_datetime(row[0]) if row is not None else None
 
-
-# --- claim and the holder's reports --------------------------------------------------------
-
-
-def claim(
-    conn: Connection,
-    now: datetime,
-    worker: str,
-    types: Sequence[str] | None,
-    limit: int,
-    lease_seconds: int,
-    policy: RetryPolicy,
-    wanted: Callable[[], bool] | None = None,
-) -> tuple[list[Job], list[JobEvent]]:
-    """Claim up to `limit` due jobs. If `wanted()` turns false before commit (the waiting
-    client went away), raise ClaimAbandoned so the transaction rolls back."""
-    events = expire_leases(conn, now, policy)
-    rows = conn.execute(
-        update(jobs)
-        .where(jobs.c.id.in_(_claim_candidates(conn, now, types, limit)), IS_PENDING)
-        .values(
-            status=RUNNING,
-            worker_id=worker,
-            claimed_at=now,
-            attempt=jobs.c.attempt + 1,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            updated_at=now,
-        )
-        .returning(*jobs.c)
-    ).all()
-    claimed = sorted((row_to_job(r) for r in rows), key=lambda j: (-j.priority.value, j.created_at, j.id))
-    if claimed and wanted is not None and not wanted():
-        raise ClaimAbandoned()
-    claim_events = [JobEvent(EventKind.CLAIMED, j, now) for j in claimed]
-    record_events(conn, claim_events)
-    return claimed, events + claim_events
-
-
-_SQLITE_CLAIM = """
-    SELECT id FROM jobs INDEXED BY ix_jobs_claim
-    WHERE status = 'pending' AND run_at <= :now {type_filter}
-    ORDER BY priority DESC, created_at, id
-    LIMIT :limit
-"""
-
-
-def _claim_candidates(conn: Connection, now: datetime, types: Sequence[str] | None, limit: int) -> Any:
-    """The ids to claim: the first due rows in claim order, read from ix_jobs_claim.
-
-    SQLite gets the index by name (its planner, lacking statistics, may otherwise sort
-    every pending row); the write lock of BEGIN IMMEDIATE makes the claim atomic there.
-    PostgreSQL locks the rows it picks and skips rows other claims hold.
-    """
-    if conn.dialect.name == "sqlite":
-        params = [bindparam("now", now, type_=UtcTimestamp()), bindparam("limit", limit)]
-        type_filter = ""
-        if types is not None:
-            type_filter = "AND type IN :types"
-            params.append(bindparam("types", list(types), expanding=True))
-        sql = _SQLITE_CLAIM.format(type_filter=type_filter)
-        return text(sql).bindparams(*params).columns(id=Integer)
-    due = [IS_PENDING, jobs.c.run_at <= now]
-    if types is not None:
-        due.append(jobs.c.type.in_(list(types)))
-    return (
-        select(jobs.c.id)
-        .where(*due)
-        .order_by(jobs.c.priority.desc(), jobs.c.created_at, jobs.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
-
-
-def _held_job(conn: Connection, job_id: int, worker: str, attempt: int | None) -> Job:
-    job = _fetch_job(conn, job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found")
-    _check_holder(job, worker, attempt)
-    return job
-
-
-def _check_holder(job: Job, worker: str, attempt: int | None) -> None:
-    if job.status is not JobStatus.RUNNING:
-        raise Conflict(f"job {job.id} is {job.status.name}, not RUNNING")
-    if job.worker_id != worker:
-        raise Conflict(f"job {job.id} is not held by this worker")
-    if attempt is not None and attempt != job.attempt:
-        raise Conflict(f"job {job.id} is at attempt {job.attempt}, not {attempt}")
-
-
-def _guarded_update(conn: Connection, job: Job, values: dict[str, Any]) -> Job:
-    """UPDATE the row only if it is still RUNNING at the attempt we read."""
-    row = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job.id, jobs.c.status == RUNNING, jobs.c.attempt == job.attempt)
-        .values(**values)
-        .returning(*jobs.c)
-    ).first()
-    if row is None:
-        raise Conflict(f"job {job.id} changed while being updated")
-    return row_to_job(row)
-
-
-def heartbeat(
-    conn: Connection, now: datetime, worker: str, job_id: int, attempt: int | None, lease_seconds: int
-) -> Job:
-    job = _held_job(conn, job_id, worker, attempt)
-    return _guarded_update(
-        conn, job, {"lease_expires_at": now + timedelta(seconds=lease_seconds), "updated_at": now}
-    )
-
-
-_COMPLETE_ONE = (
-    update(jobs)
-    .where(jobs.c.id == bindparam("b_id"), IS_RUNNING, jobs.c.attempt == bindparam("b_attempt"))
-    .values(
-        status=JobStatus.COMPLETED.value,
-        result=bindparam("b_result", type_=JsonDocument()),
-        finished_at=bindparam("b_now", type_=UtcTimestamp()),
-        lease_expires_at=None,
-        updated_at=bindparam("b_now", type_=UtcTimestamp()),
-    )
-)
-
-
-def _apply_completions(
-    conn: Connection, now: datetime, accepted: Sequence[tuple[Job, Any]]
-) -> tuple[list[Job], list[JobEvent]]:
-    """Complete jobs already checked against their holder, in one executemany.
-
-    Each UPDATE still requires the row to be RUNNING at the attempt read, so a row that
-    changed anyway turns the whole call into a CONFLICT rather than a partial write.
-    """
-    if accepted:
-        result = conn.execute(
-            _COMPLETE_ONE,
-            [{"b_id": j.id, "b_attempt": j.attempt, "b_result": r, "b_now": now} for j, r in accepted],
-        )
-        if result.rowcount != len(accepted):
-            raise Conflict("jobs changed while being completed; nothing was applied")
-    completed = [
-        dataclasses.replace(
-            job, status=JobStatus.COMPLETED, result=r, finished_at=now, lease_expires_at=None, updated_at=now
-        )
-        for job, r in accepted
-    ]
-    events = [JobEvent(EventKind.COMPLETED, j, now) for j in completed]
-    record_events(conn, events)
-    return completed, events
-
-
-def complete(
-    conn: Connection, now: datetime, worker: str, job_id: int, result: Any, attempt: int | None
-) -> tuple[Job, list[JobEvent]]:
-    (job,), events = _apply_completions(conn, now, [(_held_job(conn, job_id, worker, attempt), result)])
-    return job, events
-
-
-def complete_many(
-    conn: Connection, now: datetime, worker: str, items: Sequence[Completion]
-) -> tuple[CompletionOutcome, list[JobEvent]]:
-    """Check every item against the rows as read, then apply the good ones in one executemany.
-
-    The rows are locked as read (FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE already
-    holds the write lock), so the checks still hold when the UPDATE runs.
-    """
-    ids = {item.id for item in items}
-    rows = conn.execute(select(jobs).where(jobs.c.id.in_(ids)).with_for_update()).all()
-    current = {r.id: row_to_job(r) for r in rows}
-    accepted: list[tuple[Job, Any]] = []
-    rejected: list[int] = []
-    seen: set[int] = set()
-    for item in items:
-        job = current.get(item.id)
-        repeated = item.id in seen
-        seen.add(item.id)
-        try:
-            if repeated or job is None:
-                raise Conflict("not applicable")
-            _check_holder(job, worker, item.attempt)
-        except Conflict:
-            rejected.append(item.id)
-            continue
-        accepted.append((job, item.result))
-    completed, events = _apply_completions(conn, now, accepted)
-    return CompletionOutcome(completed=completed, rejected=rejected), events
-
-
-def _failure_values(
-    job: Job, now: datetime, error: str, retryable: bool, retry_in: float | None, policy: RetryPolicy
-) -> dict[str, Any]:
-    if retryable and job.retry_count < job.max_retries:
-        delay = retry_in if retry_in is not None else policy.delay(job.retry_count)
-        return {
-            "status": PENDING,
-            "retry_count": job.retry_count + 1,
-            "worker_id": None,
-            "lease_expires_at": None,
-            "run_at": now + timedelta(seconds=delay),
-            "error": error,
-            "updated_at": now,
-        }
-    return {
-        "status": JobStatus.FAILED.value,
-        "lease_expires_at": None,
-        "finished_at": now,
-        "error": error,
-        "updated_at": now,
-    }
-
-
-def fail(
-    conn: Connection,
-    now: datetime,
-    worker: str,
-    job_id: int,
-    error: str,
-    retryable: bool,
-    retry_in: float | None,
-    attempt: int | None,
-    policy: RetryPolicy,
-) -> tuple[Job, list[JobEvent]]:
-    held = _held_job(conn, job_id, worker, attempt)
-    job = _guarded_update(conn, held, _failure_values(held, now, error, retryable, retry_in, policy))
-    kind = EventKind.RETRYING if job.status is JobStatus.PENDING else EventKind.FAILED
-    events = [JobEvent(kind, job, now)]
-    record_events(conn, events)
-    return job, events
-
-
-def expire_leases(conn: Connection, now: datetime, policy: RetryPolicy) -> list[JobEvent]:
-    """Treat RUNNING jobs whose lease has passed as failed attempts.
-
-    Each row is updated only if it is still RUNNING at the attempt read here, so a job
-    its holder completed (or another server expired) in the meantime is left alone.
-    """
-    rows = conn.execute(
-        select(jobs)
-        .where(IS_RUNNING, jobs.c.lease_expires_at < now)
-        .order_by(jobs.c.lease_expires_at)
-        .limit(EXPIRE_BATCH)
-    ).all()
-    events: list[JobEvent] = []
-    for row in rows:
-        stale = row_to_job(row)
-        values = _failure_values(stale, now, LEASE_EXPIRED_ERROR, True, None, policy)
-        updated = conn.execute(
-            update(jobs)
-            .where(
-                jobs.c.id == stale.id,
-                jobs.c.status == RUNNING,
-                jobs.c.attempt == stale.attempt,
-                jobs.c.lease_expires_at < now,
-            )
-            .values(**values)
-            .returning(*jobs.c)
-        ).first()
-        if updated is not None:
-            events.append(JobEvent(EventKind.LEASE_EXPIRED, row_to_job(updated), now))
-    record_events(conn, events)
-    return events
-
-
-# --- producer and admin actions ------------------------------------------------------------
-
-
-def cancel(conn: Connection, now: datetime, job_id: int, scope: JobScope) -> tuple[Job, list[JobEvent]]:
-    job = get_job(conn, job_id, scope)
-    if job is None:
-        raise NotFound(f"job {job_id} not found")
-    if job.status is not JobStatus.PENDING:
-        raise Conflict(f"job {job_id} is {job.status.name}; only PENDING jobs can be cancelled")
-    row = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.status == PENDING)
-        .values(status=JobStatus.CANCELLED.value, finished_at=now, updated_at=now)
-        .returning(*jobs.c)
-    ).first()
-    if row is None:
-        raise Conflict(f"job {job_id} is no longer PENDING")
-    events = [JobEvent(EventKind.CANCELLED, row_to_job(row), now)]
-    record_events(conn, events)
-    return events[0].job, events
-
-
-def retry(conn: Connection, now: datetime, job_id: int) -> tuple[Job, list[JobEvent]]:
-    job = _fetch_job(conn, job_id)
-    if job is None:
-        raise NotFound(f"job {job_id} not found")
-    retryable = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
-    if job.status.value not in retryable:
-        raise Conflict(f"job {job_id} is {job.status.name}; only FAILED or CANCELLED jobs can be retried")
-    row = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.status.in_(retryable))
-        .values(
-            status=PENDING,
-            retry_count=0,
-            run_at=now,
-            worker_id=None,
-            lease_expires_at=None,
-            finished_at=None,
-            updated_at=now,
-        )
-        .returning(*jobs.c)
-    ).first()
-    if row is None:
-        raise Conflict(f"job {job_id} changed while being retried")
-    events = [JobEvent(EventKind.RETRIED, row_to_job(row), now)]
-    record_events(conn, events)
-    return events[0].job, events
-
-
-def prune(conn: Connection, finished_before: datetime) -> int:
-    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events."""
-    ids = (
-        conn.execute(
-            select(jobs.c.id)
-            .where(jobs.c.finished_at < finished_before, jobs.c.status.in_(TERMINAL))
-            .limit(PRUNE_BATCH)
-        )
-        .scalars()
-        .all()
-    )
-    if ids:
-        conn.execute(delete(job_events).where(job_events.c.job_id.in_(ids)))
-        conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
-    return len(ids)

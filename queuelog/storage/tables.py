@@ -1,7 +1,11 @@
-"""The tables, in SQLAlchemy Core. Alembic migrations create them; this file describes them.
+"""The tables, in SQLAlchemy Core. Alembic migrations create them; this file describes them
+(tests/test_migrations.py checks that the two agree).
 
 `jobs` keeps the design note's columns under their names (priority stored 0/10/20/30,
-status lowercase) and adds what the contract needs.
+status lowercase) and adds what the contract needs; its columns are named as the fields
+of `queuelog.model.Job`. `job_counts` holds the counts that stats and totals read, kept in
+the same transaction as every transition; `key_state` holds the generation that tells
+each server process its cached API keys are stale.
 """
 
 from __future__ import annotations
@@ -68,9 +72,13 @@ jobs = Table(
         postgresql_where=text("status = 'running'"),
         sqlite_where=text("status = 'running'"),
     ),
-    # No index may lead with `status`: without statistics SQLite's planner prefers it to
-    # the partial indexes above and the claim turns into a sort of every pending row.
+    # Statements that must use the partial indexes above name them (INDEXED BY), because
+    # without statistics SQLite's planner may prefer the status indexes below.
     Index("ix_jobs_finished", "finished_at"),
+    # `jobs(status:, type:)`, newest first: one index per filter, each in id order.
+    Index("ix_jobs_status", "status", "id"),
+    Index("ix_jobs_type", "type", "id"),
+    Index("ix_jobs_type_status", "type", "status", "id"),
     # When the next delayed job becomes due (long-polling claims sleep until then).
     Index(
         "ix_jobs_due",
@@ -106,4 +114,26 @@ job_events = Table(
     Column("at", UtcTimestamp(), nullable=False),
     Index("ix_job_events_job", "job_id", "id"),
     sqlite_autoincrement=True,
+)
+
+# How many jobs each scope sees, by type and status. `scope` is '*' (every job, name ''),
+# 'p' (jobs created by `name`), 'w' (jobs whose worker_id is `name`) or 's' (both at once,
+# so that a key with both roles is counted once: p + w - s).
+job_counts = Table(
+    "job_counts",
+    metadata,
+    Column("scope", String(1), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("type", String(255), primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("n", BigInteger, nullable=False),
+)
+
+# One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so
+# every path that touches api_keys counts), and servers drop their cached principals.
+key_state = Table(
+    "key_state",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("generation", BigInteger, nullable=False),
 )

@@ -1,0 +1,1 @@
+"""Compiled execution of the documents that make up most traffic (see plan.py)."""

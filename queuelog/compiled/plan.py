@@ -1,0 +1,290 @@
+"""Compiled operations: documents with one root field, planned once, run without graphql-core.
+
+Most traffic is a handful of documents sent over and over by workers, producers and
+dashboards, each with a single root field and a plain selection. For those, the parse,
+the validation (every rule Strawberry applies, queuelog's limits included) and the plan
+of arguments and output are made once per document text; each request then coerces its
+variables, checks the field's role permission, calls the very resolver Strawberry would
+call, and writes the selection (output.py).
+
+Whatever a plan cannot take exactly as graphql-core would (fragments, directives,
+variables with defaults, several root fields, subscriptions, introspection, invalid
+documents, variables that do not coerce) goes the general way, through Strawberry, which
+therefore words every refusal; `run` returns None before anything has happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from graphql import (
+    FieldNode,
+    GraphQLError,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    OperationType,
+    VariableNode,
+    parse,
+    specified_rules,
+    type_from_ast,
+    value_from_ast_untyped,
+)
+from strawberry.schema.schema import validate_document
+from strawberry.utils.str_converters import to_camel_case
+
+from queuelog.compiled.coerce import DEFINITION, Coercer, Unsupported, coercer_for
+from queuelog.compiled.output import (
+    Completion,
+    FieldError,
+    FieldPlan,
+    ValuePlan,
+    fast,
+    field_guard,
+    location_of,
+    plan_value,
+)
+from queuelog.errors import QueuelogError
+from queuelog.schema.extensions import INTERNAL_MESSAGE, MAX_ERRORS
+
+log = logging.getLogger("queuelog.errors")
+MAX_PLANS = 512
+MAX_PLANNED_DOCUMENT = 16 * 1024
+
+
+@dataclasses.dataclass
+class Argument:
+    python_name: str
+    variable: str | None  # the variable it takes, or None for a literal
+    literal: Any = None
+
+
+@dataclasses.dataclass
+class Variable:
+    name: str
+    coerce: Coercer
+    required: bool
+
+
+@dataclasses.dataclass
+class OperationPlan:
+    root: FieldPlan
+    key: str
+    resolver: Any
+    guard: Any | None
+    arguments: list[Argument]
+    variables: list[Variable]
+    value: ValuePlan
+    location: dict[str, int] | None
+    guards: list[Any]  # every guarded field in the selection (e.g. Job.error)
+
+
+class CompiledInfo:
+    """What resolvers and permissions read of `info` here: the request context."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+
+class Planner:
+    def __init__(self, schema: GraphQLSchema, rules: list[Any], max_tokens: int) -> None:
+        self._schema = schema
+        self._rules = (*specified_rules, *rules)
+        self._max_tokens = max_tokens
+        self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
+
+    def plan_for(self, query: str, operation_name: str | None) -> OperationPlan | None:
+        if len(query) > MAX_PLANNED_DOCUMENT:
+            return None
+        key = (query, operation_name)
+        try:
+            plan = self._plans[key]
+        except KeyError:
+            plan = self._plan(query, operation_name)
+            self._plans[key] = plan
+            if len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _plan(self, query: str, operation_name: str | None) -> OperationPlan | None:
+        try:
+            document = parse(query, max_tokens=self._max_tokens)
+        except GraphQLError:
+            return None
+        if validate_document(self._schema, document, self._rules):
+            return None
+        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        if len(operations) != len(document.definitions):
+            return None  # fragments
+        if operation_name is None:
+            chosen = operations if len(operations) == 1 else []
+        else:
+            chosen = [o for o in operations if o.name is not None and o.name.value == operation_name]
+        if len(chosen) != 1:
+            return None
+        try:
+            return self._plan_operation(chosen[0])
+        except Unsupported:
+            return None
+        except Exception:  # a bug here must cost speed, never the request
+            log.exception("could not plan a valid document; it will run the general way")
+            return None
+
+    def _plan_operation(self, operation: OperationDefinitionNode) -> OperationPlan:
+        if operation.operation is OperationType.QUERY:
+            root = self._schema.query_type
+        elif operation.operation is OperationType.MUTATION:
+            root = self._schema.mutation_type
+        else:
+            raise Unsupported
+        selections = operation.selection_set.selections
+        if root is None or operation.directives or len(selections) != 1:
+            raise Unsupported
+        node = selections[0]
+        if not isinstance(node, FieldNode) or node.directives or node.name.value.startswith("__"):
+            raise Unsupported
+        field = root.fields[node.name.value]
+        definition = field.extensions.get(DEFINITION)
+        if definition is None or definition.base_resolver is None:
+            raise Unsupported
+        resolver = definition.base_resolver.wrapped_func
+        parameters = list(inspect.signature(resolver).parameters)
+        if not parameters or parameters[0] != "info" or not inspect.iscoroutinefunction(resolver):
+            raise Unsupported
+        variables = []
+        for variable in operation.variable_definitions or ():
+            if variable.default_value is not None or variable.directives:
+                raise Unsupported
+            graphql_type = type_from_ast(self._schema, variable.type)
+            required = variable.type.kind == "non_null_type"
+            variables.append(Variable(variable.variable.name.value, coercer_for(graphql_type), required))
+        python_names = {
+            a.graphql_name or to_camel_case(a.python_name): a.python_name for a in definition.arguments
+        }
+        arguments = []
+        for argument in node.arguments or ():
+            name = argument.name.value
+            if isinstance(argument.value, VariableNode):
+                arguments.append(Argument(python_names[name], argument.value.name.value))
+            else:
+                coerce = coercer_for(field.args[name].type)
+                literal = coerce(value_from_ast_untyped(argument.value))
+                arguments.append(Argument(python_names[name], None, literal))
+        value = plan_value(self._schema, field.type, node.selection_set)
+        key = node.alias.value if node.alias else node.name.value
+        return OperationPlan(
+            root=FieldPlan(key, None, value, root.name, node.name.value, location_of(node)),
+            key=key,
+            resolver=resolver,
+            guard=field_guard(field.extensions),
+            arguments=arguments,
+            variables=variables,
+            value=value,
+            location=location_of(node),
+            guards=_guards_of(value),
+        )
+
+
+def _guards_of(plan: ValuePlan) -> list[Any]:
+    guards = []
+    for field in plan.fields:
+        if field.guard is not None:
+            guards.append(field.guard)
+        guards.extend(_guards_of(field.value))
+    if plan.item is not None:
+        guards.extend(_guards_of(plan.item))
+    return guards
+
+
+def _allows(guard: Any, info: CompiledInfo) -> bool:
+    return bool(guard.has_permission(None, info))
+
+
+async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> dict[str, Any] | None:
+    """The response body, or None to hand the request to the general path (nothing ran)."""
+    try:
+        values = {}
+        for variable in plan.variables:
+            if variable.name in variables:
+                values[variable.name] = variable.coerce(variables[variable.name])
+            elif variable.required:
+                raise Unsupported
+    except Unsupported:
+        return None
+    kwargs = {}
+    for argument in plan.arguments:
+        if argument.variable is None:
+            kwargs[argument.python_name] = argument.literal
+        elif argument.variable in values:
+            kwargs[argument.python_name] = values[argument.variable]
+    info = CompiledInfo(context)
+    path: list[str | int] = [plan.key]
+    errors: list[FieldError] = []
+    data: Any
+    if plan.guard is not None and not _allows(plan.guard, info):
+        code = (plan.guard.error_extensions or {}).get("code", "FORBIDDEN")
+        errors.append(FieldError(plan.guard.message, code, path, plan.location))
+        data = _null_root(plan)
+    else:
+        try:
+            result = await plan.resolver(info, **kwargs)
+        except QueuelogError as refusal:
+            errors.append(FieldError(refusal.message, refusal.code, path, plan.location))
+            data = _null_root(plan)
+        except Exception:
+            log.exception("unexpected error at %s", path)
+            errors.append(FieldError(INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR", path, plan.location))
+            data = _null_root(plan)
+        else:
+            data = _serialize(plan, result, info, errors)
+    response: dict[str, Any] = {"data": data}
+    if errors:
+        response["errors"] = _formatted(errors)
+    return response
+
+
+def _null_root(plan: OperationPlan) -> dict[str, Any] | None:
+    return None if plan.value.non_null else {plan.key: None}
+
+
+def _serialize(plan: OperationPlan, result: Any, info: CompiledInfo, errors: list[FieldError]) -> Any:
+    allowed = {id(g): _allows(g, info) for g in plan.guards}
+    if all(allowed.values()):
+        try:
+            return {plan.key: fast(plan.value, result)}
+        except Exception:  # noqa: S110 - the precise run below words whatever happened
+            pass
+    completion = Completion(lambda guard: allowed[id(guard)])
+    try:
+        value = completion.value(plan.value, result, [plan.key], plan.root)
+        data: Any = {plan.key: value}
+    except Exception:
+        data = None
+    if plan.value.non_null and data is not None and data[plan.key] is None:
+        data = None
+    errors.extend(completion.errors)
+    return data
+
+
+def _formatted(errors: list[FieldError]) -> list[dict[str, Any]]:
+    shaped = []
+    seen = set()
+    for error in errors:
+        key = (error.message, tuple(error.path))
+        if key in seen:
+            continue
+        seen.add(key)
+        formatted: dict[str, Any] = {"message": error.message}
+        if error.location is not None:
+            formatted["locations"] = [error.location]
+        formatted["path"] = error.path
+        formatted["extensions"] = {"code": error.code}
+        shaped.append(formatted)
+        if len(shaped) == MAX_ERRORS:
+            break
+    return shaped

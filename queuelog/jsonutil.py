@@ -1,0 +1,47 @@
+"""JSON in and out of the server: orjson where it is installed and can, stdlib otherwise.
+
+orjson is several times faster than the json module on request bodies and responses, but
+it refuses integers wider than 64 bits, which JSON allows and payloads may hold; those
+fall back to the json module, so no valid input is refused because of the speed-up.
+NaN and Infinity are not JSON and are refused on both paths.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
+    orjson = None  # type: ignore[assignment]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(data: str | bytes) -> Any:
+    """Parse JSON; raises ValueError (or RecursionError) when it is not valid JSON."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # maybe a big integer, which the json module reads; else it raises too
+    return json.loads(data, parse_constant=_refuse_constant)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON of a response (values the server built: no NaN can occur)."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value)
+        except TypeError:
+            pass
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def canonical(value: Any) -> str:
+    """One text per JSON value: keys sorted, so object key order does not matter, while
+    1, 1.5, true and "1" stay distinct (Python's == would take 1 and true as equal)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,42 @@
+"""Who is calling: the principal behind an `Authorization: Bearer <key>` value.
+
+Principals are cached in memory by key hash, so most requests cost no key lookup. The
+cache is dropped whenever the database's keys generation moves (a trigger bumps it on
+every revoke or change of a key, whichever process or tool made it), and that generation
+is read on every request: one indexed single-row read, so a revoke takes effect on the
+very next request on every server process.
+"""
+
+from __future__ import annotations
+
+from queuelog.auth import Principal, bearer_token, hash_key
+from queuelog.storage.repository import Repository
+
+MAX_CACHED_PRINCIPALS = 10_000
+
+
+class Authenticator:
+    def __init__(self, repository: Repository) -> None:
+        self._repository = repository
+        self._principals: dict[str, Principal] = {}
+        self._generation: int | None = None
+
+    async def principal_for(self, authorization: str | None) -> Principal | None:
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        generation = self._repository.key_generation()
+        if generation != self._generation:
+            self._principals.clear()
+            self._generation = generation
+        key_hash = hash_key(token)
+        principal = self._principals.get(key_hash)
+        if principal is None:
+            key = await self._repository.find_active_key(key_hash)
+            if key is None:
+                return None  # unknown keys are not cached: they cost one lookup each
+            principal = Principal.from_key(key)
+            if len(self._principals) >= MAX_CACHED_PRINCIPALS:
+                self._principals.clear()
+            self._principals[key_hash] = principal
+        return principal

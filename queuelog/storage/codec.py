@@ -1,0 +1,78 @@
+"""Rows of `jobs` to `model.Job` and back, for the statements run on the driver directly.
+
+The decoder is generated from the table's columns, so the field list lives in two places
+only: `model.Job` and `tables.jobs` (whose column names must be the model's field names;
+checked at import). Timestamps are integer microseconds on SQLite (see storage/types.py),
+JSON columns are compact text there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from queuelog import jsonutil
+from queuelog.model import Job, JobStatus, Priority
+from queuelog.storage.tables import jobs
+from queuelog.storage.types import JsonDocument, UtcTimestamp, compact_json, to_micros
+
+JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
+JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)
+
+if set(JOB_COLUMNS) != {f.name for f in dataclasses.fields(Job)}:  # pragma: no cover
+    raise RuntimeError("tables.jobs and model.Job must have the same fields")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+PRIORITY_BY_VALUE = {p.value: p for p in Priority}
+STATUS_BY_VALUE = {s.value: s for s in JobStatus}
+
+
+def micros_to_datetime(value: int | None) -> datetime | None:
+    return None if value is None else _EPOCH + timedelta(microseconds=value)
+
+
+def json_or_none(value: str | None) -> Any:
+    return None if value is None else jsonutil.loads(value)
+
+
+def datetime_to_micros(value: datetime | None) -> int | None:
+    return None if value is None else to_micros(value)
+
+
+def json_text_or_none(value: Any) -> str | None:
+    return None if value is None else compact_json(value)
+
+
+def _decoder_for(column: Any) -> str | None:
+    if column.name == "priority":
+        return "PRIORITY_BY_VALUE.__getitem__"
+    if column.name == "status":
+        return "STATUS_BY_VALUE.__getitem__"
+    if isinstance(column.type, UtcTimestamp):
+        return "micros_to_datetime"
+    if isinstance(column.type, JsonDocument):
+        return "json_or_none"
+    return None
+
+
+def _build_decoder() -> Callable[[Sequence[Any]], Job]:
+    arguments = []
+    for index, column in enumerate(jobs.c):
+        decode = _decoder_for(column)
+        value = f"row[{index}]" if decode is None else f"{decode}(row[{index}])"
+        arguments.append(f"{column.name}={value}")
+    source = "def decode_job(row):\n    return Job(" + ", ".join(arguments) + ")\n"
+    namespace: dict[str, Any] = {
+        "Job": Job,
+        "PRIORITY_BY_VALUE": PRIORITY_BY_VALUE,
+        "STATUS_BY_VALUE": STATUS_BY_VALUE,
+        "micros_to_datetime": micros_to_datetime,
+        "json_or_none": json_or_none,
+    }
+    exec(source, namespace)  # one straight-line constructor call instead of a loop per row
+    return namespace["decode_job"]
+
+
+decode_job = _build_decoder()

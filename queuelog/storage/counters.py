@@ -1,0 +1,72 @@
+"""The `job_counts` bookkeeping: which counter rows a job is counted in, and reading them.
+
+Every transition subtracts a job from the rows of its old state and adds it to those of
+the new one, in the transaction that makes the transition; stats and totals then read a
+handful of rows instead of counting the table. Scopes: '*' (all jobs), 'p' (by creator),
+'w' (by worker) and 's' (created and worked by the same name: a key with both roles sees
+p + w - s, each job once).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from queuelog.model import Job, JobScope, JobStatus, StatusCounts
+
+CountKey = tuple[str, str, str, str]  # scope, name, type, status
+ALL, PRODUCER, WORKER, SELF = "*", "p", "w", "s"
+
+
+def count_keys(job_type: str, status: str, created_by: str, worker_id: str | None) -> list[CountKey]:
+    keys = [(ALL, "", job_type, status), (PRODUCER, created_by, job_type, status)]
+    if worker_id is not None:
+        keys.append((WORKER, worker_id, job_type, status))
+        if worker_id == created_by:
+            keys.append((SELF, worker_id, job_type, status))
+    return keys
+
+
+def keys_of(job: Job) -> list[CountKey]:
+    return count_keys(job.type, job.status.value, job.created_by, job.worker_id)
+
+
+def net(deltas: Iterable[tuple[CountKey, int]]) -> list[tuple[CountKey, int]]:
+    """Sum the changes per row and drop those that cancel out."""
+    total: Counter[CountKey] = Counter()
+    for key, change in deltas:
+        total[key] += change
+    return [(key, n) for key, n in total.items() if n]
+
+
+def scope_terms(scope: JobScope) -> list[tuple[str, str, int]]:
+    """The counter rows (scope, name) to add (+1) or subtract (-1) for a caller's scope."""
+    if scope.everything:
+        return [(ALL, "", 1)]
+    terms: list[tuple[str, str, int]] = []
+    if scope.created_by is not None:
+        terms.append((PRODUCER, scope.created_by, 1))
+    if scope.worker_id is not None:
+        terms.append((WORKER, scope.worker_id, 1))
+        if scope.created_by == scope.worker_id:
+            terms.append((SELF, scope.worker_id, -1))
+    return terms
+
+
+def by_type(
+    rows: Iterable[tuple[str, str, str, str, int]], terms: list[tuple[str, str, int]]
+) -> dict[str, dict[str, int]]:
+    """Counts per type and status from (scope, name, type, status, n) rows of the terms' scopes."""
+    signs = {(scope, name): sign for scope, name, sign in terms}
+    counts: dict[str, dict[str, int]] = {}
+    for scope, name, job_type, status, n in rows:
+        sign = signs.get((scope, name))
+        if sign is None:
+            continue
+        per_status = counts.setdefault(job_type, {})
+        per_status[status] = per_status.get(status, 0) + sign * n
+    return {t: c for t, c in counts.items() if any(c.values())}
+
+
+def status_counts(per_status: dict[str, int]) -> StatusCounts:
+    return StatusCounts(**{s.value: per_status.get(s.value, 0) for s in JobStatus})

@@ -1,0 +1,198 @@
+"""SQLite on the event loop, with group commit.
+
+Every statement queuelog runs is an indexed lookup or a bounded write that takes
+microseconds, so they run on the event loop thread itself: no thread hop per call.
+
+Writes are grouped: an operation is queued with `write()`, and the loop runs every
+operation queued during one turn in a single transaction, each inside its own SAVEPOINT
+so that a refusal (CONFLICT, NOT_FOUND...) rolls back only itself. The events and counter
+changes of the operations that succeeded are written at the end, then COMMIT, and only
+then is each caller answered: an acknowledged write has been committed (WAL with
+synchronous=NORMAL survives a killed process). One COMMIT for many requests is what lets
+one writer reach tens of thousands of writes per second.
+
+With several server processes on one file (`serve --workers N`) writers queue on an
+exclusive `flock` beside the database (write_lock.py). The loop only ever tries it
+without blocking; when another process holds it, that batch runs on a helper thread that
+waits for the lock, and new operations keep queueing for the next batch meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import make_url
+
+from queuelog.errors import DatabaseUnavailable
+from queuelog.model import JobEvent
+from queuelog.storage import operations as ops
+from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS
+from queuelog.storage.transaction import WriteTx
+from queuelog.storage.write_lock import WriteLock
+
+T = TypeVar("T")
+log = logging.getLogger("queuelog.storage")
+Operation = Callable[[WriteTx], Any]
+Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
+Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def database_path(url: str) -> str:
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        raise DatabaseUnavailable("queuelog needs a SQLite file (sqlite:///path.db), not a memory database")
+    return database
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (queuelog issues BEGIN itself), WAL, NORMAL sync."""
+    try:
+        connection = sqlite3.connect(
+            path,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=512,
+            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+        )
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+        connection.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.Error as exc:
+        raise DatabaseUnavailable(f"cannot open the SQLite database {path}: {exc}") from None
+    return connection
+
+
+class SqliteDatabase:
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+        path = database_path(url)
+        self._writer = connect(path)
+        self._reader = connect(path)
+        self._reader.execute("PRAGMA query_only=ON")
+        self._lock = WriteLock(url)
+        self._on_commit = on_commit
+        self._queue: list[tuple[Operation, asyncio.Future[Any]]] = []
+        self._flush_scheduled = False
+        self._in_thread = False
+        self._thread: ThreadPoolExecutor | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def write(self, operation: Callable[[WriteTx], T]) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((operation, future))
+        self._schedule()
+        return await future
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled and not self._in_thread and self._queue:
+            self._flush_scheduled = True
+            self._idle.clear()
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        batch = [(op, future) for op, future in self._queue if not future.cancelled()]
+        self._queue = []
+        if not batch:
+            self._idle.set()
+            return
+        if self._lock.try_acquire():
+            try:
+                outcomes, events = self._commit(batch)
+            finally:
+                self._lock.release()
+            self._settle(outcomes, events)
+            return
+        self._in_thread = True
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="queuelog-writer")
+        done = asyncio.get_running_loop().run_in_executor(self._thread, self._commit_waiting_for_lock, batch)
+        done.add_done_callback(self._thread_done)
+
+    def _commit_waiting_for_lock(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
+        with self._lock.held():
+            return self._commit(batch)
+
+    def _thread_done(self, done: asyncio.Future[tuple[list[Outcome], list[JobEvent]]]) -> None:
+        self._in_thread = False
+        outcomes, events = done.result()  # _commit catches everything
+        self._settle(outcomes, events)
+
+    def _commit(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
+        connection = self._writer
+        tx = WriteTx(connection, utcnow())
+        outcomes: list[Outcome] = []
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            for operation, future in batch:
+                mark = tx.mark()
+                connection.execute("SAVEPOINT op")
+                try:
+                    value = operation(tx)
+                except Exception as exc:
+                    connection.execute("ROLLBACK TO op")
+                    connection.execute("RELEASE op")
+                    tx.forget_since(mark)
+                    outcomes.append((future, None, exc))
+                else:
+                    connection.execute("RELEASE op")
+                    outcomes.append((future, value, None))
+            ops.write_side_effects(tx)
+            connection.execute("COMMIT")
+        except Exception as exc:  # BEGIN, a savepoint, the side tables or COMMIT: nothing is kept
+            if connection.in_transaction:
+                try:
+                    connection.execute("ROLLBACK")
+                except sqlite3.Error:  # pragma: no cover - the connection is already broken
+                    log.exception("rollback failed")
+            return [(future, None, exc) for _, future in batch], []
+        return outcomes, tx.events
+
+    def _settle(self, outcomes: list[Outcome], events: list[JobEvent]) -> None:
+        for future, value, exc in outcomes:
+            if future.done():
+                continue
+            if exc is None:
+                future.set_result(value)
+            else:
+                future.set_exception(exc)
+        if events:
+            self._on_commit(events)
+        self._schedule()
+        if not self._flush_scheduled and not self._in_thread:
+            self._idle.set()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def read(self, function: Callable[..., T], *args: Any) -> T:
+        """Run a read on the loop; several statements see one snapshot."""
+        reader = self._reader
+        reader.execute("BEGIN")
+        try:
+            return function(reader, *args)
+        finally:
+            reader.execute("COMMIT")
+
+    def read_one(self, sql: str, parameters: Any = ()) -> Any:
+        """One row of one statement (its own implicit read transaction)."""
+        return self._reader.execute(sql, parameters).fetchone()
+
+    async def close(self) -> None:
+        await self._idle.wait()
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+        self._writer.close()
+        self._reader.close()
+        self._lock.close()
