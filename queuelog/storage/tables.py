@@ -74,7 +74,12 @@ jobs = Table(
     ),
     # Statements that must use the partial indexes above name them (INDEXED BY), because
     # without statistics SQLite's planner may prefer the status indexes below.
-    Index("ix_jobs_finished", "finished_at"),
+    Index(
+        "ix_jobs_finished",
+        "finished_at",
+        postgresql_where=text("finished_at IS NOT NULL"),
+        sqlite_where=text("finished_at IS NOT NULL"),
+    ),
     # `jobs(status:, type:)`, newest first: one index per filter, each in id order.
     Index("ix_jobs_status", "status", "id"),
     Index("ix_jobs_type", "type", "id"),
@@ -87,7 +92,13 @@ jobs = Table(
         sqlite_where=text("status = 'pending'"),
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
-    Index("ix_jobs_worker", "worker_id", "id"),
+    Index(
+        "ix_jobs_worker",
+        "worker_id",
+        "id",
+        postgresql_where=text("worker_id IS NOT NULL"),
+        sqlite_where=text("worker_id IS NOT NULL"),
+    ),
     # Never reuse the id of a pruned job: ids are what clients hold on to (and cursors).
     sqlite_autoincrement=True,
 )

@@ -47,6 +47,24 @@ POSTGRES_TRIGGERS = [
 
 
 def upgrade() -> None:
+    # Only finished jobs have finished_at, and only claimed ones a worker: partial indexes
+    # keep the rows that lack them (every new job) out of those indexes.
+    op.drop_index("ix_jobs_finished", "jobs")
+    op.create_index(
+        "ix_jobs_finished",
+        "jobs",
+        ["finished_at"],
+        postgresql_where=sa.text("finished_at IS NOT NULL"),
+        sqlite_where=sa.text("finished_at IS NOT NULL"),
+    )
+    op.drop_index("ix_jobs_worker", "jobs")
+    op.create_index(
+        "ix_jobs_worker",
+        "jobs",
+        ["worker_id", "id"],
+        postgresql_where=sa.text("worker_id IS NOT NULL"),
+        sqlite_where=sa.text("worker_id IS NOT NULL"),
+    )
     op.create_index("ix_jobs_status", "jobs", ["status", "id"])
     op.create_index("ix_jobs_type", "jobs", ["type", "id"])
     op.create_index("ix_jobs_type_status", "jobs", ["type", "status", "id"])
@@ -85,3 +103,7 @@ def downgrade() -> None:
     op.drop_index("ix_jobs_type_status", "jobs")
     op.drop_index("ix_jobs_type", "jobs")
     op.drop_index("ix_jobs_status", "jobs")
+    op.drop_index("ix_jobs_worker", "jobs")
+    op.create_index("ix_jobs_worker", "jobs", ["worker_id", "id"])
+    op.drop_index("ix_jobs_finished", "jobs")
+    op.create_index("ix_jobs_finished", "jobs", ["finished_at"])
