@@ -45,15 +45,23 @@ class Metrics:
         }
 
     def observe_events(self, events: Sequence[JobEvent]) -> None:
+        # Summed first: one labels().inc() per counter and type, not per event.
+        increments: dict[tuple[Counter, str], int] = {}
         for event in events:
+            job_type = event.job.type
             if event.kind is EventKind.LEASE_EXPIRED:
-                self.lease_expired.labels(event.job.type).inc()
                 retried = event.job.status is JobStatus.PENDING
-                (self.retried if retried else self.failed).labels(event.job.type).inc()
-                continue
-            counter = self._by_kind.get(event.kind)
-            if counter is not None:
-                counter.labels(event.job.type).inc()
+                counters = (self.lease_expired, self.retried if retried else self.failed)
+            else:
+                counter = self._by_kind.get(event.kind)
+                counters = (counter,) if counter is not None else ()
+            for counter in counters:
+                increments[counter, job_type] = increments.get((counter, job_type), 0) + 1
+        for (counter, job_type), n in increments.items():
+            counter.labels(job_type).inc(n)
+
+    def observe_request(self, path: str, method: str, seconds: float) -> None:
+        self.request_latency.labels(path, method).observe(seconds)
 
     async def render(self, repository: Repository) -> bytes:
         stats = await repository.queue_stats(ALL_JOBS)

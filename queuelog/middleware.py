@@ -115,4 +115,4 @@ class RequestTiming:
             await self.app(scope, receive, send)
         finally:
             path = scope["path"] if scope["path"] in self.known_paths else "other"
-            self.metrics.request_latency.labels(path, scope["method"]).observe(time.perf_counter() - started)
+            self.metrics.observe_request(path, scope["method"], time.perf_counter() - started)
