@@ -1,103 +1,188 @@
-"""The baseline of enqueue_http.py: a bare Starlette app, no GraphQL.
+"""The bare baseline of the HTTP figures: Starlette + stdlib sqlite3 on the event loop, no GraphQL.
 
-    BENCH_BASELINE_DATABASE_URL=sqlite:////tmp/x.db python -m uvicorn _baseline_app:create_app \
-        --factory --app-dir bench
+    BENCH_BASELINE_DB=/tmp/x.db python -m uvicorn _baseline_app:create_app --factory --app-dir bench
 
-POST /graphql parses the same JSON body queuelog gets (`{"query", "variables": {"input":
-{...}}}`), ignores the query text, and does the same single-row INSERT into queuelog's own
-`jobs` table (the database is migrated by `queuelog migrate` first, so table and indexes are
-identical) with SQLAlchemy Core on the stdlib sqlite3 driver, WAL and synchronous=NORMAL.
-Like queuelog, writes run on one dedicated writer thread, so concurrent requests queue
-in-process instead of on SQLite's file lock. It answers the same response shape.
+It is the lightest honest way to do each operation over HTTP on one machine: one process
+served by uvicorn exactly as `queuelog serve` is served (uvloop + httptools, log level
+warning), one stdlib sqlite3 connection used directly on the event loop (no thread hop),
+WAL and synchronous=NORMAL (a commit is durable against a process crash, like queuelog's),
+autocommit: every statement is its own transaction. Each request body is the very JSON
+body queuelog gets for the same operation (`{"query", "variables"}`); the baseline ignores
+the query text and reads the variables.
 
-What it leaves out, on purpose: GraphQL parsing/validation/execution, authentication (the
-API-key lookup), input validation, the job_events row, the RETURNING of the whole row,
-middleware (CORS, body limit, timing metrics) and event fan-out.
+- `POST /enqueue`: one INSERT of `variables.input`; answers `{"id": N}`.
+- `POST /claim`: one atomic `UPDATE ... WHERE id = (SELECT ... LIMIT 1) RETURNING`;
+  answers `{"id", "type", "payload", "attempt"}` or `null`. With `variables.waitSeconds`
+  it waits for an enqueue (an asyncio future that `/enqueue` resolves; no polling).
+- `POST /complete`: one guarded `UPDATE ... WHERE id=? AND status='running' AND
+  worker_id=? AND attempt=?`; answers `{"id", "status"}`, or 409 when nothing matched.
+- `GET /healthz`: `{"status": "ok"}`.
+
+Its table (SCHEMA below) has queuelog's job columns and the one index its own claim needs.
+It leaves out on purpose: authentication, input validation, idempotency keys, job events,
+counters, the dashboard's filter indexes, middleware. That is what "lightest honest" means
+here: every figure compares queuelog with the least work that still does the operation
+durably over HTTP.
+
+The schema and statements are also used by the in-process ceilings (`bench/fig_batch.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+import time
 from typing import Any
 
-from sqlalchemy import MetaData, Table, create_engine, event, insert
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    retry_count INTEGER NOT NULL DEFAULT 0,
+    max_retries INTEGER NOT NULL,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    idempotency_key TEXT,
+    claimed_at INTEGER,
+    worker_id TEXT,
+    lease_expires_at INTEGER,
+    run_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    result TEXT,
+    error TEXT,
+    created_by TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_jobs_claim ON jobs (priority DESC, created_at, id) WHERE status = 'pending';
+"""
 
+INSERT_SQL = (
+    "INSERT INTO jobs (type, payload, priority, status, max_retries, idempotency_key, run_at, "
+    "created_by, created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)"
+)
+CLAIM_ONE_SQL = (
+    "UPDATE jobs SET status = 'running', worker_id = ?, claimed_at = ?, attempt = attempt + 1, "
+    "lease_expires_at = ?, updated_at = ? "
+    "WHERE id = (SELECT id FROM jobs WHERE status = 'pending' AND run_at <= ? "
+    "ORDER BY priority DESC, created_at, id LIMIT 1) "
+    "RETURNING id, type, payload, attempt"
+)
+CLAIM_MANY_SQL = (
+    "UPDATE jobs SET status = 'running', worker_id = ?, claimed_at = ?, attempt = attempt + 1, "
+    "lease_expires_at = ?, updated_at = ? "
+    "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND run_at <= ? "
+    "ORDER BY priority DESC, created_at, id LIMIT ?) "
+    "RETURNING id, type, payload, attempt"
+)
+COMPLETE_SQL = (
+    "UPDATE jobs SET status = 'completed', result = ?, finished_at = ?, lease_expires_at = NULL, "
+    "updated_at = ? WHERE id = ? AND status = 'running' AND worker_id = ? AND attempt = ?"
+)
 PRIORITIES = {"LOW": 0, "MEDIUM": 10, "HIGH": 20, "CRITICAL": 30}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+LEASE_MICROS = 300 * 1_000_000
+WORKER = "bench-worker"
+PRODUCER = "bench-producer"
 
 
-def _micros(value: datetime) -> int:
-    delta = value - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+def connect(path: str) -> sqlite3.Connection:
+    """An autocommit connection with the pragmas every baseline uses."""
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(SCHEMA)
+    return db
 
 
-def create_app() -> Starlette:
-    url = os.environ["BENCH_BASELINE_DATABASE_URL"]
-    engine = create_engine(
-        url, pool_size=1, max_overflow=0, connect_args={"check_same_thread": False, "timeout": 30}
+def micros() -> int:
+    return time.time_ns() // 1000
+
+
+def insert_params(item: dict[str, Any], now: int, producer: str = PRODUCER) -> tuple[Any, ...]:
+    return (
+        item["type"],
+        json.dumps(item.get("payload", {}), separators=(",", ":"), ensure_ascii=False),
+        PRIORITIES[item.get("priority", "LOW")],
+        item.get("maxRetries", 3),
+        item.get("idempotencyKey"),
+        now,
+        producer,
+        now,
+        now,
     )
 
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
 
-    jobs = Table("jobs", MetaData(), autoload_with=engine)
-    statement = insert(jobs).returning(jobs.c.id)
-    writer = ThreadPoolExecutor(1, thread_name_prefix="baseline-writer")
+def create_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
 
-    def insert_row(row: dict[str, Any]) -> int:
-        with engine.begin() as conn:
-            return int(conn.execute(statement, row).scalar_one())
+    db = connect(os.environ["BENCH_BASELINE_DB"])
+    waiters: set[asyncio.Future[None]] = set()
+
+    def claim_one() -> Response | None:
+        now = micros()
+        row = db.execute(CLAIM_ONE_SQL, (WORKER, now, now + LEASE_MICROS, now, now)).fetchone()
+        if row is None:
+            return None
+        body = b'{"id":%d,"type":%s,"payload":%s,"attempt":%d}' % (
+            row[0],
+            json.dumps(row[1]).encode(),
+            row[2].encode(),
+            row[3],
+        )
+        return Response(body, media_type="application/json")
 
     async def enqueue(request: Request) -> Response:
-        body = await request.json()
-        item = body["variables"]["input"]
-        now = _micros(datetime.now(UTC))
-        row = {
-            "type": item["type"],
-            "payload": json.dumps(item.get("payload", {}), separators=(",", ":"), ensure_ascii=False),
-            "priority": PRIORITIES[item.get("priority", "LOW")],
-            "status": "pending",
-            "retry_count": 0,
-            "max_retries": item.get("maxRetries", 3),
-            "attempt": 0,
-            "idempotency_key": item.get("idempotencyKey"),
-            "run_at": now,
-            "created_by": "baseline",
-            "created_at": now,
-            "updated_at": now,
-        }
-        job_id = await asyncio.get_running_loop().run_in_executor(writer, insert_row, row)
-        return JSONResponse(
-            {"data": {"enqueueJob": {"created": True, "job": {"id": str(job_id), "status": "PENDING"}}}}
-        )
+        item = (await request.json())["variables"]["input"]
+        cursor = db.execute(INSERT_SQL, insert_params(item, micros()))
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        return JSONResponse({"id": cursor.lastrowid})
+
+    async def claim(request: Request) -> Response:
+        variables = (await request.json()).get("variables") or {}
+        deadline = time.monotonic() + min(30, int(variables.get("waitSeconds") or 0))
+        while True:
+            answer = claim_one()
+            if answer is not None:
+                return answer
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return JSONResponse(None)
+            waiter = asyncio.get_running_loop().create_future()
+            waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                pass
+            finally:
+                waiters.discard(waiter)
+
+    async def complete(request: Request) -> Response:
+        variables = (await request.json())["variables"]
+        now = micros()
+        result = json.dumps(variables.get("result"), separators=(",", ":"), ensure_ascii=False)
+        job_id = int(variables["id"])
+        cursor = db.execute(COMPLETE_SQL, (result, now, now, job_id, WORKER, variables.get("attempt")))
+        if cursor.rowcount != 1:
+            return JSONResponse({"error": "conflict"}, status_code=409)
+        return JSONResponse({"id": job_id, "status": "COMPLETED"})
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            writer.shutdown(wait=True)
-            engine.dispose()
-
     return Starlette(
-        routes=[Route("/graphql", enqueue, methods=["POST"]), Route("/healthz", healthz)],
-        lifespan=lifespan,
+        routes=[
+            Route("/enqueue", enqueue, methods=["POST"]),
+            Route("/claim", claim, methods=["POST"]),
+            Route("/complete", complete, methods=["POST"]),
+            Route("/healthz", healthz),
+        ]
     )

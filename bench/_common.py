@@ -1,18 +1,18 @@
-"""Shared helpers for the benchmarks in this directory.
+"""Shared helpers of `python -m bench`.
 
-- starting real server processes (`queuelog serve`, or any app under uvicorn) on a temp
-  SQLite file and a free loopback port, and stopping them again;
+- starting real server processes (`queuelog serve`, any app under uvicorn, `queuelog
+  worker`) on temp SQLite files and free loopback ports, and stopping them again;
 - creating API keys with the `queuelog keys create` command;
-- a small keep-alive HTTP/1.1 client on raw asyncio streams (cheap enough that the
-  load generator is not what limits a single server process);
-- latency percentiles, CPU accounting of the server process, and the report table.
+- a small keep-alive HTTP/1.1 client on raw asyncio streams (the load generator when wrk
+  is missing, and the driver of every sequential measurement);
+- percentiles, and CPU and memory of processes read from /proc;
+- py-spy around a measured part.
 
-Only loopback addresses are used, and every load is bounded in request count.
+Only loopback addresses are used; every loop in the suite is bounded in count and time.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -25,10 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -37,10 +37,7 @@ PYTHON = sys.executable
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT = 60.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
-PERCENTILES = (50, 90, 99)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-T = TypeVar("T")
 
 
 # --- processes -------------------------------------------------------------------------------
@@ -63,7 +60,64 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def _clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def process_memory(pid: int) -> tuple[int, int] | None:
+    """(VmRSS, VmHWM) of a process in bytes: its resident memory now and at its peak."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in status.splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            values[name] = int(rest.split()[0]) * 1024
+    if len(values) != 2:
+        return None
+    return values["VmRSS"], values["VmHWM"]
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid`: /proc/PID/task/*/children, else a scan of every PPid."""
+    children_files = list(Path(f"/proc/{pid}/task").glob("*/children"))
+    if children_files:
+        found: list[int] = []
+        for path in children_files:
+            with contextlib.suppress(OSError):
+                found.extend(int(x) for x in path.read_text().split())
+        return found
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of `pid` and its live descendants, all threads; None if `pid` is gone."""
+    own = process_cpu_seconds(pid)
+    if own is None:
+        return None
+    total, todo = own, child_pids(pid)
+    while todo:
+        child = todo.pop()
+        total += process_cpu_seconds(child) or 0.0
+        todo.extend(child_pids(child))
+    return total
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile (numpy's default); nan for no samples."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    rank = (len(ordered) - 1) * p / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
     env.update(extra or {})
     return env
@@ -76,13 +130,24 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     admin_key: str | None = None
+    whole_tree: bool = False  # count the CPU of its child processes too (`serve --workers N`)
+    database_url: str = ""
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
     def cpu_seconds(self) -> float | None:
+        if self.whole_tree:
+            return tree_cpu_seconds(self.process.pid)
         return process_cpu_seconds(self.process.pid)
+
+    def memory(self) -> tuple[int, int] | None:
+        return process_memory(self.process.pid)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -105,7 +170,7 @@ def _launch(name: str, command: Sequence[str], workdir: Path, env: Mapping[str, 
             list(command),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_clean_env(env),
+            env=clean_env(env),
             cwd=workdir,
             start_new_session=True,  # Ctrl-C on the benchmark does not hit the servers first
         )
@@ -139,10 +204,12 @@ def start_queuelog(
     extra_args: Sequence[str] = (),
     wrapper: Sequence[str] = (),
     name: str = "queuelog",
+    wait: bool = True,
 ) -> ServerProcess:
     """`python -m queuelog serve` on a free port; waits for /healthz and reads the admin key.
 
     `wrapper` is prepended to the command (e.g. a profiler: `py-spy record -o x.svg --`).
+    With wait=False it returns at once: call `queuelog_ready` before using the server.
     """
     port = free_port()
     command = [
@@ -162,17 +229,31 @@ def start_queuelog(
         *extra_args,
     ]
     server = _launch(name, command, workdir, None)
+    server.database_url = database_url
+    if wait:
+        queuelog_ready(server)
+    return server
+
+
+def queuelog_ready(server: ServerProcess) -> ServerProcess:
+    """Wait for /healthz of a fresh `queuelog serve` and read the ADMIN key it printed."""
     wait_healthy(server)
     found = KEY_PATTERN.search(server.log())
     if found is None:
         server.stop()
-        raise RuntimeError(f"{name} printed no bootstrap ADMIN key (not a fresh database?)")
+        raise RuntimeError(f"{server.name} printed no bootstrap ADMIN key (not a fresh database?)")
     server.admin_key = found.group(0)
     return server
 
 
 def start_uvicorn(
-    workdir: Path, app: str, *, app_dir: Path = BENCH_DIR, env: Mapping[str, str] | None = None, name: str
+    workdir: Path,
+    app: str,
+    *,
+    app_dir: Path = BENCH_DIR,
+    env: Mapping[str, str] | None = None,
+    name: str,
+    wait: bool = True,
 ) -> ServerProcess:
     """`python -m uvicorn --factory app` served the way `queuelog serve` serves queuelog.
 
@@ -197,13 +278,14 @@ def start_uvicorn(
         "--no-proxy-headers",
     ]
     server = _launch(name, command, workdir, env)
-    wait_healthy(server)
+    if wait:
+        wait_healthy(server)
     return server
 
 
 def queuelog_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [PYTHON, "-m", "queuelog", *args], capture_output=True, text=True, env=_clean_env(), check=False
+        [PYTHON, "-m", "queuelog", *args], capture_output=True, text=True, env=clean_env(), check=False
     )
 
 
@@ -226,7 +308,7 @@ def make_keys(database_url: str, specs: Sequence[tuple[str, str]]) -> dict[str, 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_clean_env(),
+            env=clean_env(),
         )
         for name, role in specs
     }
@@ -303,8 +385,7 @@ class HttpConnection:
         return self._reader, self._writer
 
     async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
-        reader, writer = await self._connect()
-        writer.write(
+        return await self.request(
             b"POST "
             + path.encode()
             + b" HTTP/1.1\r\n"
@@ -312,6 +393,14 @@ class HttpConnection:
             + f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        return await self.request(b"GET " + path.encode() + b" HTTP/1.1\r\n" + self._prefix + b"\r\n")
+
+    async def request(self, raw: bytes) -> tuple[int, bytes]:
+        """Send one raw HTTP/1.1 request; returns the status and the whole body."""
+        reader, writer = await self._connect()
+        writer.write(raw)
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         lower = head.lower()
@@ -372,208 +461,11 @@ def event_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
-# --- measuring -------------------------------------------------------------------------------
-
-
-@dataclass
-class Measurement:
-    """`ops` operations (requests, or jobs) in `seconds` of wall time, and per-call latencies."""
-
-    label: str
-    ops: int
-    seconds: float
-    latencies: list[float] = field(default_factory=list)
-    server_cpu: float | None = None  # CPU seconds the server process used meanwhile
-    client_cpu: float | None = None  # CPU seconds this process used meanwhile
-    calls: int | None = None
-
-    @property
-    def throughput(self) -> float:
-        return self.ops / self.seconds if self.seconds > 0 else float("nan")
-
-    def percentile(self, p: float) -> float:
-        return percentile(self.latencies, p)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "ops": self.ops,
-            "seconds": round(self.seconds, 6),
-            "ops_per_s": round(self.throughput, 2),
-            "calls": self.calls if self.calls is not None else len(self.latencies),
-            **{f"p{p}_ms": round(self.percentile(p) * 1000, 3) for p in PERCENTILES},
-            "server_cpu_s": self.server_cpu,
-            "client_cpu_s": self.client_cpu,
-        }
-
-
-def percentile(samples: Sequence[float], p: float) -> float:
-    """Linear-interpolated percentile (numpy's default); nan for no samples."""
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    rank = (len(ordered) - 1) * p / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def merge(label: str, parts: Sequence[Measurement]) -> Measurement:
-    """Several rounds of one target as one: summed ops and time, pooled latencies."""
-
-    def total(values: Sequence[float | None]) -> float | None:
-        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
-
-    return Measurement(
-        label=label,
-        ops=sum(m.ops for m in parts),
-        seconds=sum(m.seconds for m in parts),
-        latencies=[x for m in parts for x in m.latencies],
-        server_cpu=total([m.server_cpu for m in parts]),
-        client_cpu=total([m.client_cpu for m in parts]),
-        calls=sum(m.calls if m.calls is not None else len(m.latencies) for m in parts),
-    )
-
-
-async def measured(
-    label: str, work: Callable[[], Awaitable[tuple[int, list[float]]]], server: ServerProcess
-) -> Measurement:
-    """Run `work` against `server` and time it, with the server's and this process's CPU.
-
-    `work` returns the number of operations done and the latency of each call.
-    """
-    cpu_before = server.cpu_seconds()
-    client_before = time.process_time()
-    started = time.perf_counter()
-    ops, latencies = await work()
-    seconds = time.perf_counter() - started
-    client_cpu = time.process_time() - client_before
-    cpu_after = server.cpu_seconds()
-    server_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
-    return Measurement(label, ops, seconds, latencies, server_cpu, client_cpu)
-
-
-def measured_in_process(label: str, work: Callable[[], tuple[int, list[float]]]) -> Measurement:
-    """Time an in-process baseline; its CPU time is reported as the "server" CPU."""
-    cpu_before = time.process_time()
-    started = time.perf_counter()
-    ops, latencies = work()
-    seconds = time.perf_counter() - started
-    return Measurement(label, ops, seconds, latencies, server_cpu=time.process_time() - cpu_before)
-
-
-async def timed(call: Awaitable[T], latencies: list[float]) -> T:
-    started = time.perf_counter()
-    try:
-        return await call
-    finally:
-        latencies.append(time.perf_counter() - started)
-
-
-# --- reporting -------------------------------------------------------------------------------
-
-
-@dataclass
-class Comparison:
-    """One operation measured on the subject (queuelog) and on its baseline in the same run."""
-
-    title: str
-    subject: Measurement
-    baseline: Measurement
-    unit: str = "ops/s"
-    note: str = ""
-
-    @property
-    def throughput_ratio(self) -> float:
-        """Baseline throughput / queuelog throughput: how many times slower queuelog is."""
-        return self.baseline.throughput / self.subject.throughput
-
-    def latency_ratio(self, p: float) -> float:
-        return self.subject.percentile(p) / self.baseline.percentile(p)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "title": self.title,
-            "unit": self.unit,
-            "subject": self.subject.to_dict(),
-            "baseline": self.baseline.to_dict(),
-            "throughput_ratio_baseline_over_subject": round(self.throughput_ratio, 3),
-            **{f"p{p}_ratio_subject_over_baseline": round(self.latency_ratio(p), 3) for p in PERCENTILES},
-        }
-
-
-def _fmt(value: float | None, digits: int = 2, suffix: str = "") -> str:
-    if value is None or value != value:  # None or nan
-        return "-"
-    return f"{value:,.{digits}f}{suffix}"
-
-
-def _cpu_per_op_ms(m: Measurement) -> float | None:
-    return m.server_cpu * 1000 / m.ops if m.server_cpu is not None and m.ops else None
-
-
-def _client_share(m: Measurement) -> float | None:
-    return 100 * m.client_cpu / m.seconds if m.client_cpu is not None and m.seconds > 0 else None
-
-
-def format_report(heading: str, comparisons: Sequence[Comparison]) -> str:
-    """A plain-text table: per comparison a baseline row, a queuelog row and a ratio row.
-
-    Ratios are "how many times worse queuelog is": baseline ops/s over queuelog ops/s, and
-    queuelog latency over baseline latency (1.00x = parity, 2.00x = half as fast).
-    """
-    header = (
-        f"{'':<28} {'throughput':>16} {'calls':>7} "
-        + " ".join(f"{f'p{p} ms':>9}" for p in PERCENTILES)
-        + f" {'srv CPU/op':>11} {'client CPU':>10}"
-    )
-    lines = [heading, "=" * len(header), header, "-" * len(header)]
-    for c in comparisons:
-        lines.append(c.title + (f"  ({c.note})" if c.note else ""))
-        for m in (c.baseline, c.subject):
-            calls = m.calls if m.calls is not None else len(m.latencies)
-            lines.append(
-                f"  {m.label:<26} {_fmt(m.throughput, 1):>10} {c.unit:<5} {calls:>7} "
-                + " ".join(f"{_fmt(m.percentile(p) * 1000, 2):>9}" for p in PERCENTILES)
-                + f" {_fmt(_cpu_per_op_ms(m), 3, ' ms'):>11} {_fmt(_client_share(m), 0, '%'):>10}"
-            )
-        lines.append(
-            f"  {'ratio (queuelog cost)':<26} {_fmt(c.throughput_ratio, 2, 'x'):>16} {'':>7} "
-            + " ".join(f"{_fmt(c.latency_ratio(p), 2, 'x'):>9}" for p in PERCENTILES)
-            + f" {_fmt(_ratio(_cpu_per_op_ms(c.subject), _cpu_per_op_ms(c.baseline)), 2, 'x'):>11}"
-        )
-        lines.append("")
-    lines.append(
-        "ratio = baseline throughput / queuelog throughput, and queuelog / baseline for latency and\n"
-        "server CPU per op: 1.00x is parity, higher is worse. srv CPU/op: CPU time of the server\n"
-        "process (all threads) per op; client CPU: this load generator's CPU share of wall time."
-    )
-    return "\n".join(lines)
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def print_report(heading: str, comparisons: Sequence[Comparison], json_path: str | None = None) -> None:
-    print(format_report(heading, comparisons), flush=True)
-    if json_path:
-        Path(json_path).write_text(json.dumps([c.to_dict() for c in comparisons], indent=2) + "\n")
-        print(f"wrote {json_path}")
-
-
 def machine_line() -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     return (
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
-    )
-
-
-def common_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the temp directory (server logs, databases) afterwards"
     )
 
 
@@ -619,3 +511,44 @@ def py_spy(pid: int | None, output: str | None, rate: int = 200) -> Iterator[Non
             stderr(f"py-spy failed ({sampler.returncode}): {err.decode(errors='replace')[-500:]}")
         else:
             stderr(f"py-spy profile of pid {pid} written to {output}")
+
+
+# --- queuelog workers ------------------------------------------------------------------------
+
+NOOP_HANDLERS = '''"""No-op handlers for `python -m bench` (written into its temp directory)."""
+
+
+async def noop(job):
+    return None
+
+
+HANDLERS = {"noop": noop}
+'''
+
+
+def start_worker(
+    workdir: Path, url: str, key: str, concurrency: int, log_name: str = "worker"
+) -> subprocess.Popen[bytes]:
+    """`python -m queuelog worker --handlers bench_noop:HANDLERS --concurrency C` (async no-op)."""
+    (workdir / "bench_noop.py").write_text(NOOP_HANDLERS)
+    with (workdir / f"{log_name}.log").open("wb") as log_file:
+        return subprocess.Popen(
+            [PYTHON, "-m", "queuelog", "worker", "--url", url, "--key", key]
+            + ["--handlers", "bench_noop:HANDLERS", "--concurrency", str(concurrency)],
+            cwd=workdir,
+            env=clean_env(),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds; a no-op for a process already gone."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

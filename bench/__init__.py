@@ -1,0 +1,1 @@
+"""queuelog's benchmark suite: `python -m bench` (see bench/README.md)."""

@@ -1,0 +1,299 @@
+"""Figure 3: batches over HTTP in jobs/s, with a raw in-process sqlite3 ceiling beside them.
+
+queuelog (one `serve`, fresh database), C connections, three phases in turn, each bounded
+by --batch-jobs jobs and --batch-seconds seconds:
+
+1. enqueue:  producers send `enqueueJobs` of 100 (bodies built beforehand);
+2. claim:    workers (one WORKER key each) call `claimJobs(limit: 100)` until [] and hold
+             what they get;
+3. complete: each worker sends `completeJobs` of 100 items (id, attempt, result).
+
+The ceiling does the same phases in this process on stdlib sqlite3 (the baseline's table,
+WAL, synchronous=NORMAL), sequentially, one transaction per batch of 100: executemany
+INSERT, `UPDATE ... WHERE id IN (SELECT ... LIMIT 100) RETURNING`, executemany guarded
+UPDATE. No HTTP, no JSON: it is the floor of the SQL, for context, not a target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import _baseline_app as base
+from bench._api import COMPLETE_MANY, RESULT, Api, chunks, enqueue_many, job_input
+from bench._common import (
+    HttpConnection,
+    HttpError,
+    ServerProcess,
+    bearer,
+    graphql_body,
+    graphql_data,
+    percentile,
+)
+from bench._context import Context
+from bench._report import Figure, ms, num, ratio, rx
+
+ENQUEUE_MANY = (
+    "mutation EnqueueMany($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { job { id } } }"
+)
+CLAIM_MANY = "mutation ClaimMany { claimJobs(limit: 100) { id type payload attempt } }"
+BATCH = 100
+TARGET = 80_000
+
+
+@dataclass
+class Phase:
+    jobs: int = 0
+    seconds: float = 0.0
+    calls: list[float] = field(default_factory=list)  # latency per call
+    server_cpu: float | None = None
+    client_cpu: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds > 0 else float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "jobs": self.jobs,
+            "seconds": round(self.seconds, 4),
+            "jobs_per_s": round(self.rate, 1),
+            "calls": len(self.calls),
+            "p50_call_ms": round(percentile(self.calls, 50) * 1000, 3),
+            "p99_call_ms": round(percentile(self.calls, 99) * 1000, 3),
+            "server_cpu_s": self.server_cpu,
+            "client_cpu_s": round(self.client_cpu, 3) if self.client_cpu is not None else None,
+        }
+
+
+async def measured(server: ServerProcess | None, work: Callable[[Phase], Awaitable[None]]) -> Phase:
+    phase = Phase()
+    cpu_before = server.cpu_seconds() if server else None
+    client_before = time.process_time()
+    started = time.perf_counter()
+    await work(phase)
+    phase.seconds = time.perf_counter() - started
+    phase.client_cpu = time.process_time() - client_before
+    if server is not None and cpu_before is not None:
+        after = server.cpu_seconds()
+        phase.server_cpu = after - cpu_before if after is not None else None
+    return phase
+
+
+def batch_figure(ctx: Context, fig: Figure) -> None:
+    s = ctx.settings
+    queuelog = ctx.queuelog()
+    names = [("bench-producer", "producer")] + [
+        (f"bench-worker-{i}", "worker") for i in range(s.batch_connections)
+    ]
+    keys = ctx.keys(queuelog, names)
+    workers = [keys[f"bench-worker-{i}"] for i in range(s.batch_connections)]
+    url = queuelog.url
+
+    async def warm_up() -> None:
+        await enqueue_many(url, keys["bench-producer"], 2000, batch=BATCH, connections=2, start=50_000_000)
+        async with Api(url, workers[0]) as api:
+            while jobs := (await api.call(CLAIM_MANY))["claimJobs"]:
+                items = [{"id": j["id"], "attempt": j["attempt"], "result": RESULT} for j in jobs]
+                await api.call(COMPLETE_MANY, {"items": items})
+
+    ctx.run(warm_up())
+    bodies = [
+        graphql_body(ENQUEUE_MANY, {"inputs": [job_input(i) for i in ids]})
+        for ids in chunks(range(s.batch_jobs), BATCH)
+    ]
+    held: list[list[tuple[str, int]]] = [[] for _ in workers]
+
+    async def enqueue(phase: Phase) -> None:
+        pending = iter(bodies)
+        deadline = time.perf_counter() + s.batch_seconds
+
+        async def producer() -> None:
+            conn = HttpConnection(url, bearer(keys["bench-producer"]))
+            try:
+                for body in pending:
+                    if time.perf_counter() > deadline:
+                        return
+                    started = time.perf_counter()
+                    answer = graphql_data(*await conn.post("/graphql", body))["enqueueJobs"]
+                    phase.calls.append(time.perf_counter() - started)
+                    if len(answer) != BATCH:
+                        raise HttpError(f"enqueueJobs answered {len(answer)} jobs of {BATCH}")
+                    phase.jobs += BATCH
+            finally:
+                await conn.close()
+
+        await asyncio.gather(*(producer() for _ in workers))
+
+    async def claim(phase: Phase) -> None:
+        deadline = time.perf_counter() + s.batch_seconds
+        body = graphql_body(CLAIM_MANY)
+
+        async def worker(index: int) -> None:
+            conn = HttpConnection(url, bearer(workers[index]))
+            try:
+                while time.perf_counter() < deadline:
+                    started = time.perf_counter()
+                    jobs = graphql_data(*await conn.post("/graphql", body))["claimJobs"]
+                    phase.calls.append(time.perf_counter() - started)
+                    if not jobs:
+                        return
+                    held[index].extend((j["id"], j["attempt"]) for j in jobs)
+                    phase.jobs += len(jobs)
+            finally:
+                await conn.close()
+
+        await asyncio.gather(*(worker(i) for i in range(len(workers))))
+
+    complete_bodies: list[list[bytes]] = []  # built after the claim phase, outside the timing
+
+    async def complete(phase: Phase) -> None:
+        deadline = time.perf_counter() + s.batch_seconds
+
+        async def worker(index: int) -> None:
+            conn = HttpConnection(url, bearer(workers[index]))
+            try:
+                for part, body in zip(chunks(held[index], BATCH), complete_bodies[index], strict=True):
+                    if time.perf_counter() > deadline:
+                        return
+                    started = time.perf_counter()
+                    outcome = graphql_data(*await conn.post("/graphql", body))["completeJobs"]
+                    phase.calls.append(time.perf_counter() - started)
+                    if outcome["rejected"] or len(outcome["completed"]) != len(part):
+                        raise HttpError(f"completeJobs rejected {outcome['rejected'][:5]}")
+                    phase.jobs += len(part)
+            finally:
+                await conn.close()
+
+        await asyncio.gather(*(worker(i) for i in range(len(workers))))
+
+    with ctx.profile(queuelog):
+        phases = {
+            "enqueue": ctx.run(measured(queuelog, enqueue)),
+            "claim": ctx.run(measured(queuelog, claim)),
+        }
+        complete_bodies[:] = [
+            [
+                graphql_body(
+                    COMPLETE_MANY, {"items": [{"id": i, "attempt": a, "result": RESULT} for i, a in part]}
+                )
+                for part in chunks(jobs, BATCH)
+            ]
+            for jobs in held
+        ]
+        phases["complete"] = ctx.run(measured(queuelog, complete))
+    ctx.log(", ".join(f"{k} {v.jobs} jobs in {v.seconds:.2f} s" for k, v in phases.items()))
+    ceiling = raw_ceiling(ctx, s.batch_jobs, s.batch_seconds)
+
+    titles = {
+        "enqueue": f"enqueueJobs (100 a call), {len(workers)} conns",
+        "claim": f"claimJobs(limit: 100), {len(workers)} conns",
+        "complete": f"completeJobs (100 items), {len(workers)} conns",
+    }
+    for name, title in titles.items():
+        q, c = phases[name], ceiling[name]
+        fig.add(
+            title,
+            num(q.rate, 0, "jobs/s"),
+            num(c.rate, 0, "jobs/s"),
+            rx(ratio(q.rate, c.rate)),
+            f">= {TARGET:,} jobs/s",
+            met=q.rate >= TARGET,
+        )
+        fig.add(
+            "  per call p50 / p99, ms",
+            f"{ms(percentile(q.calls, 50))} / {ms(percentile(q.calls, 99))}",
+            f"{ms(percentile(c.calls, 50))} / {ms(percentile(c.calls, 99))}",
+        )
+        q_cpu = q.server_cpu / q.jobs if q.server_cpu is not None and q.jobs else None
+        c_cpu = c.server_cpu / c.jobs if c.server_cpu is not None and c.jobs else None
+        fig.add("  server CPU per job, ms", ms(q_cpu), ms(c_cpu), rx(ratio(q_cpu, c_cpu)))
+        share = 100 * (q.client_cpu or 0) / q.seconds if q.seconds else None
+        if share is not None and share > 60:
+            fig.notes.append(f"{name}: the client used {share:.0f}% CPU; it may limit that rate")
+    fig.notes.append(
+        "client CPU share of wall: "
+        + ", ".join(
+            f"{k} {100 * (v.client_cpu or 0) / v.seconds:.0f}%" for k, v in phases.items() if v.seconds
+        )
+    )
+    fig.data = {
+        "connections": len(workers),
+        "queuelog": {k: v.summary() for k, v in phases.items()},
+        "ceiling": {k: v.summary() for k, v in ceiling.items()},
+    }
+
+
+def raw_ceiling(ctx: Context, jobs: int, seconds: float) -> dict[str, Phase]:
+    """The same three phases on raw sqlite3 in this process (its CPU counts as the server's)."""
+    path = ctx.dir() / "ceiling.db"
+    out: dict[str, Phase] = {}
+    with contextlib.closing(base.connect(str(path))) as db:
+
+        def transaction(fn: Callable[[], Any]) -> Any:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                value = fn()
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return value
+
+        def timed(name: str, body: Callable[[Phase, float], None]) -> None:
+            phase = Phase()
+            cpu = time.process_time()
+            started = time.perf_counter()
+            body(phase, started + seconds)
+            phase.seconds = time.perf_counter() - started
+            phase.server_cpu = time.process_time() - cpu
+            out[name] = phase
+
+        def enqueue(phase: Phase, deadline: float) -> None:
+            for ids in chunks(range(jobs), BATCH):
+                if time.perf_counter() > deadline:
+                    return
+                started = time.perf_counter()
+                now = base.micros()
+                rows = [base.insert_params(job_input(i), now) for i in ids]
+                transaction(lambda rows=rows: db.executemany(base.INSERT_SQL, rows))
+                phase.calls.append(time.perf_counter() - started)
+                phase.jobs += len(rows)
+
+        held: list[tuple[int, int]] = []
+
+        def claim(phase: Phase, deadline: float) -> None:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                now = base.micros()
+                params = (base.WORKER, now, now + base.LEASE_MICROS, now, now, BATCH)
+                rows = transaction(lambda params=params: db.execute(base.CLAIM_MANY_SQL, params).fetchall())
+                phase.calls.append(time.perf_counter() - started)
+                if not rows:
+                    return
+                held.extend((row[0], row[3]) for row in rows)
+                phase.jobs += len(rows)
+
+        def complete(phase: Phase, deadline: float) -> None:
+            result = json.dumps(RESULT, separators=(",", ":"))
+            for part in chunks(held, BATCH):
+                if time.perf_counter() > deadline:
+                    return
+                started = time.perf_counter()
+                now = base.micros()
+                params = [(result, now, now, job_id, base.WORKER, attempt) for job_id, attempt in part]
+                cursor = transaction(lambda params=params: db.executemany(base.COMPLETE_SQL, params))
+                if cursor.rowcount != len(part):
+                    raise RuntimeError(f"ceiling completed {cursor.rowcount} of {len(part)}")
+                phase.calls.append(time.perf_counter() - started)
+                phase.jobs += len(part)
+
+        timed("enqueue", enqueue)
+        timed("claim", claim)
+        timed("complete", complete)
+    return out

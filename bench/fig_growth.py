@@ -1,0 +1,174 @@
+"""Figure 6: does an operation get slower as the jobs table grows?
+
+One queuelog server (job types noop, email, report, resize, given to jobs in turn), filled
+only through the public API: `enqueueJobs` of 1000 (2 connections), then `claimJobs(limit:
+100)` + `completeJobs` (2 workers) until half the jobs are COMPLETED and half PENDING.
+First at 1k jobs, every operation below is timed, one request at a time, interleaved;
+then the same server is filled on to --growth-jobs (default 1M, --quick 100k) and they
+are timed again. The figure is p50 at the big size / p50 at 1k, per operation.
+
+Operations: claimJob (worker key; each takes one pending job), enqueueJob (producer key),
+jobs(first: 20) with no filter, status PENDING, type "noop", status COMPLETED + type
+"noop" (viewer key; selection: edges { cursor node { id type status priority attempt
+createdAt } } pageInfo), jobs(status: PENDING) { totalCount } (not in the issue's list,
+shown for information), queueStats with byType (viewer), and GET /metrics (no key).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench._api import CLAIM, ENQUEUE, PAGE, STATS, Api, claim_and_complete, enqueue_many
+from bench._common import HttpConnection, graphql_body, percentile
+from bench._context import Context
+from bench._report import Figure, ms, ratio, rx
+
+TYPES = ("noop", "email", "report", "resize")
+TARGET = 1.5
+TOTAL_PENDING = "query Total { jobs(status: PENDING, first: 1) { totalCount } }"
+
+# name: (key role, request builder); None role = no key (GET /metrics)
+OPERATIONS: dict[str, tuple[str | None, str, dict[str, Any] | None]] = {
+    "claimJob": ("worker", CLAIM, {}),
+    "enqueueJob": ("producer", ENQUEUE, {"input": {"type": "noop", "payload": {"n": 1}}}),
+    "jobs(first: 20)": ("viewer", PAGE, {"first": 20}),
+    "jobs(first: 20, status: PENDING)": ("viewer", PAGE, {"first": 20, "status": "PENDING"}),
+    'jobs(first: 20, type: "noop")': ("viewer", PAGE, {"first": 20, "type": "noop"}),
+    'jobs(first: 20, status: COMPLETED, type: "noop")': (
+        "viewer",
+        PAGE,
+        {"first": 20, "status": "COMPLETED", "type": "noop"},
+    ),
+    "queueStats (with byType)": ("viewer", STATS, {}),
+    "GET /metrics": (None, "", None),
+    "jobs(status: PENDING) { totalCount }": ("viewer", TOTAL_PENDING, {}),
+}
+INFORMATION_ONLY = {"jobs(status: PENDING) { totalCount }"}
+
+
+def growth_figure(ctx: Context, fig: Figure) -> None:
+    s = ctx.settings
+    queuelog = ctx.queuelog(job_types=",".join(TYPES))
+    names = [("bench-producer", "producer"), ("bench-worker", "worker"), ("bench-viewer", "viewer")]
+    keys = ctx.keys(queuelog, names)
+    role_key = {
+        "producer": keys["bench-producer"],
+        "worker": keys["bench-worker"],
+        "viewer": keys["bench-viewer"],
+    }
+    state = {"enqueued": 0, "completed": 0}
+
+    def fill_to(total: int) -> None:
+        started = time.perf_counter()
+
+        async def go() -> None:
+            need = total - state["enqueued"]
+            if need > 0:
+                state["enqueued"] += await enqueue_many(
+                    queuelog.url,
+                    role_key["producer"],
+                    need,
+                    batch=1000,
+                    connections=2,
+                    types=TYPES,
+                    start=state["enqueued"],
+                )
+            ctx.log(f"enqueued {state['enqueued']} jobs ({time.perf_counter() - started:.0f} s)")
+            to_complete = total // 2 - state["completed"]
+            if to_complete > 0:
+                state["completed"] += await claim_and_complete(
+                    queuelog.url, role_key["worker"], to_complete, connections=2
+                )
+            ctx.log(f"completed {state['completed']} jobs ({time.perf_counter() - started:.0f} s)")
+
+        ctx.run(go())
+
+    def measure() -> dict[str, list[float]]:
+        return ctx.run(_measure(queuelog.url, role_key, s.growth_samples, s.growth_op_seconds))
+
+    fill_to(s.growth_small)
+    small = measure()
+    fill_started = time.perf_counter()
+    fill_to(s.growth_jobs)
+    fill_seconds = time.perf_counter() - fill_started
+
+    async def counts() -> dict[str, int]:
+        async with Api(queuelog.url, role_key["viewer"]) as api:
+            return await api.counts()
+
+    at_big = ctx.run(counts())
+    with ctx.profile(queuelog):
+        big = measure()
+
+    fig.baseline = f"the same server at {s.growth_small:,} jobs (half pending, half completed)"
+    fig.add(f"p50 ms at {sum(at_big.values()):,} jobs (left) vs {s.growth_small:,} (right)")
+    for name in OPERATIONS:
+        b50, s50 = percentile(big[name], 50), percentile(small[name], 50)
+        r = ratio(b50, s50)
+        info = name in INFORMATION_ONLY
+        fig.add(
+            "  " + name,
+            ms(b50),
+            ms(s50),
+            rx(r),
+            "" if info else f"<= {TARGET}x",
+            met=None if info or r is None else r <= TARGET,
+        )
+    fig.notes.append(
+        f"fill to {s.growth_jobs:,} jobs through the API took {fill_seconds:.0f} s; counts then: {at_big}"
+    )
+    fig.data = {
+        "small_jobs": s.growth_small,
+        "big_jobs": s.growth_jobs,
+        "counts_big": at_big,
+        "fill_seconds": round(fill_seconds, 1),
+        "operations": {
+            name: {
+                size: {
+                    "samples": len(values[name]),
+                    "p50_ms": round(percentile(values[name], 50) * 1000, 3),
+                    "p90_ms": round(percentile(values[name], 90) * 1000, 3),
+                    "max_ms": round(max(values[name]) * 1000, 3) if values[name] else None,
+                }
+                for size, values in (("small", small), ("big", big))
+            }
+            for name in OPERATIONS
+        },
+    }
+
+
+async def _measure(
+    url: str, role_key: dict[str, str], samples: int, seconds_per_op: float
+) -> dict[str, list[float]]:
+    """Each operation up to `samples` times (at least 3), interleaved, within its time budget."""
+    conns = {role: HttpConnection(url, {"Authorization": f"Bearer {key}"}) for role, key in role_key.items()}
+    anonymous = HttpConnection(url)
+    latencies: dict[str, list[float]] = {name: [] for name in OPERATIONS}
+    spent: dict[str, float] = {name: 0.0 for name in OPERATIONS}
+    requests: dict[str, Callable[[], Any]] = {}
+    for name, (role, query, variables) in OPERATIONS.items():
+        if role is None:
+            requests[name] = lambda: anonymous.get("/metrics")
+        else:
+            body = graphql_body(query, variables)
+            requests[name] = lambda conn=conns[role], body=body: conn.post("/graphql", body)
+    try:
+        for name in OPERATIONS:  # one untimed warm-up each
+            await requests[name]()
+        for i in range(samples):
+            for name in OPERATIONS:
+                if i >= 3 and spent[name] > seconds_per_op:
+                    continue
+                started = time.perf_counter()
+                status, answer = await requests[name]()
+                elapsed = time.perf_counter() - started
+                if status != 200 or b'"errors"' in answer:
+                    raise RuntimeError(f"{name} answered {status}: {answer[:300]!r}")
+                latencies[name].append(elapsed)
+                spent[name] += elapsed
+    finally:
+        for conn in (*conns.values(), anonymous):
+            await conn.close()
+    return latencies

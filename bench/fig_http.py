@@ -1,0 +1,402 @@
+"""Figures 1 and 2 (and the optional `workers`): single operations over keep-alive HTTP.
+
+1. `enqueueJob` (selection `{ job { id } }`, producer key), C connections, against the
+   bare baseline's `POST /enqueue` (one INSERT on the event loop, answers `{"id": N}`),
+   both sent the very same request body.
+2. `claimJob` then `completeJob` of what it claimed, sequential on each of C
+   connections (worker key), against the baseline's `/claim` + `/complete` (the same
+   UPDATEs on stdlib sqlite3). Both queues are kept filled between rounds.
+w. `enqueueJob` on `queuelog serve --workers 2` against `--workers 1` (not a target; CPU
+   is that of the whole process tree).
+
+Load: wrk with a Lua script (one thread; for figure 2 one thread per connection, each
+holding its claimed job), or this process's asyncio client when wrk is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import _baseline_app as base
+from bench._api import COMPLETE, ENQUEUE, RESULT, Api, enqueue_many
+from bench._common import HttpConnection, ServerProcess, bearer, graphql_body
+from bench._context import Context
+from bench._loadgen import (
+    Round,
+    alternate,
+    claim_complete_script,
+    pool,
+    round_summary,
+    run_python,
+    run_wrk,
+    static_post_script,
+    static_post_step,
+    weighted_percentile,
+)
+from bench._report import Figure, ms, num, ratio, rx
+
+CLAIM_NOW = "mutation Claim { claimJob { id type payload attempt } }"
+PAD = "x" * 24
+
+
+def enqueue_body() -> bytes:
+    return graphql_body(
+        ENQUEUE, {"input": {"type": "noop", "payload": {"n": 1, "to": "u1@example.com", "p": PAD}}}
+    )
+
+
+def client_name(ctx: Context, threads: int | None = None) -> str:
+    if not ctx.settings.use_wrk:
+        return "python asyncio client"
+    return f"wrk -t{threads or ctx.settings.wrk_threads}"
+
+
+def _static_load(
+    ctx: Context, server: ServerProcess, path: str, headers: dict[str, str], seconds: int
+) -> Round:
+    s = ctx.settings
+    body = enqueue_body()
+    if s.use_wrk:
+        script = static_post_script(body, headers)
+        return run_wrk(
+            server,
+            path,
+            script,
+            connections=s.enqueue_connections,
+            threads=s.wrk_threads,
+            seconds=seconds,
+            workdir=ctx.dir(),
+        )
+    return run_python(
+        server,
+        static_post_step(path, body, b'"id"'),
+        headers=headers,
+        connections=s.enqueue_connections,
+        seconds=seconds,
+    )
+
+
+def _check_once(server: ServerProcess, path: str, headers: dict[str, str], body: bytes, ctx: Context) -> None:
+    async def go() -> None:
+        conn = HttpConnection(server.url, headers)
+        try:
+            status, answer = await conn.post(path, body)
+        finally:
+            await conn.close()
+        if status != 200 or b'"errors"' in answer or b'"id"' not in answer:
+            raise RuntimeError(f"{server.name} answered {status}: {answer[:300]!r}")
+
+    ctx.run(go())
+
+
+def _sqlite_count(db: Path, where: str = "") -> int:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM jobs {where}").fetchone()[0])
+
+
+def _rate_rows(
+    fig: Figure,
+    title: str,
+    unit: str,
+    q: Round,
+    b: Round,
+    q_ops: int,
+    b_ops: int,
+    ctx: Context,
+    target: float | None,
+    op_name: str,
+    threads: int | None = None,
+) -> None:
+    q_rate, b_rate = q_ops / q.seconds, b_ops / b.seconds
+    r = ratio(q_rate, b_rate)
+    met = None if target is None or r is None else r >= target
+    fig.add(
+        title, num(q_rate, 0, unit), num(b_rate, 0, unit), rx(r), f">= {target}x" if target else "", met=met
+    )
+    qp = [weighted_percentile(q.points, p) for p in (50, 99)]
+    bp = [weighted_percentile(b.points, p) for p in (50, 99)]
+    fig.add(
+        "  latency p50 / p99, ms (per request)",
+        f"{ms(qp[0])} / {ms(qp[1])}",
+        f"{ms(bp[0])} / {ms(bp[1])}",
+        f"{rx(ratio(qp[0], bp[0]))} / {rx(ratio(qp[1], bp[1]))}",
+    )
+    q_cpu = q.server_cpu / q_ops if q.server_cpu is not None and q_ops else None
+    b_cpu = b.server_cpu / b_ops if b.server_cpu is not None and b_ops else None
+    fig.add(f"  server CPU per {op_name}, ms", ms(q_cpu), ms(b_cpu), rx(ratio(q_cpu, b_cpu)))
+    fig.add(
+        f"  client CPU ({client_name(ctx, threads)}), of wall",
+        num(100 * (q.client_cpu or 0) / q.seconds, 0, "%"),
+        num(100 * (b.client_cpu or 0) / b.seconds, 0, "%"),
+    )
+    for label, r_ in (("queuelog", q), ("baseline", b)):
+        if r_.client_cpu is not None and r_.client_cpu / r_.seconds > 0.6:
+            fig.notes.append(
+                f"the load generator used {100 * r_.client_cpu / r_.seconds:.0f}% CPU on {label}: "
+                "it may be what limits that rate"
+            )
+        if r_.errors:
+            fig.notes.append(f"{label}: {r_.errors} failed requests; first: {r_.first_error}")
+
+
+def per_round(q: list[Round], b: list[Round], key: Callable[[Round], float]) -> str:
+    return "  ".join(f"{key(x) / key(y):.2f}x" for x, y in zip(q, b, strict=True))
+
+
+# --- figure 1 --------------------------------------------------------------------------------
+
+
+def enqueue_figure(ctx: Context, fig: Figure) -> None:
+    s = ctx.settings
+    work = ctx.dir()
+    baseline_db = work / "baseline.db"
+    base.connect(str(baseline_db)).close()
+    queuelog, baseline = ctx.pair(baseline_db)
+    producer = ctx.keys(queuelog, [("bench-producer", "producer")])["bench-producer"]
+    targets = {"queuelog": (queuelog, "/graphql", bearer(producer)), "baseline": (baseline, "/enqueue", {})}
+    for server, path, headers in targets.values():
+        _check_once(server, path, headers, enqueue_body(), ctx)
+    warm = {name: _static_load(ctx, *t, seconds=1) for name, t in targets.items()}
+
+    with ctx.profile(queuelog):
+        rounds = alternate(
+            {
+                name: (lambda i, t=t: _static_load(ctx, *t, seconds=s.http_seconds))
+                for name, t in targets.items()
+            },
+            s.http_rounds,
+        )
+    q, b = pool(rounds["queuelog"]), pool(rounds["baseline"])
+    _rate_rows(
+        fig,
+        f"enqueueJob, {s.enqueue_connections} connections",
+        "req/s",
+        q,
+        b,
+        q.requests,
+        b.requests,
+        ctx,
+        0.5,
+        "request",
+    )
+    fig.notes.append(
+        "per-round throughput ratios: " + per_round(rounds["queuelog"], rounds["baseline"], lambda r: r.rate)
+    )
+
+    # Every answered request must have stored one job (wrk cannot check bodies cheaply).
+    answered_q = q.requests + warm["queuelog"].requests + 1
+    answered_b = b.requests + warm["baseline"].requests + 1
+
+    async def stored() -> int:
+        async with Api(queuelog.url, queuelog.admin_key) as api:
+            return sum((await api.counts()).values())
+
+    stored_q, stored_b = ctx.run(stored()), _sqlite_count(baseline_db)
+    slack = s.enqueue_connections * (s.http_rounds + 1)
+    for label, answered, count in (("queuelog", answered_q, stored_q), ("baseline", answered_b, stored_b)):
+        if not answered <= count <= answered + slack:
+            fig.notes.append(f"{label}: {answered} requests answered but {count} jobs stored")
+    fig.data = {
+        "client": client_name(ctx),
+        "connections": s.enqueue_connections,
+        "queuelog": round_summary(q),
+        "baseline": round_summary(b),
+        "rounds": {k: [round_summary(r) for r in v] for k, v in rounds.items()},
+        "jobs_stored": {"queuelog": stored_q, "baseline": stored_b},
+    }
+
+
+# --- figure 2 --------------------------------------------------------------------------------
+
+
+def claim_complete_figure(ctx: Context, fig: Figure) -> None:
+    s = ctx.settings
+    work = ctx.dir()
+    baseline_db = work / "baseline.db"
+    base.connect(str(baseline_db)).close()
+    queuelog, baseline = ctx.pair(baseline_db)
+    keys = ctx.keys(queuelog, [("bench-producer", "producer"), ("bench-worker", "worker")])
+    claim_body = graphql_body(CLAIM_NOW).decode()
+    template = json.dumps(
+        {"query": COMPLETE, "variables": {"id": "@ID@", "attempt": 7777777, "result": RESULT}},
+        separators=(",", ":"),
+    )
+    complete_format = template.replace('"@ID@"', '"%s"').replace("7777777", "%s")
+    targets: dict[str, tuple[ServerProcess, str, str, dict[str, str]]] = {
+        "queuelog": (queuelog, "/graphql", "/graphql", bearer(keys["bench-worker"])),
+        "baseline": (baseline, "/claim", "/complete", {}),
+    }
+    best_rate = {"queuelog": 1000.0, "baseline": 5000.0}
+
+    def pending(name: str) -> int:
+        if name == "baseline":
+            return _sqlite_count(baseline_db, "WHERE status = 'pending'")
+
+        async def go() -> int:
+            async with Api(queuelog.url, queuelog.admin_key) as api:
+                return (await api.counts())["pending"]
+
+        return int(ctx.run(go()))
+
+    def top_up(name: str, seconds: int) -> None:
+        """Enough pending jobs for `seconds` at twice the best rate seen so far, and at least 4000."""
+        need = int(max(4000, 2 * best_rate[name] * seconds)) - pending(name)
+        if need <= 0:
+            return
+        if name == "baseline":
+            with contextlib.closing(base.connect(str(baseline_db))) as db:
+                now = base.micros()
+                rows = [base.insert_params({"type": "noop", "payload": {"n": i}}, now) for i in range(need)]
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany(base.INSERT_SQL, rows)
+                db.execute("COMMIT")
+        else:
+            ctx.run(enqueue_many(queuelog.url, keys["bench-producer"], need, batch=1000, connections=2))
+
+    def load(name: str, seconds: int) -> Round:
+        top_up(name, seconds)
+        server, claim_path, complete_path, headers = targets[name]
+        if s.use_wrk:
+            script = claim_complete_script(claim_path, claim_body, complete_path, complete_format, headers)
+            result = run_wrk(
+                server,
+                claim_path,
+                script,
+                connections=s.claim_connections,
+                threads=s.claim_connections,
+                seconds=seconds,
+                workdir=work,
+            )
+        else:
+            result = run_python(
+                server,
+                _claim_complete_step(claim_path, claim_body.encode(), complete_path, complete_format),
+                headers=headers,
+                connections=s.claim_connections,
+                seconds=seconds,
+            )
+        done = result.counters.get("completed", 0)
+        best_rate[name] = max(best_rate[name], done / result.seconds)
+        if result.counters.get("empty"):
+            # Ran dry, or answered null while jobs were pending? (The latter breaks the contract.)
+            result.counters["pending_after_empty_round"] = pending(name)
+        return result
+
+    for name in targets:
+        load(name, 1)  # warm-up
+    with ctx.profile(queuelog):
+        rounds = alternate(
+            {name: (lambda i, n=name: load(n, s.http_seconds)) for name in targets}, s.http_rounds
+        )
+    q, b = pool(rounds["queuelog"]), pool(rounds["baseline"])
+    q_done, b_done = q.counters.get("completed", 0), b.counters.get("completed", 0)
+    _rate_rows(
+        fig,
+        f"claimJob + completeJob, {s.claim_connections} conns",
+        "rt/s",
+        q,
+        b,
+        q_done,
+        b_done,
+        ctx,
+        0.5,
+        "round trip",
+        s.claim_connections,
+    )
+    fig.notes.append(
+        "per-round round-trip ratios: "
+        + per_round(
+            rounds["queuelog"], rounds["baseline"], lambda r: r.counters.get("completed", 0) / r.seconds
+        )
+    )
+    for label, r in (("queuelog", q), ("baseline", b)):
+        if r.counters.get("empty"):
+            left = r.counters.get("pending_after_empty_round", 0)
+            fig.notes.append(
+                f"{label}: {r.counters['empty']} claims answered null"
+                + (
+                    f", though {left} jobs were still PENDING after those rounds"
+                    if left
+                    else " (the queue ran dry)"
+                )
+            )
+    fig.data = {
+        "client": client_name(ctx, s.claim_connections),
+        "connections": s.claim_connections,
+        "queuelog": round_summary(q, q_done),
+        "baseline": round_summary(b, b_done),
+        "rounds": {
+            k: [round_summary(r, r.counters.get("completed", 0)) for r in v] for k, v in rounds.items()
+        },
+    }
+
+
+def _claim_complete_step(claim_path: str, claim_body: bytes, complete_path: str, complete_format: str) -> Any:
+    async def step(conn: HttpConnection, state: dict[str, Any], counters: dict[str, int]) -> float:
+        started = time.perf_counter()
+        held = state.pop("held", None)
+        if held is not None:
+            body = (complete_format % held).encode()
+            status, answer = await conn.post(complete_path, body)
+            key = "bad" if status != 200 or b'"errors"' in answer else "completed"
+        else:
+            status, answer = await conn.post(claim_path, claim_body)
+            key = "bad"
+            if status == 200 and b'"errors"' not in answer:
+                document = json.loads(answer)
+                is_graphql = isinstance(document, dict) and "data" in document
+                job = document["data"]["claimJob"] if is_graphql else document
+                if job:
+                    state["held"] = (job["id"], job["attempt"])
+                    key = "claimed"
+                else:
+                    key = "empty"
+        counters[key] = counters.get(key, 0) + 1
+        return time.perf_counter() - started
+
+    return step
+
+
+# --- optional: serve --workers 2 vs --workers 1 ------------------------------------------------
+
+
+def workers_figure(ctx: Context, fig: Figure) -> None:
+    s = ctx.settings
+    one = ctx.queuelog(name="workers1")
+    two = ctx.queuelog(extra_args=("--workers", "2"), name="workers2")
+    two.whole_tree = one.whole_tree = True
+    time.sleep(2)  # /healthz answers when the first worker process serves
+    keys = {
+        n: ctx.keys(srv, [("bench-producer", "producer")])["bench-producer"]
+        for n, srv in (("one", one), ("two", two))
+    }
+    targets = {
+        "workers=2": (two, "/graphql", bearer(keys["two"])),
+        "workers=1": (one, "/graphql", bearer(keys["one"])),
+    }
+    for t in targets.values():
+        _static_load(ctx, *t, seconds=1)
+    rounds = alternate(
+        {name: (lambda i, t=t: _static_load(ctx, *t, seconds=s.http_seconds)) for name, t in targets.items()},
+        s.http_rounds,
+    )
+    q, b = pool(rounds["workers=2"]), pool(rounds["workers=1"])
+    _rate_rows(
+        fig,
+        f"enqueueJob, {s.enqueue_connections} conns, 2 processes",
+        "req/s",
+        q,
+        b,
+        q.requests,
+        b.requests,
+        ctx,
+        None,
+        "request",
+    )
+    fig.data = {"workers2": round_summary(q), "workers1": round_summary(b)}
