@@ -244,6 +244,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         workers=args.workers if args.workers > 1 else None,
         log_level=args.log_level,
         proxy_headers=False,
+        # API.md section 1: a websocket message larger than the body limit is not parsed (1009).
+        ws_max_size=settings.max_body_bytes,
         # Long-polling claims may wait 30 s; do not let them hold a shutdown that long.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )

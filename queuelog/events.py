@@ -1,21 +1,35 @@
 """In-process fan-out of job events to subscriptions.
 
-Storage hands every committed batch of events to `EventBus.publish`; each subscription
-holds a bounded queue. A subscriber that falls that far behind is ended with an error
-rather than letting one slow websocket hold an unbounded backlog in memory.
+Storage hands every committed batch of events to `EventBus.publish` (on the event loop's
+thread); each subscription holds its own backlog of the events it has not taken yet. Events
+are immutable and shared: a backlog holds references, not copies.
+
+The backlog is bounded: a `jobEvents` subscription may have at most SUBSCRIBER_BACKLOG events
+waiting (a `jobUpdated` one, JOB_UPDATE_BACKLOG in the resolvers). The offer that would go
+past the bound ends the subscription: its backlog is dropped at once, it leaves the bus, and
+the subscriber gets SubscriberTooSlow (CONFLICT, "subscribe again") instead of the events it
+missed, rather than one slow websocket holding an unbounded backlog in memory. An event costs
+~1.6 kB with a 500-byte payload, ~62 kB with a 60 kB one; since every unfiltered backlog is a
+suffix of the same stream, any number of them together hold at most the newest
+SUBSCRIBER_BACKLOG events.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from queuelog.errors import Conflict
 from queuelog.model import JobEvent
 
 SUBSCRIBER_BACKLOG = 1000
 
+log = logging.getLogger("queuelog.events")
 
-class SubscriberTooSlow(Exception):
+
+class SubscriberTooSlow(Conflict):
     pass
 
 
@@ -23,22 +37,44 @@ class Subscription:
     def __init__(self, bus: EventBus, accepts: Callable[[JobEvent], bool], backlog: int) -> None:
         self._bus = bus
         self._accepts = accepts
-        self._queue: asyncio.Queue[JobEvent] = asyncio.Queue(maxsize=backlog)
+        self._backlog = backlog
+        self._pending: deque[JobEvent] = deque()
+        self._ready = asyncio.Event()
         self._overflowed = False
 
     def offer(self, event: JobEvent) -> None:
         if self._overflowed or not self._accepts(event):
             return
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            self._overflowed = True
+        if len(self._pending) >= self._backlog:
+            self._overflow()
+            return
+        self._pending.append(event)
+        self._ready.set()
+
+    def _overflow(self) -> None:
+        self._overflowed = True
+        self._pending.clear()
+        self._bus.unsubscribe(self)
+        self._ready.set()
+        log.warning("a subscriber fell more than %d events behind: its subscription is ended", self._backlog)
+
+    @property
+    def waiting(self) -> int:
+        """How many events are waiting to be taken."""
+        return len(self._pending)
 
     async def __aiter__(self) -> AsyncIterator[JobEvent]:
+        pending = self._pending
         while True:
-            if self._overflowed and self._queue.empty():
-                raise SubscriberTooSlow("subscriber fell too far behind; subscribe again")
-            yield await self._queue.get()
+            if pending:
+                yield pending.popleft()
+            elif self._overflowed:
+                raise SubscriberTooSlow(
+                    f"subscriber fell more than {self._backlog} events behind; subscribe again"
+                )
+            else:
+                self._ready.clear()
+                await self._ready.wait()
 
     def close(self) -> None:
         self._bus.unsubscribe(self)

@@ -9,6 +9,7 @@ NaN and Infinity are not JSON and are refused on both paths.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 try:
@@ -45,3 +46,32 @@ def canonical(value: Any) -> str:
     """One text per JSON value: keys sorted, so object key order does not matter, while
     1, 1.5, true and "1" stay distinct (Python's == would take 1 and true as equal)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def compact(value: Any) -> str:
+    """The contract's canonical form: separators `,` and `:`, non-ASCII kept as is.
+
+    Raises ValueError for NaN and Infinity (not JSON: a payload holding them is refused,
+    never stored) and TypeError for what is not JSON at all. orjson writes non-finite
+    floats as null, so a value is only searched for them when `null` appears.
+    """
+    if orjson is not None:
+        try:
+            text = orjson.dumps(value)
+        except TypeError:
+            pass  # wide integers, non-string keys, very deep nesting: the json module decides
+        else:
+            if b"null" in text and _has_non_finite(value):
+                raise ValueError("NaN and Infinity are not JSON")
+            return text.decode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False

@@ -104,6 +104,7 @@ class Completion:
     id: int
     result: Any
     attempt: int | None
+    result_json: str | None = None  # the result's compact JSON, once measured
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ permission classes; this layer assumes the role may call the operation at all.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -227,8 +228,12 @@ class JobQueue:
     async def complete_many(self, principal: Principal, items: Sequence[Completion]) -> CompletionOutcome:
         if len(items) > MAX_COMPLETE_BATCH:
             raise BadInput(f"at most {MAX_COMPLETE_BATCH} items per call, got {len(items)}")
-        for item in items:
-            self.check_json_size(item.result, "result")
+        items = [
+            dataclasses.replace(item, result_json=self.check_json_size(item.result, "result"))
+            if item.result is not None
+            else item
+            for item in items
+        ]
         if not items:
             return CompletionOutcome(completed=[], rejected=[])
         return await self.repository.complete_many(principal.name, items)

@@ -11,22 +11,32 @@
     Worker("http://127.0.0.1:8000", key, handlers={"email": send_email}).run_forever()
 
 At most `concurrency` handlers run at once; async handlers on the loop, sync ones in
-threads. Each job is heartbeated at a third of its lease. Completions that finish close
-together are sent as one `completeJobs`. Every report carries the attempt, so a worker
-whose lease expired cannot overwrite the job's next holder. On SIGTERM/SIGINT the worker
-stops claiming (closing the long poll in flight, so it claims nothing more), lets
-running handlers finish within `grace` seconds, fails the rest as retryable, and returns.
-Network failures are retried with jittered back-off; they never stop the worker.
+daemon threads (kept for the next job). The free slots are claimed together, in one
+`claimJobs` that long-polls while nothing is due, so an idle worker starts a new job within
+milliseconds. Completions are sent as one `completeJobs`: whatever finished while the
+previous one was in flight, so batches grow with the load and nothing waits for company
+at low load. A job stays this worker's until its report is in; one periodic sweep
+heartbeats, at a third of the lease, the jobs held that long (a job done in microseconds
+never needs one). Every report carries the attempt, so a worker whose lease expired cannot
+overwrite the job's next holder. The per-job JSON log lines of a batch are written
+together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in flight, so
+it claims nothing more), lets running handlers finish within `grace` seconds, fails the
+rest as retryable, and returns. Network failures are retried with jittered back-off; they
+never stop the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import logging
+import math
+import queue
 import random
 import signal
 import sys
@@ -35,9 +45,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
-from queuelog.client import AsyncClient, Completed, Job, ServerUnreachable
+from queuelog.client import AsyncClient, Job, ServerUnreachable
 from queuelog.errors import Conflict, NotFound, PayloadTooLarge, QueuelogError
 
 log = logging.getLogger("queuelog.worker")
@@ -48,9 +58,14 @@ T = TypeVar("T")
 Handler = Callable[["JobContext"], Any]
 SHUTDOWN_REPORT_TRIES = 5
 CLAIM_WAIT_SECONDS = 20
+CLAIM_LIMIT = 100  # the most one claimJobs may ask for
+# What the worker reads of a claimed job: the handler's view, and the lease (to heartbeat).
+CLAIM_FIELDS = "id type payload priority attempt retryCount maxRetries claimedAt leaseExpiresAt"
 COMPLETE_BATCH = 100
-COMPLETE_LINGER_SECONDS = 0.005
 COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
+DEFAULT_LEASE_SECONDS = 300.0
+MIN_HEARTBEAT_INTERVAL = 0.2
+SWEEP_TICK_MIN, SWEEP_TICK_MAX = 0.05, 1.0  # a heartbeat is due at most this late
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
 
@@ -86,6 +101,18 @@ class JobContext:
     def from_job(cls, job: Job) -> JobContext:
         return cls(job.id, job.type, job.payload, job.priority, job.attempt, job.retry_count, job.max_retries)
 
+    @classmethod
+    def from_graphql(cls, data: dict[str, Any]) -> JobContext:
+        return cls(
+            data["id"],
+            data["type"],
+            data["payload"],
+            data["priority"],
+            data["attempt"],
+            data["retryCount"],
+            data["maxRetries"],
+        )
+
 
 @dataclass
 class Outcome:
@@ -94,6 +121,9 @@ class Outcome:
     retryable: bool = True
     retry_in: int | None = None
     result: Any = None
+
+
+STOPPED = Outcome("retrying", "worker stopped before the job finished")
 
 
 @dataclass
@@ -113,56 +143,142 @@ class Backoff:
         self.delay, self.failures = BACKOFF_START, 0
 
 
-def _in_daemon_thread(handler: Handler, context: JobContext) -> asyncio.Future[Any]:
-    """Run a sync handler in its own daemon thread.
+class _Held:
+    """A job claimed by this worker and not yet reported."""
 
-    Not `asyncio.to_thread`: the default executor's threads are joined when the loop and
-    the interpreter shut down, so a handler still stuck after the grace period would keep
-    the worker from exiting until it returned. A daemon thread is abandoned instead (its
-    job has already been failed as retryable).
+    __slots__ = ("id", "id_json", "type", "attempt", "started", "interval", "next_beat", "beat", "running")
+
+    def __init__(self, context: JobContext, started: float, interval: float) -> None:
+        self.id = context.id
+        self.id_json = _json_string(context.id)
+        self.type = context.type
+        self.attempt = context.attempt
+        self.started = started
+        self.interval = interval
+        self.next_beat = started + interval
+        self.beat: asyncio.Task[None] | None = None  # the heartbeat in flight
+        self.running: asyncio.Future[Any] | None = None  # the handler, until it returns
+
+
+class _HandlerThreads:
+    """Daemon threads for sync handlers, each kept for the next job once it is done.
+
+    Not `asyncio.to_thread` or a ThreadPoolExecutor: their threads are joined when the loop
+    and the interpreter shut down, so a handler still stuck after the grace period would
+    keep the worker from exiting until it returned. A daemon thread is abandoned instead
+    (its job has already been failed as retryable). Starting a thread per job would cost
+    more than a short handler itself.
     """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-    ctx = contextvars.copy_context()
 
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if future.done():
-            return
-        if exc is not None:
-            future.set_exception(exc)
-        else:
-            future.set_result(result)
+    def __init__(self) -> None:
+        self._work: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
 
-    def target() -> None:
-        try:
-            result, exc = ctx.run(handler, context), None
-        except BaseException as error:
-            result, exc = None, error
-        with contextlib.suppress(RuntimeError):  # the loop is gone: the worker has stopped
-            loop.call_soon_threadsafe(settle, result, exc)
+    def submit(self, handler: Handler, context: JobContext) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            spawn = self._idle == 0
+            if not spawn:
+                self._idle -= 1
+        self._work.put((loop, future, handler, context, contextvars.copy_context()))
+        if spawn:
+            threading.Thread(target=self._serve, name="queuelog-handler", daemon=True).start()
+        return future
 
-    threading.Thread(target=target, name=f"queuelog-job-{context.id}", daemon=True).start()
-    return future
+    def _serve(self) -> None:
+        me = threading.current_thread()
+        while True:
+            loop, future, handler, context, ctx = self._work.get()
+            me.name = f"queuelog-job-{context.id}"
+            try:
+                result, exc = ctx.run(handler, context), None
+            except BaseException as error:
+                result, exc = None, error
+            me.name = "queuelog-handler"
+            with self._lock:  # idle before the loop hears of it, so the next job reuses this thread
+                self._idle += 1
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the worker has stopped
+                loop.call_soon_threadsafe(_settle, future, result, exc)
+            del loop, future, handler, context, ctx, result, exc
 
 
-def _job_lines_as_json() -> None:
-    """Unless the application configured it, print job records as bare JSON lines on stderr
-    (not behind the root logger's text prefix), so log shippers can parse each line whole."""
-    if job_log.handlers:
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():  # cancelled: the grace period is over
         return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
+
+
+async def _await(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def _job_lines_as_json() -> bool:
+    """Unless the application configured it, print job records as bare JSON lines on stderr
+    (not behind the root logger's text prefix), so log shippers can parse each line whole.
+    True when it did (the worker then writes its lines to stderr itself, a batch at a time)."""
+    if job_log.handlers:
+        return False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     job_log.addHandler(handler)
     job_log.propagate = False
+    return True
 
 
-def _json_size(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (uvicorn[standard] brings it), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _json_string(text: str) -> str:
+    if text.isascii() and text.isalnum():  # ids are digits: nothing to escape
+        return f'"{text}"'
+    return json.dumps(text)
+
+
+def _completion_item(held: _Held, result: Any) -> bytes:
+    """The job's `CompleteJobInput`, as JSON; TypeError/ValueError if `result` is not JSON."""
+    if result is None:
+        encoded = "null"
+    else:
+        encoded = json.dumps(result, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return f'{{"id":{held.id_json},"attempt":{held.attempt},"result":{encoded}}}'.encode()
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _lease_seconds(data: dict[str, Any]) -> float:
+    try:
+        claimed = datetime.fromisoformat(data["claimedAt"])
+        expires = datetime.fromisoformat(data["leaseExpiresAt"])
+    except (KeyError, TypeError, ValueError):
+        return DEFAULT_LEASE_SECONDS
+    return (expires - claimed).total_seconds()
 
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _failure(exc: BaseException) -> Outcome:
+    if isinstance(exc, Retry):
+        after = None if exc.after is None else max(0, min(86400, round(exc.after)))
+        return Outcome("retrying", _describe(exc), retry_in=after)
+    if isinstance(exc, Discard):
+        return Outcome("discarded", str(exc) or "discarded", retryable=False)
+    return Outcome("retrying", _describe(exc))
 
 
 class Worker:
@@ -184,10 +300,24 @@ class Worker:
         self.concurrency = concurrency
         self.grace = grace
         self._client = client or AsyncClient(url, key)
+        self._is_async = {name: inspect.iscoroutinefunction(h) for name, h in self.handlers.items()}
+        self._type_json = {name: json.dumps(name) for name in self.handlers}
+        self._threads = _HandlerThreads()
         self._stopping = asyncio.Event()
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self._completions: asyncio.Queue[tuple[Job, Any, asyncio.Future[str]]] = asyncio.Queue()
-        self._slots = asyncio.Semaphore(concurrency)
+        # Claimed and not yet reported: the handler runs, or its report is on its way. Up to
+        # `concurrency` more may wait for their report while the next ones run.
+        self._held: set[_Held] = set()  # not keyed by id: one job's next attempt may come back
+        self._max_held = 2 * concurrency
+        self._free = concurrency  # handler slots
+        self._capacity = asyncio.Event()  # a slot or a held place was given back
+        self._has_held = asyncio.Event()
+        self._none_held = asyncio.Event()
+        self._completions: collections.deque[tuple[_Held, bytes]] = collections.deque()
+        self._completions_ready = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()  # failure reports, heartbeats
+        self._sweep_tick = SWEEP_TICK_MAX
+        self._job_lines: list[str] = []
+        self._job_stream: TextIO | None = None  # None: job lines go through `job_log`
         self.active = 0
         self.max_active_seen = 0
         self.processed = 0
@@ -197,11 +327,14 @@ class Worker:
     def stop(self) -> None:
         """Stop claiming; `run()` then drains and returns. Safe to call from a signal handler."""
         self._stopping.set()
+        self._capacity.set()
 
     def run_forever(self) -> None:
         """Run until SIGTERM or SIGINT (installs the handlers), then shut down gracefully."""
-        _job_lines_as_json()
-        asyncio.run(self._run_with_signals())
+        if _job_lines_as_json():
+            self._job_stream = sys.stderr
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            runner.run(self._run_with_signals())
 
     async def _run_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -210,29 +343,38 @@ class Worker:
         await self.run()
 
     async def run(self) -> None:
-        flusher = asyncio.create_task(self._flush_completions())
+        helpers = [
+            asyncio.create_task(self._flush_completions()),
+            asyncio.create_task(self._heartbeat_sweep()),
+        ]
         try:
             await self._claim_until_stopped()
             await self._drain()
+            if self._held:
+                self._none_held.clear()
+                await self._none_held.wait()
         finally:
-            await self._completions.join()
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            for task in helpers + list(self._background):
+                task.cancel()
+            for task in helpers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self._write_job_lines()
             await self._client.aclose()
 
     async def _claim_until_stopped(self) -> None:
         backoff = Backoff()
+        types = list(self.handlers)
         stop_wait = asyncio.create_task(self._stopping.wait())
         try:
             while not self._stopping.is_set():
-                await self._slots.acquire()
-                free = 1
-                while free < self.concurrency and not self._slots.locked():
-                    await self._slots.acquire()
-                    free += 1
+                limit = min(CLAIM_LIMIT, self._free, self._max_held - len(self._held))
+                if limit <= 0:
+                    self._capacity.clear()
+                    await self._capacity.wait()
+                    continue
                 claim = asyncio.create_task(
-                    self._client.claim(free, types=list(self.handlers), wait_seconds=CLAIM_WAIT_SECONDS)
+                    self._client.claim_data(limit, CLAIM_FIELDS, types=types, wait_seconds=CLAIM_WAIT_SECONDS)
                 )
                 await asyncio.wait([claim, stop_wait], return_when=asyncio.FIRST_COMPLETED)
                 if not claim.done():
@@ -241,10 +383,8 @@ class Worker:
                     with contextlib.suppress(asyncio.CancelledError, QueuelogError):
                         await claim
                 jobs = self._claimed(claim, backoff)
-                for _ in range(free - len(jobs)):
-                    self._slots.release()
-                for job in jobs:
-                    self._running[job.id] = asyncio.create_task(self._run_job(job))
+                if jobs:
+                    self._start(jobs)
                 if claim.cancelled() or not claim.exception():
                     continue
                 pause = backoff.next()
@@ -254,7 +394,7 @@ class Worker:
         finally:
             stop_wait.cancel()
 
-    def _claimed(self, claim: asyncio.Task[list[Job]], backoff: Backoff) -> list[Job]:
+    def _claimed(self, claim: asyncio.Task[list[dict[str, Any]]], backoff: Backoff) -> list[dict[str, Any]]:
         if claim.cancelled():
             return []
         exc = claim.exception()
@@ -268,89 +408,140 @@ class Worker:
         return []
 
     async def _drain(self) -> None:
-        running = list(self._running.values())
+        running = [held.running for held in self._held if held.running is not None]
         if not running:
             return
         log.info("stopping: waiting up to %.0fs for %d running job(s)", self.grace, len(running))
         _, pending = await asyncio.wait(running, timeout=self.grace)
-        for task in pending:
-            task.cancel()
+        for future in pending:
+            future.cancel()  # a sync handler's thread is abandoned
         if pending:
             await asyncio.wait(pending)
 
-    # --- one job ---------------------------------------------------------------------------
+    # --- running handlers ------------------------------------------------------------------
 
-    async def _run_job(self, job: Job) -> None:
-        started = time.monotonic()
-        self.active += 1
+    def _start(self, jobs: list[dict[str, Any]]) -> None:
+        now = time.monotonic()
+        # One claim, one lease for all: the server's default (a third of it between heartbeats).
+        interval = max(MIN_HEARTBEAT_INTERVAL, _lease_seconds(jobs[0]) / 3)
+        self._sweep_tick = min(self._sweep_tick, max(SWEEP_TICK_MIN, interval / 10))
+        held_jobs = self._held
+        for data in jobs:
+            context = JobContext.from_graphql(data)
+            held = _Held(context, now, interval)
+            held_jobs.add(held)
+            self._free -= 1
+            self.active += 1
+            running = self._launch(context)
+            held.running = running
+            running.add_done_callback(functools.partial(self._handler_returned, held))
         self.max_active_seen = max(self.max_active_seen, self.active)
-        # The heartbeat runs until the report is in: a report held up by an unreachable
-        # server must not let the lease lapse and the job run twice.
-        heartbeat = asyncio.create_task(self._heartbeat(job))
-        try:
-            outcome = await self._call_handler(job)
-        except asyncio.CancelledError:
-            outcome = Outcome("retrying", "worker stopped before the job finished")
-        finally:
-            self.active -= 1
-        try:
-            status = await asyncio.shield(self._report(job, outcome))
-        finally:
-            heartbeat.cancel()
-            self._running.pop(job.id, None)
-            self._slots.release()
-        self.processed += 1
-        self._log_job(job, status, started)
+        self._has_held.set()
 
-    async def _call_handler(self, job: Job) -> Outcome:
-        handler = self.handlers[job.type]
-        context = JobContext.from_job(job)
+    def _launch(self, context: JobContext) -> asyncio.Future[Any]:
+        handler = self.handlers.get(context.type)
+        if handler is None:  # the server sent a type that was not asked for
+            return self._failed_future(LookupError(f"no handler for job type {context.type!r}"))
+        if not self._is_async[context.type]:
+            return self._threads.submit(handler, context)
         try:
-            if inspect.iscoroutinefunction(handler):
-                result = await handler(context)
-            else:
-                result = await _in_daemon_thread(handler, context)
-                if inspect.isawaitable(result):
-                    result = await result
-        except Retry as exc:
-            after = None if exc.after is None else max(0, min(86400, round(exc.after)))
-            return Outcome("retrying", _describe(exc), retry_in=after)
-        except Discard as exc:
-            return Outcome("discarded", str(exc) or "discarded", retryable=False)
+            awaitable = handler(context)
         except Exception as exc:
-            return Outcome("retrying", _describe(exc))
+            return self._failed_future(exc)
         try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            return Outcome("failed", f"handler result is not JSON: {exc}", retryable=False)
-        return Outcome("completed", result=result)
+            return asyncio.get_running_loop().create_task(awaitable)
+        except TypeError:  # not a coroutine: some other awaitable, or none at all
+            pass
+        try:
+            return asyncio.ensure_future(awaitable)
+        except TypeError as exc:
+            return self._failed_future(exc)
 
-    async def _heartbeat(self, job: Job) -> None:
-        lease = 300.0
-        if job.lease_expires_at is not None and job.claimed_at is not None:
-            lease = (job.lease_expires_at - job.claimed_at).total_seconds()
-        interval = max(0.2, lease / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._client.heartbeat(job.id, job.attempt)
-            except (Conflict, NotFound):
-                log.warning("job %s: lease lost (another worker may hold it now)", job.id)
+    @staticmethod
+    def _failed_future(exc: BaseException) -> asyncio.Future[Any]:
+        future = asyncio.get_running_loop().create_future()
+        future.set_exception(exc)
+        return future
+
+    def _handler_returned(self, held: _Held, done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            outcome = STOPPED
+        elif (exc := done.exception()) is not None:
+            outcome = _failure(exc)
+        else:
+            result = done.result()
+            if not isinstance(done, asyncio.Task) and inspect.isawaitable(result):
+                # A sync handler that returned an awaitable: await it on the loop, in the same slot.
+                task = asyncio.ensure_future(_await(result))
+                held.running = task
+                task.add_done_callback(functools.partial(self._handler_returned, held))
                 return
-            except QueuelogError as exc:
-                log.warning("job %s: heartbeat failed (%s); trying again", job.id, exc)
+            try:
+                item = _completion_item(held, result)
+            except (TypeError, ValueError, RecursionError) as error:
+                outcome = Outcome("failed", f"handler result is not JSON: {error}", retryable=False)
+            else:
+                outcome = None
+                self._completions.append((held, item))
+                self._completions_ready.set()
+        held.running = None
+        self.active -= 1
+        self._free += 1
+        self._capacity.set()
+        if outcome is not None:
+            self._spawn(self._report_failure(held, outcome))
 
-    async def _report(self, job: Job, outcome: Outcome) -> str:
-        if outcome.status == "completed":
-            done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            await self._completions.put((job, outcome.result, done))
-            return await done
-        return await self._with_retries(lambda: self._fail(job, outcome))
+    def _spawn(self, coroutine: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
-    async def _fail(self, job: Job, outcome: Outcome) -> str:
+    # --- heartbeats ------------------------------------------------------------------------
+
+    async def _heartbeat_sweep(self) -> None:
+        """Heartbeat each held job a third of its lease after the claim and after each beat.
+
+        The heartbeat runs until the report is in: a report held up by an unreachable
+        server must not let the lease lapse and the job run twice.
+        """
+        while True:
+            if not self._held:
+                self._has_held.clear()
+                await self._has_held.wait()
+            await asyncio.sleep(self._sweep_tick)
+            now = time.monotonic()
+            for held in self._held:
+                if held.next_beat <= now and held.beat is None:
+                    held.beat = self._spawn(self._heartbeat(held))
+
+    async def _heartbeat(self, held: _Held) -> None:
+        try:
+            await self._client.heartbeat(held.id, held.attempt)
+        except (Conflict, NotFound):
+            log.warning("job %s: lease lost (another worker may hold it now)", held.id)
+            held.next_beat = math.inf
+        except QueuelogError as exc:
+            log.warning("job %s: heartbeat failed (%s); trying again", held.id, exc)
+        finally:
+            held.beat = None
+        held.next_beat = max(held.next_beat, time.monotonic() + held.interval)
+
+    # --- reports ---------------------------------------------------------------------------
+
+    async def _report_failure(self, held: _Held, outcome: Outcome) -> None:
+        try:
+            status = str(await self._with_retries(lambda: self._fail(held, outcome)))
+        except QueuelogError as exc:
+            log.error("job %s: failJob refused: %s", held.id, exc)
+            status = "refused"
+        self._finish(held, status, time.monotonic(), _timestamp())
+        self._write_job_lines()
+
+    async def _fail(self, held: _Held, outcome: Outcome) -> str:
         updated = await self._client.fail(
-            job.id,
-            job.attempt,
+            held.id,
+            held.attempt,
             outcome.error or "failed",
             retryable=outcome.retryable,
             retry_in_seconds=outcome.retry_in,
@@ -376,68 +567,97 @@ class Worker:
                     return "unreported"
                 await asyncio.sleep(backoff.next())
 
-    # --- batched completions -----------------------------------------------------------------
-
     async def _flush_completions(self) -> None:
+        """Send what has completed in one `completeJobs`; what completes meanwhile goes next."""
+        waiting = self._completions
         while True:
-            batch = [await self._completions.get()]
-            size = _json_size(batch[0][1])
-            deadline = time.monotonic() + COMPLETE_LINGER_SECONDS
-            # Bounded in bytes too: a request over the server's body limit is refused whole.
-            while len(batch) < COMPLETE_BATCH and size < COMPLETE_BATCH_BYTES:
-                try:  # what is queued already, without a loop iteration per item
-                    batch.append(self._completions.get_nowait())
-                except asyncio.QueueEmpty:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    try:
-                        batch.append(await asyncio.wait_for(self._completions.get(), remaining))
-                    except TimeoutError:
-                        break
-                size += _json_size(batch[-1][1])
-            await self._send_completions(batch)
-            for _ in batch:
-                self._completions.task_done()
+            if not waiting:
+                self._completions_ready.clear()
+                await self._completions_ready.wait()
+                continue
+            batch = [waiting.popleft()]
+            size = len(batch[0][1])
+            ids = {batch[0][0].id}
+            # Bounded in bytes too: a request over the server's body limit is refused whole. And
+            # one attempt of a job a call: the server answers which ids it rejected, not which attempts.
+            while (
+                waiting
+                and len(batch) < COMPLETE_BATCH
+                and size + len(waiting[0][1]) <= COMPLETE_BATCH_BYTES
+                and waiting[0][0].id not in ids
+            ):
+                held, item = waiting.popleft()
+                batch.append((held, item))
+                ids.add(held.id)
+                size += len(item)
+            try:
+                await self._send_completions(batch)
+            except Exception:  # never leave a job held (and heartbeated) for ever
+                log.exception("reporting %d completion(s) failed", len(batch))
+                now, ts = time.monotonic(), _timestamp()
+                for held, _ in batch:
+                    self._finish(held, "unreported", now, ts)
+            self._write_job_lines()
 
-    async def _send_completions(self, batch: list[tuple[Job, Any, asyncio.Future[str]]]) -> None:
-        items = [(job.id, job.attempt, result) for job, result, _ in batch]
-        outcome: Completed | str
+    async def _send_completions(self, batch: list[tuple[_Held, bytes]]) -> None:
+        items = [item for _, item in batch]
+        outcome: list[str] | str
         try:
-            outcome = await self._with_retries(lambda: self._client.complete_many(items))
+            outcome = await self._with_retries(lambda: self._client.complete_encoded(items))
         except PayloadTooLarge as exc:
             # One result over the server's limit refuses the whole call: settle each alone,
             # so that only the job with that result fails (for good: it would again).
             if len(batch) > 1:
-                for item in batch:
-                    await self._send_completions([item])
+                for one in batch:
+                    await self._send_completions([one])
                 return
-            job = batch[0][0]
-            log.error("job %s: result refused: %s", job.id, exc)
+            held = batch[0][0]
+            log.error("job %s: result refused: %s", held.id, exc)
             too_large = Outcome("failed", f"result refused: {exc}", retryable=False)
-            outcome = str(await self._with_retries(lambda: self._fail(job, too_large)))
+            outcome = str(await self._with_retries(lambda: self._fail(held, too_large)))
         except QueuelogError as exc:
             log.error("completeJobs refused: %s", exc)
             outcome = "refused"
-        for job, _, done in batch:
-            if isinstance(outcome, Completed):
-                status = "lost" if job.id in outcome.rejected else "completed"
-            else:
-                status = str(outcome)
-            if not done.done():
-                done.set_result(status)
+        now, ts = time.monotonic(), _timestamp()
+        if isinstance(outcome, str):
+            for held, _ in batch:
+                self._finish(held, outcome, now, ts)
+            return
+        rejected = set(outcome)
+        for held, _ in batch:
+            self._finish(held, "lost" if held.id in rejected else "completed", now, ts)
 
-    def _log_job(self, job: Job, outcome: str, started: float) -> None:
-        job_log.info(
-            json.dumps(
-                {
-                    "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                    "event": "job",
-                    "id": job.id,
-                    "type": job.type,
-                    "attempt": job.attempt,
-                    "outcome": outcome,
-                    "duration_ms": round((time.monotonic() - started) * 1000, 1),
-                }
-            )
+    def _finish(self, held: _Held, status: str, now: float, ts: str) -> None:
+        """The job's report is in (or given up): it is no longer ours; log its one line."""
+        if held not in self._held:
+            return
+        self._held.remove(held)
+        if held.beat is not None:
+            held.beat.cancel()
+        self.processed += 1
+        if not self._held:
+            self._none_held.set()
+        self._capacity.set()
+        job_type = self._type_json.get(held.type) or json.dumps(held.type)
+        duration = round((now - held.started) * 1000, 1)
+        self._job_lines.append(
+            f'{{"ts": "{ts}", "event": "job", "id": {held.id_json}, "type": {job_type},'
+            f' "attempt": {held.attempt}, "outcome": "{status}", "duration_ms": {duration!r}}}'
         )
+
+    def _write_job_lines(self) -> None:
+        """Write the job lines gathered since the last call: one write for the lot."""
+        lines = self._job_lines
+        if not lines:
+            return
+        self._job_lines = []
+        if self._job_stream is None:
+            for line in lines:
+                job_log.info(line)
+            return
+        lines.append("")
+        try:
+            self._job_stream.write("\n".join(lines))
+            self._job_stream.flush()
+        except (OSError, ValueError) as exc:  # stderr closed: the jobs are reported all the same
+            log.debug("job lines not written: %s", exc)

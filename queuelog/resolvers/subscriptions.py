@@ -15,6 +15,8 @@ from queuelog.schema.context import RequestContext
 from queuelog.schema.types import Job, JobEvent, JobStatus
 
 Ctx = Info[RequestContext, None]
+# The changes of one job waiting to be sent. More than that ends the subscription with an error
+# (events.SubscriberTooSlow, CONFLICT): a watcher never silently misses the job's terminal state.
 JOB_UPDATE_BACKLOG = 100
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +22,6 @@ from queuelog.errors import QueuelogError
 from queuelog.schema.limits import depth_limit_rule
 from queuelog.settings import Settings
 
-log = logging.getLogger("queuelog.errors")
-
 CONTRACT_CODES = frozenset(
     {
         "UNAUTHENTICATED",
@@ -41,21 +38,33 @@ INTERNAL_MESSAGE = "Internal server error."
 _SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?", re.DOTALL)
 
 
-def shape_error(error: GraphQLError) -> GraphQLError:
-    """One error as the client sees it: the contract's message and code, nothing more."""
+def classify(error: GraphQLError) -> tuple[str, str]:
+    """The contract's (message, code) for one error; INTERNAL_SERVER_ERROR is anything unexpected.
+
+    The same answer decides what the client sees (`shape_error`) and what the server logs
+    (`queuelog.schema.logging`): a refusal one line at most, an unexpected error its traceback.
+    """
     original = error.original_error
     if isinstance(original, QueuelogError):
-        message, code = original.message, original.code
-    elif (error.extensions or {}).get("code") in CONTRACT_CODES:
-        message, code = error.message, error.extensions["code"]
-    elif error.path is None and (
+        return original.message, original.code
+    code = (error.extensions or {}).get("code")
+    if code in CONTRACT_CODES:
+        return error.message, code
+    if error.path is None and (
         original is None or isinstance(original, (ValueError, TypeError, GraphQLError))
     ):
         # Refused before execution: syntax, validation, limits, variable coercion.
-        message, code = _SUGGESTION.sub("", error.message), "BAD_USER_INPUT"
-    else:
-        log.error("unexpected error at %s", error.path, exc_info=original or error)
-        message, code = INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR"
+        return _SUGGESTION.sub("", error.message), "BAD_USER_INPUT"
+    return INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR"
+
+
+def shape_error(error: GraphQLError) -> GraphQLError:
+    """One error as the client sees it: the contract's message and code, nothing more.
+
+    Logging is not done here but in `LoggingSchema.process_errors`, which sees every error
+    once (this runs again on errors already shaped, e.g. a websocket result at each stage).
+    """
+    message, code = classify(error)
     return GraphQLError(
         message,
         nodes=error.nodes,

@@ -29,8 +29,19 @@ PRIORITY_BY_VALUE = {p.value: p for p in Priority}
 STATUS_BY_VALUE = {s.value: s for s in JobStatus}
 
 
+_DATETIMES: dict[int, datetime] = {}
+
+
 def micros_to_datetime(value: int | None) -> datetime | None:
-    return None if value is None else _EPOCH + timedelta(microseconds=value)
+    # Rows written in one transaction share their timestamps: build each datetime once.
+    if value is None:
+        return None
+    moment = _DATETIMES.get(value)
+    if moment is None:
+        if len(_DATETIMES) >= 4096:
+            _DATETIMES.clear()
+        moment = _DATETIMES[value] = _EPOCH + timedelta(microseconds=value)
+    return moment
 
 
 def json_or_none(value: str | None) -> Any:
@@ -76,3 +87,4 @@ def _build_decoder() -> Callable[[Sequence[Any]], Job]:
 
 
 decode_job = _build_decoder()
+COLUMN_INDEX = {name: index for index, name in enumerate(JOB_COLUMNS)}

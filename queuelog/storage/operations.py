@@ -11,7 +11,6 @@ queue's; they arrive here as values.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,7 +33,7 @@ from queuelog.model import (
     QueueStats,
 )
 from queuelog.storage import counters
-from queuelog.storage.codec import JOB_COLUMN_LIST, decode_job, micros_to_datetime
+from queuelog.storage.codec import COLUMN_INDEX, JOB_COLUMN_LIST, decode_job, micros_to_datetime
 from queuelog.storage.tables import job_counts, job_events, jobs
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
@@ -237,6 +236,12 @@ OLDEST_PENDING_ANY = _oldest_pending_sql("")
 OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
 
 
+_ID, _STATUS, _WORKER, _ATTEMPT = (COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt"))
+_RESULT, _FINISHED, _LEASE, _UPDATED = (
+    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
+)
+
+
 def _ids_json(ids: Sequence[int]) -> str:
     return "[" + ",".join(str(int(i)) for i in ids) + "]"
 
@@ -414,12 +419,6 @@ def heartbeat(tx: WriteTx, worker: str, job_id: int, attempt: int | None, lease_
     return decode_job(row)
 
 
-def _completed(job: Job, result: Any, now: datetime) -> Job:
-    return dataclasses.replace(
-        job, status=JobStatus.COMPLETED, result=result, finished_at=now, lease_expires_at=None, updated_at=now
-    )
-
-
 def complete(tx: WriteTx, worker: str, job_id: int, result: Any, attempt: int | None) -> Job:
     params = {
         "id": job_id,
@@ -441,45 +440,44 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
 
     The write lock held since BEGIN IMMEDIATE keeps the rows as read until COMMIT; the
     rowcount check turns any surprise into a CONFLICT for the whole call, never a partial
-    write.
+    write. Rows are checked as read and decoded once, in their completed form.
     """
     rows = tx.execute(JOBS_BY_IDS, {"ids": _ids_json([item.id for item in items])}).fetchall()
-    current = {job.id: job for job in map(decode_job, rows)}
-    accepted: list[tuple[Job, Any]] = []
+    current = {row[_ID]: row for row in rows}
+    accepted: list[tuple[Any, Completion]] = []
     rejected: list[int] = []
     seen: set[int] = set()
     for item in items:
-        job = current.get(item.id)
+        row = current.get(item.id)
         repeated = item.id in seen
         seen.add(item.id)
         if (
             repeated
-            or job is None
-            or job.status is not JobStatus.RUNNING
-            or job.worker_id != worker
-            or (item.attempt is not None and item.attempt != job.attempt)
+            or row is None
+            or row[_STATUS] != RUNNING
+            or row[_WORKER] != worker
+            or (item.attempt is not None and item.attempt != row[_ATTEMPT])
         ):
             rejected.append(item.id)
             continue
-        accepted.append((job, item.result))
+        accepted.append((row, item))
+    now_us = tx.now_us
+    completed = []
     if accepted:
-        now_us = tx.now_us
-        params = [
-            {
-                "id": job.id,
-                "attempt": job.attempt,
-                "result": compact_json(result) if result is not None else None,
-                "now": now_us,
-            }
-            for job, result in accepted
-        ]
+        params = []
+        for row, item in accepted:
+            result = item.result_json if item.result is not None else None
+            if item.result is not None and result is None:
+                result = compact_json(item.result)
+            params.append({"id": row[_ID], "attempt": row[_ATTEMPT], "result": result, "now": now_us})
+            done = list(row)
+            done[_STATUS], done[_RESULT], done[_FINISHED] = "completed", result, now_us
+            done[_LEASE], done[_UPDATED] = None, now_us
+            job = decode_job(done)
+            tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
+            completed.append(job)
         if tx.executemany(COMPLETE_CHECKED, params).rowcount != len(accepted):
             raise Conflict("jobs changed while being completed; nothing was applied")
-    completed = []
-    for job, result in accepted:
-        done = _completed(job, result, tx.now)
-        tx.record(EventKind.COMPLETED, job, done)
-        completed.append(done)
     return CompletionOutcome(completed=completed, rejected=rejected)
 
 

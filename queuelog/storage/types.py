@@ -16,6 +16,8 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from queuelog import jsonutil
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -29,12 +31,8 @@ def from_micros(value: int) -> datetime:
 
 
 def compact_json(value: Any) -> str:
-    """The contract's canonical form: separators `,` and `:`, non-ASCII kept as is.
-
-    NaN and Infinity are not JSON (Python's json reads them from request bodies): refused
-    with ValueError, so a payload or result holding them is BAD_USER_INPUT, never stored.
-    """
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The contract's canonical form (see jsonutil.compact); ValueError for NaN/Infinity."""
+    return jsonutil.compact(value)
 
 
 class UtcTimestamp(TypeDecorator[datetime]):
