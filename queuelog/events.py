@@ -9,9 +9,9 @@ waiting (a `jobUpdated` one, JOB_UPDATE_BACKLOG in the resolvers). The offer tha
 past the bound ends the subscription: its backlog is dropped at once, it leaves the bus, and
 the subscriber gets SubscriberTooSlow (CONFLICT, "subscribe again") instead of the events it
 missed, rather than one slow websocket holding an unbounded backlog in memory. An event costs
-~1.6 kB with a 500-byte payload, ~62 kB with a 60 kB one; since every unfiltered backlog is a
-suffix of the same stream, any number of them together hold at most the newest
-SUBSCRIBER_BACKLOG events.
+~1.6 kB with a 500-byte payload, ~62 kB with a 60 kB one (8 MB and 310 MB at the bound);
+since every unfiltered backlog is a suffix of the same stream, any number of them together
+hold at most the newest SUBSCRIBER_BACKLOG events.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from queuelog.errors import Conflict
 from queuelog.model import JobEvent
 
-SUBSCRIBER_BACKLOG = 1000
+# One group commit publishes every event of its transaction at once (an enqueueJobs of
+# 1000 alone is 1000 events): the bound leaves room for several such bursts.
+SUBSCRIBER_BACKLOG = 5000
 
 log = logging.getLogger("queuelog.events")
 
