@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from queuelog.model import Job, JobScope, JobStatus, StatusCounts
+from queuelog.model import JobScope, JobStatus, StatusCounts
 
 CountKey = tuple[str, str, str, str]  # scope, name, type, status
+# A transition: type, created_by, then status and worker_id before and after (None: absent).
+Move = tuple[str, str, "str | None", "str | None", "str | None", "str | None"]
 ALL, PRODUCER, WORKER, SELF = "*", "p", "w", "s"
+STATUS_TEXT = {status: status.value for status in JobStatus}
 
 
 def count_keys(job_type: str, status: str, created_by: str, worker_id: str | None) -> list[CountKey]:
@@ -27,15 +30,16 @@ def count_keys(job_type: str, status: str, created_by: str, worker_id: str | Non
     return keys
 
 
-def keys_of(job: Job) -> list[CountKey]:
-    return count_keys(job.type, job.status.value, job.created_by, job.worker_id)
-
-
-def net(deltas: Iterable[tuple[CountKey, int]]) -> list[tuple[CountKey, int]]:
-    """Sum the changes per row and drop those that cancel out."""
+def net(moves: Iterable[Move]) -> list[tuple[CountKey, int]]:
+    """The counter changes of these transitions, summed per row, without those that cancel."""
     total: Counter[CountKey] = Counter()
-    for key, change in deltas:
-        total[key] += change
+    for (job_type, created_by, old_status, old_worker, new_status, new_worker), n in Counter(moves).items():
+        if old_status is not None:
+            for key in count_keys(job_type, old_status, created_by, old_worker):
+                total[key] -= n
+        if new_status is not None:
+            for key in count_keys(job_type, new_status, created_by, new_worker):
+                total[key] += n
     return [(key, n) for key, n in total.items() if n]
 
 

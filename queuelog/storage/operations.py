@@ -236,6 +236,8 @@ OLDEST_PENDING_ANY = _oldest_pending_sql("")
 OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
 
 
+KIND_TEXT = {kind: kind.value for kind in EventKind}
+STATUS_TEXT = counters.STATUS_TEXT
 _ID, _STATUS, _WORKER, _ATTEMPT = (COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt"))
 _RESULT, _FINISHED, _LEASE, _UPDATED = (
     COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
@@ -581,22 +583,22 @@ def prune(tx: WriteTx, finished_before: datetime) -> int:
     if rows:
         tx.execute(DELETE_EVENTS_OF, {"ids": _ids_json([r[0] for r in rows])})
         for _, job_type, status, created_by, worker_id in rows:
-            keys = counters.count_keys(job_type, status, created_by, worker_id)
-            tx.count_changes.extend((key, -1) for key in keys)
+            tx.forget(job_type, status, created_by, worker_id)
     return len(rows)
 
 
 def write_side_effects(tx: WriteTx) -> None:
     """The events and counter changes of a group commit's successful operations."""
+    now = tx.now_us
     if tx.events:
         tx.executemany(
             INSERT_EVENT,
             [
-                {"job_id": e.job.id, "kind": e.kind.value, "status": e.job.status.value, "at": tx.now_us}
+                dict(job_id=e.job.id, kind=KIND_TEXT[e.kind], status=STATUS_TEXT[e.job.status], at=now)
                 for e in tx.events
             ],
         )
-    changes = counters.net(tx.count_changes)
+    changes = counters.net(tx.moves)
     if changes:
         tx.executemany(
             ADD_TO_COUNT,

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from queuelog.model import EventKind, Job, JobEvent
-from queuelog.storage.counters import CountKey, count_keys, keys_of
+from queuelog.storage.counters import STATUS_TEXT, Move
 from queuelog.storage.types import to_micros
 
 
@@ -36,7 +36,9 @@ class WriteTx:
         self.now = now
         self.now_us = to_micros(now)
         self.events: list[JobEvent] = []
-        self.count_changes: list[tuple[CountKey, int]] = []
+        # (type, created_by, old status, old worker, new status, new worker) per transition;
+        # turned into counter changes once per transaction, for each distinct move.
+        self.moves: list[Move] = []
 
     def execute(self, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> Cursor:
         return self.connection.execute(sql, parameters)
@@ -46,23 +48,35 @@ class WriteTx:
 
     def record(self, kind: EventKind | None, before: Job | None, after: Job | None) -> None:
         """A transition of one job: its event (if any) and its move between counter rows."""
-        if before is not None:
-            self.count_changes.extend((key, -1) for key in keys_of(before))
-        if after is not None:
-            self.count_changes.extend((key, 1) for key in keys_of(after))
-            if kind is not None:
-                self.events.append(JobEvent(kind, after, self.now))
+        job = after if after is not None else before
+        assert job is not None
+        self.moves.append(
+            (
+                job.type,
+                job.created_by,
+                STATUS_TEXT[before.status] if before is not None else None,
+                before.worker_id if before is not None else None,
+                STATUS_TEXT[after.status] if after is not None else None,
+                after.worker_id if after is not None else None,
+            )
+        )
+        if after is not None and kind is not None:
+            self.events.append(JobEvent(kind, after, self.now))
 
     def record_from(self, kind: EventKind, old_status: str, old_worker: str | None, after: Job) -> None:
         """`record` for a job whose earlier state differs from `after` only in these two."""
-        before = count_keys(after.type, old_status, after.created_by, old_worker)
-        self.count_changes.extend((key, -1) for key in before)
-        self.count_changes.extend((key, 1) for key in keys_of(after))
+        self.moves.append(
+            (after.type, after.created_by, old_status, old_worker, STATUS_TEXT[after.status], after.worker_id)
+        )
         self.events.append(JobEvent(kind, after, self.now))
 
+    def forget(self, job_type: str, status: str, created_by: str, worker_id: str | None) -> None:
+        """A job deleted (pruned) in this state."""
+        self.moves.append((job_type, created_by, status, worker_id, None, None))
+
     def mark(self) -> tuple[int, int]:
-        return len(self.events), len(self.count_changes)
+        return len(self.events), len(self.moves)
 
     def forget_since(self, mark: tuple[int, int]) -> None:
         del self.events[mark[0] :]
-        del self.count_changes[mark[1] :]
+        del self.moves[mark[1] :]
