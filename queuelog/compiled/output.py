@@ -81,8 +81,17 @@ def _identity(value: Any) -> Any:
     return value
 
 
+_ISO_TEXTS: dict[Any, str] = {}
+
+
 def _isoformat(value: Any) -> Any:
-    return value.isoformat()
+    # Strawberry's DateTime serialisation; jobs of one batch share their timestamps.
+    text = _ISO_TEXTS.get(value)
+    if text is None:
+        if len(_ISO_TEXTS) >= 4096:
+            _ISO_TEXTS.clear()
+        text = _ISO_TEXTS[value] = value.isoformat()
+    return text
 
 
 def location_of(node: FieldNode) -> Location | None:

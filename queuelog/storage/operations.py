@@ -239,6 +239,7 @@ OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
 _ID, _STATUS, _WORKER, _ATTEMPT = (COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt"))
+_PRIORITY, _CREATED = COLUMN_INDEX["priority"], COLUMN_INDEX["created_at"]
 _RESULT, _FINISHED, _LEASE, _UPDATED = (
     COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
 )
@@ -375,7 +376,8 @@ def claim(
     else:
         params["types"] = jsonutil.dumps(list(types)).decode()
         rows = tx.execute(CLAIM_TYPES, params).fetchall()
-    claimed = sorted(map(decode_job, rows), key=lambda j: (-j.priority.value, j.created_at, j.id))
+    rows.sort(key=lambda r: (-r[_PRIORITY], r[_CREATED], r[_ID]))  # RETURNING has no order
+    claimed = [decode_job(row) for row in rows]
     for job in claimed:
         tx.record_from(EventKind.CLAIMED, PENDING, None, job)
     return claimed
