@@ -1,8 +1,6 @@
-"""Every statement on `jobs`, `job_events` and `job_counts`: SQL, and nothing else.
+"""What each storage operation does with the statements of statements.py, and nothing else.
 
-Statements are built once, with SQLAlchemy Core, and compiled at import; the functions
-below hand the SQL to the driver's connection, whose statement cache keeps each one
-prepared. Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report
+The functions hand the SQL to the driver's connection. Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report
 each transition through `tx.record`; reads take a plain connection. State guards
 (`status = 'running' AND attempt = :attempt`) sit in every UPDATE, so a row that changed
 since it was read is left alone. The rules (limits, sanitising, retry policy) are the
@@ -11,12 +9,9 @@ queue's; they arrive here as values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
-
-from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, update
-from sqlalchemy.dialects import sqlite
 
 from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
@@ -29,220 +24,56 @@ from queuelog.model import (
     JobScope,
     JobStatus,
     NewJob,
-    Priority,
     QueueStats,
 )
 from queuelog.storage import counters
-from queuelog.storage.codec import COLUMN_INDEX, JOB_COLUMN_LIST, decode_job, micros_to_datetime
-from queuelog.storage.tables import job_counts, job_events, jobs
+from queuelog.storage.codec import decode_job, micros_to_datetime
+from queuelog.storage.statements import (
+    ADD_TO_COUNT,
+    CANCEL_PENDING,
+    CLAIM_ANY,
+    CLAIM_TYPES,
+    COL_ATTEMPT,
+    COL_CREATED,
+    COL_FINISHED,
+    COL_ID,
+    COL_LEASE,
+    COL_PRIORITY,
+    COL_RESULT,
+    COL_STATUS,
+    COL_UPDATED,
+    COL_WORKER,
+    COMPLETE_CHECKED,
+    COMPLETE_HELD,
+    COUNTS_OF_SCOPES,
+    DELETE_EVENTS_OF,
+    EXPIRE_RUNNING,
+    EXPIRED_LEASES,
+    FAIL_RUNNING,
+    HEARTBEAT,
+    INSERT_EVENT,
+    INSERT_JOB,
+    INSERT_JOB_ONCE,
+    JOB_BY_ID,
+    JOB_BY_IDEMPOTENCY_KEY,
+    JOBS_BY_IDS,
+    KIND_TEXT,
+    LAST_JOB_ID,
+    LEASE_EXPIRED_ERROR,
+    NEXT_DUE_ANY,
+    NEXT_DUE_TYPES,
+    OLDEST_PENDING_ANY,
+    OLDEST_PENDING_OF,
+    PENDING,
+    PRUNE,
+    RETRY_FINISHED,
+    RUNNING,
+    STATUS_TEXT,
+    RetryDecision,
+    list_statement,
+)
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
-
-PENDING = JobStatus.PENDING.value
-RUNNING = JobStatus.RUNNING.value
-TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
-LEASE_EXPIRED_ERROR = "lease expired"
-EXPIRE_BATCH = 500
-PRUNE_BATCH = 2000
-
-# `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
-RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
-
-_DIALECT = sqlite.dialect(paramstyle="named")
-
-
-def _sql(statement: Any) -> str:
-    """The statement's SQL; every value in it is a named parameter or a literal (`lit`)."""
-    compiled = statement.compile(dialect=_DIALECT)
-    embedded = [name for name, bind in compiled.binds.items() if bind.value is not None or bind.expanding]
-    if embedded:  # pragma: no cover - a mistake in a statement below
-        raise RuntimeError(f"values must be parameters or lit(): {embedded}")
-    return str(compiled)
-
-
-def lit(value: str | int | None) -> Any:
-    """A constant written into the SQL itself (never user input)."""
-    if value is None:
-        return null()
-    return literal_column(f"'{value}'" if isinstance(value, str) else str(int(value)))
-
-
-# Status written as a literal, not a bound parameter: SQLite only uses a partial index
-# (`WHERE status = 'pending'`) when it can see the value while planning.
-IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
-IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
-_NEW_COLUMNS = (
-    "type",
-    "payload",
-    "priority",
-    "status",
-    "retry_count",
-    "max_retries",
-    "attempt",
-    "idempotency_key",
-    "run_at",
-    "created_by",
-    "created_at",
-    "updated_at",
-)
-_INSERT_VALUES = {name: bindparam(name) for name in _NEW_COLUMNS}
-
-INSERT_JOB = _sql(insert(jobs).values(_INSERT_VALUES))
-INSERT_JOB_ONCE = _sql(
-    sqlite.insert(jobs)
-    .values(_INSERT_VALUES)
-    .on_conflict_do_nothing(index_elements=["created_by", "idempotency_key"])
-)
-JOB_BY_IDEMPOTENCY_KEY = _sql(
-    select(*jobs.c).where(
-        jobs.c.created_by == bindparam("created_by"), jobs.c.idempotency_key == bindparam("key")
-    )
-)
-JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
-JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
-LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"
-INSERT_EVENT = _sql(
-    insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})
-)
-DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
-ADD_TO_COUNT = _sql(
-    sqlite.insert(job_counts)
-    .values({n: bindparam(n) for n in ("scope", "name", "type", "status", "n")})
-    .on_conflict_do_update(
-        index_elements=["scope", "name", "type", "status"],
-        set_={"n": job_counts.c.n + literal_column("excluded.n")},
-    )
-)
-COUNTS_OF_SCOPES = (
-    "SELECT scope, name, type, status, n FROM job_counts"
-    " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
-)
-
-# The claim reads ix_jobs_claim by name: lacking statistics, SQLite's planner may otherwise
-# pick a status index and sort every pending row. BEGIN IMMEDIATE makes it atomic.
-_CLAIM = f"""
-    UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = :now,
-        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now
-    WHERE status = 'pending' AND id IN (
-        SELECT id FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND run_at <= :now {{types}}
-        ORDER BY priority DESC, created_at, id
-        LIMIT :limit)
-    RETURNING {JOB_COLUMN_LIST}
-"""
-CLAIM_ANY = _CLAIM.format(types="")
-CLAIM_TYPES = _CLAIM.format(types="AND type IN (SELECT value FROM json_each(:types))")
-
-_HOLDER_GUARD = and_(
-    jobs.c.id == bindparam("id"),
-    IS_RUNNING,
-    jobs.c.worker_id == bindparam("worker"),
-    or_(bindparam("attempt").is_(None), jobs.c.attempt == bindparam("attempt")),
-)
-HEARTBEAT = _sql(
-    update(jobs)
-    .where(_HOLDER_GUARD)
-    .values(lease_expires_at=bindparam("lease"), updated_at=bindparam("now"))
-    .returning(*jobs.c)
-)
-COMPLETE_HELD = _sql(
-    update(jobs)
-    .where(_HOLDER_GUARD)
-    .values(
-        status=lit(JobStatus.COMPLETED.value),
-        result=bindparam("result"),
-        finished_at=bindparam("now"),
-        lease_expires_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-    .returning(*jobs.c)
-)
-COMPLETE_CHECKED = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
-    .values(
-        status=lit(JobStatus.COMPLETED.value),
-        result=bindparam("result"),
-        finished_at=bindparam("now"),
-        lease_expires_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-)
-_FAILURE_VALUES = {
-    "status": bindparam("status"),
-    "retry_count": bindparam("retry_count"),
-    "worker_id": bindparam("worker_id"),
-    "lease_expires_at": lit(None),
-    "run_at": bindparam("run_at"),
-    "finished_at": bindparam("finished_at"),
-    "error": bindparam("error"),
-    "updated_at": bindparam("now"),
-}
-_SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
-FAIL_RUNNING = _sql(update(jobs).where(_SEEN_RUNNING).values(_FAILURE_VALUES).returning(*jobs.c))
-EXPIRE_RUNNING = _sql(
-    update(jobs)
-    .where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now"))
-    .values(_FAILURE_VALUES)
-    .returning(*jobs.c)
-)
-EXPIRED_LEASES = f"""
-    SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_lease
-    WHERE status = 'running' AND lease_expires_at < :now
-    ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
-"""
-CANCEL_PENDING = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), IS_PENDING)
-    .values(status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now"))
-    .returning(*jobs.c)
-)
-RETRY_FINISHED = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), jobs.c.status.in_([lit("failed"), lit("cancelled")]))
-    .values(
-        status=lit(PENDING),
-        retry_count=lit(0),
-        run_at=bindparam("now"),
-        worker_id=lit(None),
-        lease_expires_at=lit(None),
-        finished_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-    .returning(*jobs.c)
-)
-PRUNE = f"""
-    DELETE FROM jobs WHERE id IN (
-        SELECT id FROM jobs INDEXED BY ix_jobs_finished
-        WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} LIMIT {PRUNE_BATCH})
-    RETURNING id, type, status, created_by, worker_id
-"""
-NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_due WHERE status = 'pending'"
-NEXT_DUE_TYPES = NEXT_DUE_ANY + " AND type IN (SELECT value FROM json_each(:types))"
-# The oldest due PENDING job: the first due row of each priority in ix_jobs_claim's order.
-_OLDEST_OF_PRIORITY = """
-    SELECT created_at FROM (SELECT created_at FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND priority = {priority} AND run_at <= :now {scope}
-        ORDER BY priority DESC, created_at LIMIT 1)
-"""
-
-
-def _oldest_pending_sql(scope: str) -> str:
-    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, scope=scope) for p in Priority]
-    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ")"
-
-
-OLDEST_PENDING_ANY = _oldest_pending_sql("")
-OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
-
-
-KIND_TEXT = {kind: kind.value for kind in EventKind}
-STATUS_TEXT = counters.STATUS_TEXT
-_ID, _STATUS, _WORKER, _ATTEMPT = (COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt"))
-_PRIORITY, _CREATED = COLUMN_INDEX["priority"], COLUMN_INDEX["created_at"]
-_RESULT, _FINISHED, _LEASE, _UPDATED = (
-    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
-)
 
 
 def _ids_json(ids: Sequence[int]) -> str:
@@ -376,7 +207,7 @@ def claim(
     else:
         params["types"] = jsonutil.dumps(list(types)).decode()
         rows = tx.execute(CLAIM_TYPES, params).fetchall()
-    rows.sort(key=lambda r: (-r[_PRIORITY], r[_CREATED], r[_ID]))  # RETURNING has no order
+    rows.sort(key=lambda r: (-r[COL_PRIORITY], r[COL_CREATED], r[COL_ID]))  # RETURNING has no order
     claimed = [decode_job(row) for row in rows]
     for job in claimed:
         tx.record_from(EventKind.CLAIMED, PENDING, None, job)
@@ -447,7 +278,7 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
     write. Rows are checked as read and decoded once, in their completed form.
     """
     rows = tx.execute(JOBS_BY_IDS, {"ids": _ids_json([item.id for item in items])}).fetchall()
-    current = {row[_ID]: row for row in rows}
+    current = {row[COL_ID]: row for row in rows}
     accepted: list[tuple[Any, Completion]] = []
     rejected: list[int] = []
     seen: set[int] = set()
@@ -458,9 +289,9 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
         if (
             repeated
             or row is None
-            or row[_STATUS] != RUNNING
-            or row[_WORKER] != worker
-            or (item.attempt is not None and item.attempt != row[_ATTEMPT])
+            or row[COL_STATUS] != RUNNING
+            or row[COL_WORKER] != worker
+            or (item.attempt is not None and item.attempt != row[COL_ATTEMPT])
         ):
             rejected.append(item.id)
             continue
@@ -473,10 +304,10 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
             result = item.result_json if item.result is not None else None
             if item.result is not None and result is None:
                 result = compact_json(item.result)
-            params.append({"id": row[_ID], "attempt": row[_ATTEMPT], "result": result, "now": now_us})
+            params.append({"id": row[COL_ID], "attempt": row[COL_ATTEMPT], "result": result, "now": now_us})
             done = list(row)
-            done[_STATUS], done[_RESULT], done[_FINISHED] = "completed", result, now_us
-            done[_LEASE], done[_UPDATED] = None, now_us
+            done[COL_STATUS], done[COL_RESULT], done[COL_FINISHED] = "completed", result, now_us
+            done[COL_LEASE], done[COL_UPDATED] = None, now_us
             job = decode_job(done)
             tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
             completed.append(job)
@@ -624,33 +455,6 @@ def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:
     return counters.by_type(conn.execute(COUNTS_OF_SCOPES, {"scopes": scopes}).fetchall(), terms)
 
 
-_LIST_STATEMENTS: dict[tuple[bool, bool, bool, bool, bool], str] = {}
-
-
-def _list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
-    key = (by_creator, by_worker, status, job_type, after)
-    statement = _LIST_STATEMENTS.get(key)
-    if statement is None:
-        filters = []
-        if by_creator and by_worker:
-            filters.append(
-                or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name"))
-            )
-        elif by_creator:
-            filters.append(jobs.c.created_by == bindparam("name"))
-        elif by_worker:
-            filters.append(jobs.c.worker_id == bindparam("name"))
-        if status:
-            filters.append(jobs.c.status == bindparam("status"))
-        if job_type:
-            filters.append(jobs.c.type == bindparam("type"))
-        if after:
-            filters.append(jobs.c.id < bindparam("after"))
-        query = select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())
-        statement = _LIST_STATEMENTS[key] = _sql(query) + " LIMIT :limit"
-    return statement
-
-
 def list_jobs(
     conn: Connection,
     scope: JobScope,
@@ -665,7 +469,7 @@ def list_jobs(
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
     has = (status is not None, job_type is not None, after_id is not None)
-    sql = _list_statement(by_creator, by_worker, *has)
+    sql = list_statement(by_creator, by_worker, *has)
     params = {
         "name": scope.created_by if by_creator else scope.worker_id,
         "status": status.value if status is not None else None,
