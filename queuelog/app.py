@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,6 +37,7 @@ from queuelog import maintenance
 from queuelog.auth import Principal
 from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
+from queuelog.errors import Unauthenticated
 from queuelog.events import EventBus
 from queuelog.metrics import CONTENT_TYPE, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, send_json
@@ -51,6 +53,8 @@ from queuelog.wakeup import WorkSignal
 
 log = logging.getLogger("queuelog.app")
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
+REVOKED_MESSAGE = "the API key of this connection has been revoked"
+KEY_WATCH_SECONDS = 0.5
 
 
 class Services:
@@ -64,6 +68,7 @@ class Services:
             RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds),
         )
         self.authenticator = Authenticator(self.repository)
+        self.sockets: weakref.WeakSet[TransportWSHandler] = weakref.WeakSet()
         self.bus = EventBus()
         self.signal = WorkSignal()
         self.queue = JobQueue(settings, self.repository, self.signal)
@@ -79,7 +84,37 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
     """Strawberry's graphql-transport-ws handler, refusing one subscription too many with a
     contract error code (Strawberry's own refusal carries none)."""
 
+    async def handle(self) -> Any:
+        sockets = self.view.services.sockets
+        sockets.add(self)
+        try:
+            return await super().handle()
+        finally:
+            sockets.discard(self)
+
+    async def key_revoked(self) -> bool:
+        if not self.connection_acknowledged:
+            return False
+        try:
+            await self.context.ensure_key_still_valid()
+        except Unauthenticated:
+            return True
+        return False
+
+    async def end_if_key_revoked(self) -> None:
+        """Revoked: end every operation with UNAUTHENTICATED, then close the socket (4403)."""
+        if not await self.key_revoked():
+            return
+        error = [{"message": REVOKED_MESSAGE, "extensions": {"code": "UNAUTHENTICATED"}}]
+        for operation_id in list(self.operations):
+            await self.cleanup_operation(operation_id)
+            await self.send_message({"id": operation_id, "type": "error", "payload": error})
+        await self.websocket.close(code=4403, reason="Forbidden")
+
     async def handle_subscribe(self, message: Any) -> None:
+        if await self.key_revoked():
+            await self.end_if_key_revoked()
+            return
         limit = self.max_subscriptions_per_connection
         if self.connection_acknowledged and limit is not None and len(self.operations) >= limit:
             error = {
@@ -139,6 +174,8 @@ class GraphQLView(GraphQL):
             raise ConnectionRejectionError()
         context.principal = principal
         context.reauthenticate = lambda: self.services.principal_for(authorization)
+        context.key_generation = self.services.authenticator.generation
+        context.checked_generation = self.services.authenticator.generation()
         return None
 
 
@@ -183,6 +220,22 @@ class State:
     endpoint: GraphQLEndpoint
 
 
+async def end_revoked_sockets_forever(services: Services) -> None:
+    """Websockets whose key was revoked (by any process) end even when idle: the keys
+    generation is read every KEY_WATCH_SECONDS, and each open socket checked when it moves."""
+    generation = services.authenticator.generation()
+    while True:
+        await asyncio.sleep(KEY_WATCH_SECONDS)
+        try:
+            current = services.authenticator.generation()
+            if current != generation:
+                generation = current
+                for socket in list(services.sockets):
+                    await socket.end_if_key_revoked()
+        except Exception:
+            log.exception("checking open websockets for revoked keys failed; trying again")
+
+
 def open_graphql_endpoint(services: Services) -> GraphQLEndpoint:
     settings = services.settings
     view = GraphQLView(
@@ -204,6 +257,7 @@ def lifespan_for(settings: Settings, metrics: Metrics, state: State) -> Any:
         state.services = Services(settings, metrics)
         state.endpoint = open_graphql_endpoint(state.services)
         tasks = maintenance.start(state.services.repository, settings)
+        tasks.append(asyncio.create_task(end_revoked_sockets_forever(state.services)))
         # Everything loaded so far (schema, plans' machinery, modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, whose pauses would
         # otherwise show up as tail latency on every request in flight.

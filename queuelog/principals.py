@@ -21,14 +21,19 @@ class Authenticator:
         self._principals: dict[str, Principal] = {}
         self._generation: int | None = None
 
-    async def principal_for(self, authorization: str | None) -> Principal | None:
-        token = bearer_token(authorization)
-        if token is None:
-            return None
+    def generation(self) -> int:
+        """The keys generation as of now; the cache is dropped whenever it has moved."""
         generation = self._repository.key_generation()
         if generation != self._generation:
             self._principals.clear()
             self._generation = generation
+        return generation
+
+    async def principal_for(self, authorization: str | None) -> Principal | None:
+        token = bearer_token(authorization)
+        if token is None:
+            return None
+        self.generation()
         key_hash = hash_key(token)
         principal = self._principals.get(key_hash)
         if principal is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,9 @@ from queuelog.errors import Unauthenticated
 from queuelog.events import EventBus
 from queuelog.queue import JobQueue
 
-KEY_RECHECK_SECONDS = 5.0
+# A websocket's key is checked again before every event and operation, whenever the keys
+# generation has moved since the last check (reading it costs one indexed row): no delay.
+KEY_RECHECK_SECONDS = 0.0
 
 
 @dataclass
@@ -29,19 +30,21 @@ class RequestContext:
     connection_params: dict[str, Any] = field(default_factory=dict)
     # Websockets: looks the connection's key up again (None once it has been revoked).
     reauthenticate: Callable[[], Awaitable[Principal | None]] | None = None
-    _checked_at: float = 0.0
+    # Websockets: the keys generation (principals.py) and the one last checked against.
+    key_generation: Callable[[], int] | None = None
+    checked_generation: int | None = None
 
     async def ensure_key_still_valid(self) -> None:
-        """For long-lived subscriptions: a key revoked after connection_init stops receiving
-        events within KEY_RECHECK_SECONDS (checked when an event is about to be sent)."""
-        if self.reauthenticate is None:
+        """For websockets: a key revoked after connection_init, by any process, runs nothing
+        more and receives no further event (checked before each of them)."""
+        if self.reauthenticate is None or self.key_generation is None:
             return
-        now = time.monotonic()
-        if now - self._checked_at < KEY_RECHECK_SECONDS:
+        generation = self.key_generation()
+        if generation == self.checked_generation:
             return
         if await self.reauthenticate() is None:
             raise Unauthenticated("the API key of this connection has been revoked")
-        self._checked_at = now
+        self.checked_generation = generation
 
     async def client_gone(self) -> None:
         """Completes when the HTTP client disconnects (for long-polling claims)."""

@@ -1,7 +1,8 @@
 """What each storage operation does with the statements of statements.py, and nothing else.
 
-The functions hand the SQL to the driver's connection. Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report
-each transition through `tx.record`; reads take a plain connection. State guards
+The functions hand the SQL to the driver's connection. Writes take a `WriteTx` (a
+group-commit transaction: see sqlite.py) and report each transition through `tx.record`;
+reads take a plain connection. State guards
 (`status = 'running' AND attempt = :attempt`) sit in every UPDATE, so a row that changed
 since it was read is left alone. The rules (limits, sanitising, retry policy) are the
 queue's; they arrive here as values.
