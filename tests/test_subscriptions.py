@@ -20,6 +20,7 @@ Every wait is bounded: each receive has a timeout and each test runs under an ov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
 import json
@@ -598,6 +599,65 @@ def test_a_key_revoked_mid_subscription_stops_receiving_events(
             errors = payload if isinstance(payload, list) else payload.get("errors")
             assert errors and errors[0]["extensions"]["code"] == "UNAUTHENTICATED", message
             assert secret_job not in json.dumps(message)
+
+    run(scenario())
+
+
+def revoke(server: Server, name: str) -> None:
+    """`queuelog keys revoke`'s code, in this (another) process than the server."""
+    engine = create_sync_engine(server.database_url)
+    try:
+        key_admin.revoke_key(engine, name)
+    finally:
+        engine.dispose()
+
+
+def test_an_operation_sent_over_a_socket_opened_before_the_revoke_is_refused(
+    idle: Server, unique: Callable[[str], str]
+) -> None:
+    """The socket stays open across the revoke; the mutation sent afterwards stores nothing."""
+    producer = new_key(idle, unique, "producer")
+    marker = unique("after-revoke")
+
+    async def scenario() -> None:
+        async with connected(idle, producer.secret) as client:
+            await asyncio.to_thread(revoke, idle, producer.name)
+            mutation = (
+                "mutation($p: JSON!) { enqueueJob(input: {type: \"email\", payload: $p}) { job { id } } }"
+            )
+            with contextlib.suppress(ConnectionClosed):
+                await client.subscribe("late", mutation, {"p": {"marker": marker}})
+                message = await client.message_for("late")
+                assert message["type"] == "error", message
+                assert message["payload"][0]["extensions"]["code"] == "UNAUTHENTICATED", message
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+    run(scenario())
+    stored = idle.gql("query { jobs(type: \"email\", first: 100) { nodes { payload } } }").ok()
+    assert marker not in json.dumps(stored)
+
+
+def test_an_idle_socket_of_a_revoked_key_is_ended_within_a_second(
+    idle: Server, unique: Callable[[str], str]
+) -> None:
+    """No event has to arrive: the server notices the revoke and ends the subscription."""
+    viewer = new_key(idle, unique, "viewer")
+
+    async def scenario() -> None:
+        async with connected(idle, viewer.secret) as client:
+            await client.subscribe("events", JOB_EVENTS, {"types": ["report"]})
+            await asyncio.sleep(0.2)
+            revoked_at = asyncio.get_running_loop().time()
+            await asyncio.to_thread(revoke, idle, viewer.name)
+            message = await client.message_for("events", timeout=5)
+            assert message["type"] == "error", message
+            assert message["payload"][0]["extensions"]["code"] == "UNAUTHENTICATED", message
+            with pytest.raises(ConnectionClosed) as closed:
+                await client.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+            assert asyncio.get_running_loop().time() - revoked_at < 2.0
 
     run(scenario())
 
