@@ -212,3 +212,29 @@ def test_concurrent_enqueues_with_one_key_create_one_job_per_producer(
             "SELECT count(*) FROM jobs WHERE idempotency_key = ?", (idempotency_key,)
         ).fetchone()
     assert stored[0] == 2
+
+
+# JSON values of different types are different inputs; object key order is not a difference.
+PAYLOAD_REPLAYS: list[tuple[Any, Any, bool]] = [
+    ({"flag": True}, {"flag": 1}, False),
+    ({"flag": 1}, {"flag": True}, False),
+    ({"flag": 1}, {"flag": "1"}, False),
+    ({"flag": 0}, {"flag": False}, False),
+    ({"n": None}, {"n": 0}, False),
+    ({"a": [1, 2]}, {"a": [2, 1]}, False),
+    ({"a": 1, "b": {"c": 2, "d": 3}}, {"b": {"d": 3, "c": 2}, "a": 1}, True),
+]
+
+
+@pytest.mark.parametrize(("first", "replay", "same"), PAYLOAD_REPLAYS)
+def test_replayed_payloads_compare_as_json_values(
+    server: Server, producers: tuple[str, str], unique: Any, first: Any, replay: Any, same: bool
+) -> None:
+    key = unique("v09-json")
+    created = enqueue(server, producers[0], idempotencyKey=key, payload=first).ok()["enqueueJob"]
+    again = enqueue(server, producers[0], idempotencyKey=key, payload=replay)
+    if same:
+        outcome = again.ok()["enqueueJob"]
+        assert outcome["created"] is False and outcome["job"]["id"] == created["job"]["id"]
+    else:
+        assert again.codes == ["CONFLICT"], again.body
