@@ -331,6 +331,7 @@ class QueuelogApp:
 
     def __init__(self, starlette: Starlette, state: State, settings: Settings, metrics: Metrics) -> None:
         self.starlette = starlette
+        self.state = state
         self.metrics = metrics
         self.lane = BodyLimit(GraphQLRoute(state), limit=settings.max_body_bytes)
 

@@ -243,9 +243,10 @@ class PlainHTTP:
 
     @staticmethod
     def usable(url: str) -> bool:
-        """A plain http URL that no proxy setting of the environment applies to."""
+        """A plain http URL, without credentials in it, that no proxy setting of the environment
+        applies to."""
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname:
+        if parts.scheme != "http" or not parts.hostname or parts.username is not None:
             return False
         proxies = urllib.request.getproxies()
         if not (proxies.get("http") or proxies.get("all")):

@@ -15,14 +15,15 @@ daemon threads (kept for the next job). The free slots are claimed together, in 
 `claimJobs` that long-polls while nothing is due, so an idle worker starts a new job within
 milliseconds. Completions are sent as one `completeJobs`: whatever finished while the
 previous one was in flight, so batches grow with the load and nothing waits for company
-at low load. A job stays this worker's until its report is in; one periodic sweep
+at low load. While up to `concurrency` finished jobs wait for their report, the next ones
+are claimed and run. A job stays this worker's until its report is in; one periodic sweep
 heartbeats, at a third of the lease, the jobs held that long (a job done in microseconds
 never needs one). Every report carries the attempt, so a worker whose lease expired cannot
 overwrite the job's next holder. The per-job JSON log lines of a batch are written
 together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in flight, so
 it claims nothing more), lets running handlers finish within `grace` seconds, fails the
 rest as retryable, and returns. Network failures are retried with jittered back-off; they
-never stop the worker.
+never stop the worker. `run_forever` runs on uvloop when it is installed.
 """
 
 from __future__ import annotations
@@ -521,7 +522,7 @@ class Worker:
         except (Conflict, NotFound):
             log.warning("job %s: lease lost (another worker may hold it now)", held.id)
             held.next_beat = math.inf
-        except QueuelogError as exc:
+        except Exception as exc:  # unreachable, or anything unexpected: the next one may do
             log.warning("job %s: heartbeat failed (%s); trying again", held.id, exc)
         finally:
             held.beat = None
@@ -535,6 +536,9 @@ class Worker:
         except QueuelogError as exc:
             log.error("job %s: failJob refused: %s", held.id, exc)
             status = "refused"
+        except Exception:  # never leave a job held (and heartbeated) for ever
+            log.exception("job %s: reporting its failure failed", held.id)
+            status = "unreported"
         self._finish(held, status, time.monotonic(), _timestamp())
         self._write_job_lines()
 

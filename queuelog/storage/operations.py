@@ -10,6 +10,7 @@ queue's; they arrive here as values.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +29,7 @@ from queuelog.model import (
     QueueStats,
 )
 from queuelog.storage import counters
-from queuelog.storage.codec import decode_job, micros_to_datetime
+from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.statements import (
     ADD_TO_COUNT,
     CANCEL_PENDING,
@@ -368,16 +369,35 @@ def fail(
 
 
 def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
-    """Treat RUNNING jobs whose lease has passed as failed attempts (up to EXPIRE_BATCH)."""
-    expired = 0
-    for row in tx.execute(EXPIRED_LEASES, {"now": tx.now_us}).fetchall():
-        stale = decode_job(row)
-        params = _failure_params(stale, tx.now, LEASE_EXPIRED_ERROR, delay(stale, True, None))
-        updated = tx.execute(EXPIRE_RUNNING, params).fetchone()
-        if updated is not None:
-            tx.record(EventKind.LEASE_EXPIRED, stale, decode_job(updated))
-            expired += 1
-    return expired
+    """Treat RUNNING jobs whose lease has passed as failed attempts (up to EXPIRE_BATCH).
+
+    One SELECT and one executemany, however many expired; under the write lock the rows
+    stay as read, and the rowcount check rolls the operation back if they did not.
+    """
+    stale = [decode_job(row) for row in tx.execute(EXPIRED_LEASES, {"now": tx.now_us}).fetchall()]
+    if not stale:
+        return 0
+    params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
+    if tx.executemany(EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
+        raise Conflict("leases changed while being expired; nothing was applied")
+    for job, values in zip(stale, params, strict=True):
+        tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
+    return len(stale)
+
+
+def _after_failure(job: Job, values: dict[str, Any], now: datetime) -> Job:
+    """The job as `_failure_params` leave it (what RETURNING would have read back)."""
+    return dataclasses.replace(
+        job,
+        status=STATUS_BY_VALUE[values["status"]],
+        retry_count=values["retry_count"],
+        worker_id=values["worker_id"],
+        lease_expires_at=None,
+        run_at=micros_to_datetime(values["run_at"]),
+        finished_at=micros_to_datetime(values["finished_at"]),
+        error=values["error"],
+        updated_at=now,
+    )
 
 
 # --- producer and admin actions ------------------------------------------------------------

@@ -30,6 +30,7 @@ from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of
 from queuelog.storage.sqlite import SqliteDatabase, utcnow
+from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
 EventListener = Callable[[Sequence[JobEvent]], None]
@@ -145,7 +146,7 @@ class Repository:
         while True:
             deleted = await self._db.write(lambda tx: ops.prune(tx, cutoff))
             total += deleted
-            if deleted < ops.PRUNE_BATCH:
+            if deleted < PRUNE_BATCH:
                 return total
 
     async def ping(self) -> None:

@@ -162,10 +162,7 @@ _FAILURE_VALUES = {
 _SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
 FAIL_RUNNING = _sql(update(jobs).where(_SEEN_RUNNING).values(_FAILURE_VALUES).returning(*jobs.c))
 EXPIRE_RUNNING = _sql(
-    update(jobs)
-    .where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now"))
-    .values(_FAILURE_VALUES)
-    .returning(*jobs.c)
+    update(jobs).where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now")).values(_FAILURE_VALUES)
 )
 EXPIRED_LEASES = f"""
     SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_lease
