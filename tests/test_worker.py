@@ -11,7 +11,10 @@ SIGTERM stops claiming, lets short jobs finish, fails long ones as retryable wit
 job is taken over by another worker once its lease expires; `--concurrency` is an exact
 bound; a server restart under a running worker loses and duplicates nothing; a result over
 the size limit fails that job alone; each job is one JSON log line; and misuse of the
-command is one line on stderr with a non-zero exit. One server (lease 2 s, so every job
+command is one line on stderr with a non-zero exit. A burst of quick jobs, and the jobs failed
+by a SIGTERM, get exactly one log line each (written out before the worker exits); a
+handler running past its lease, sync or async, has its lease extended by heartbeats and
+completes on its first attempt. One server (lease 2 s, so every job
 longer than that also proves the heartbeat; failed attempts retried at once) serves most of
 the module, each test with job types of its own so that no worker claims another test's
 leftovers; a second one with long leases is frozen (SIGSTOP) to make completions pile up.
@@ -155,12 +158,21 @@ SPANS = {"w_span": span}
 LOGGED = {"w_log_ok": done, "w_log_flaky": flaky, "w_log_discard": discard}
 SIZED = {"w_sized": sized}
 RESTART = {"noop": done, "report": sleep_sync}
+
+
+async def quick(job):
+    return None
+
+
+BURST = {"w_burst": quick, "w_burst_long": sleep_async}
+BEATING = {"w_beat_sync": sleep_sync, "w_beat_async": sleep_async}
 NOT_A_DICT = [boom]
 NOT_CALLABLE = {"w_boom": 42}
 """
 JOB_TYPES = (
     "w_echo_sync,w_echo_async,w_boom,w_discard,w_later,w_long_sync,w_long_async,w_short,w_kill,"
-    "w_span,w_log_ok,w_log_flaky,w_log_discard"
+    "w_span,w_log_ok,w_log_flaky,w_log_discard,w_burst,w_burst_long,"
+    "w_beat_sync,w_beat_async"
 )
 
 
@@ -583,6 +595,51 @@ def test_one_json_log_line_per_job(
             assert line["type"] == types[job_id]
             assert isinstance(line["duration_ms"], int | float) and line["duration_ms"] >= 0
             assert isinstance(line["attempt"], int)
+
+
+def test_every_job_gets_one_log_line_after_a_burst_and_after_sigterm(
+    server: Server, workdir: Path, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    quick_ids = enqueue_many(server, [{"type": "w_burst"} for _ in range(400)])
+    worker = start_worker(server, "mymod:BURST", "--concurrency", "16", "--grace", "1")
+
+    def burst_lines() -> list[dict[str, Any]] | None:
+        lines = [x for x in worker.job_lines() if x.get("type") == "w_burst"]
+        return lines if len(lines) >= len(quick_ids) else None
+
+    lines = wait_for(burst_lines, "a log line for each of the 400 quick jobs")
+    assert sorted(x["id"] for x in lines) == sorted(quick_ids)  # exactly one each
+    assert {(x["event"], x["attempt"], x["outcome"]) for x in lines} == {("job", 1, "completed")}
+
+    long_ids = enqueue_many(server, [{"type": "w_burst_long", "payload": {"seconds": 30}} for _ in range(5)])
+    wait_for(lambda: all(started(workdir, i) for i in long_ids), "the long handlers to start")
+    worker.process.send_signal(signal.SIGTERM)
+    assert worker.wait_exit() == 0, worker.log()
+    lines = worker.job_lines()
+    stopped = [x for x in lines if x["id"] in long_ids]
+    assert sorted(x["id"] for x in stopped) == sorted(long_ids)
+    assert {x["outcome"] for x in stopped} == {"retrying"}
+    assert len(lines) == len(quick_ids) + len(long_ids), worker.log()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_handler_running_past_its_lease_is_heartbeated(
+    server: Server, workdir: Path, start_worker: Callable[..., WorkerProcess], kind: str
+) -> None:
+    seconds = 2.5 * LEASE_SECONDS
+    job_id = enqueue(server, f"w_beat_{kind}", {"seconds": seconds})
+    start_worker(server, "mymod:BEATING")
+    wait_for(lambda: started(workdir, job_id), "the handler to start")
+    lease = "query($id: ID!) { job(id: $id) { status claimedAt leaseExpiresAt } }"
+    first = server.gql(lease, {"id": job_id}).ok()["job"]
+    time.sleep(LEASE_SECONDS * 0.8)
+    later = server.gql(lease, {"id": job_id}).ok()["job"]
+    assert later["status"] == "RUNNING" and later["claimedAt"] == first["claimedAt"]
+    assert datetime.fromisoformat(later["leaseExpiresAt"]) > datetime.fromisoformat(first["leaseExpiresAt"])
+    job = wait_status(server, job_id, "COMPLETED", "FAILED", "PENDING")
+    assert (job["status"], job["attempt"], job["retryCount"]) == ("COMPLETED", 1, 0), job
+    assert job["result"] == {"slept": seconds}
+    assert [r["attempt"] for r in records(workdir, "start") if r["id"] == job_id] == [1]
 
 
 # --- misuse ----------------------------------------------------------------------------------

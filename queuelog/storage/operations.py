@@ -58,6 +58,7 @@ from queuelog.storage.statements import (
     INSERT_JOB_ONCE,
     JOB_BY_ID,
     JOB_BY_IDEMPOTENCY_KEY,
+    JOBS_BY_IDEMPOTENCY_KEYS,
     JOBS_BY_IDS,
     KIND_TEXT,
     LAST_JOB_ID,
@@ -131,7 +132,7 @@ def same_json(a: Any, b: Any) -> bool:
     return jsonutil.canonical(a) == jsonutil.canonical(b)
 
 
-def _same_request(job: Job, item: NewJob) -> bool:
+def _same_request(job: Job | NewJob, item: NewJob) -> bool:
     return (
         job.type == item.type
         and job.priority == item.priority
@@ -140,9 +141,9 @@ def _same_request(job: Job, item: NewJob) -> bool:
     )
 
 
-def _enqueue_once(tx: WriteTx, item: NewJob, values: dict[str, Any], created_by: str) -> EnqueueOutcome:
+def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
-    cursor = tx.execute(INSERT_JOB_ONCE, values)
+    cursor = tx.execute(INSERT_JOB_ONCE, _row_values(item, created_by, tx.now_us))
     if cursor.rowcount == 1:
         job = _new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
         tx.record(EventKind.ENQUEUED, None, job)
@@ -150,7 +151,7 @@ def _enqueue_once(tx: WriteTx, item: NewJob, values: dict[str, Any], created_by:
     key = {"created_by": created_by, "key": item.idempotency_key}
     row = tx.execute(JOB_BY_IDEMPOTENCY_KEY, key).fetchone()
     if row is None:  # pruned between the two statements: try again
-        return _enqueue_once(tx, item, values, created_by)
+        return _enqueue_once(tx, item, created_by)
     existing = decode_job(row)
     if not _same_request(existing, item):
         raise Conflict("idempotency key already used for a different job")
@@ -158,31 +159,63 @@ def _enqueue_once(tx: WriteTx, item: NewJob, values: dict[str, Any], created_by:
 
 
 def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[EnqueueOutcome]:
-    """Insert the jobs (all or nothing)."""
+    """Insert the jobs (all or nothing), in a fixed number of statements.
+
+    Items whose idempotency key this producer already used get that job back (or CONFLICT
+    when their input differs); a key repeated within the call is created once, the same
+    way. Everything new goes in one executemany.
+    """
+    if len(items) == 1 and items[0].idempotency_key is not None:
+        return [_enqueue_once(tx, items[0], created_by)]
+    existing: dict[str, Job] = {}
+    keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
+    if keys:
+        params = {"created_by": created_by, "keys": jsonutil.dumps(keys).decode()}
+        rows = tx.execute(JOBS_BY_IDEMPOTENCY_KEYS, params).fetchall()
+        existing = {job.idempotency_key: job for job in map(decode_job, rows)}  # type: ignore[misc]
     outcomes: list[EnqueueOutcome | None] = [None] * len(items)
-    plain = [i for i, item in enumerate(items) if item.idempotency_key is None]
-    if plain:
-        rows = [_row_values(items[i], created_by, tx.now_us) for i in plain]
-        if len(rows) == 1:
-            first_id = tx.execute(INSERT_JOB, rows[0]).lastrowid
+    new: list[int] = []
+    first_with_key: dict[str, int] = {}
+    repeats: list[tuple[int, int]] = []
+    for i, item in enumerate(items):
+        key = item.idempotency_key
+        if key is None:
+            new.append(i)
+        elif key in existing:
+            if not _same_request(existing[key], item):
+                raise Conflict("idempotency key already used for a different job")
+            outcomes[i] = EnqueueOutcome(job=existing[key], created=False)
+        elif key in first_with_key:
+            if not _same_request(items[first_with_key[key]], item):
+                raise Conflict("idempotency key already used for a different job")
+            repeats.append((i, first_with_key[key]))
         else:
-            # AUTOINCREMENT under the write lock hands out consecutive ids after the last
-            # one ever used; the check below makes sure of it before relying on it.
-            before = tx.execute(LAST_JOB_ID).fetchone()
-            cursor = tx.executemany(INSERT_JOB, rows)
-            last = tx.execute(LAST_JOB_ID).fetchone()[0]
-            first_id = (before[0] if before is not None else 0) + 1
-            if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
-                raise RuntimeError("jobs ids were not consecutive; nothing was enqueued")
-        for offset, i in enumerate(plain):
-            job = _new_job(first_id + offset, items[i], created_by, tx.now)  # type: ignore[operator]
+            first_with_key[key] = i
+            new.append(i)
+    if new:
+        first_id = _insert_new(tx, [_row_values(items[i], created_by, tx.now_us) for i in new])
+        for offset, i in enumerate(new):
+            job = _new_job(first_id + offset, items[i], created_by, tx.now)
             tx.record(EventKind.ENQUEUED, None, job)
             outcomes[i] = EnqueueOutcome(job=job, created=True)
-    for i, item in enumerate(items):
-        if item.idempotency_key is not None:
-            values = _row_values(item, created_by, tx.now_us)
-            outcomes[i] = _enqueue_once(tx, item, values, created_by)
+    for i, first in repeats:
+        outcomes[i] = EnqueueOutcome(job=outcomes[first].job, created=False)  # type: ignore[union-attr]
     return [o for o in outcomes if o is not None]
+
+
+def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> int:
+    """Insert rows known to be new; returns the first of their consecutive ids."""
+    if len(rows) == 1:
+        return tx.execute(INSERT_JOB, rows[0]).lastrowid  # type: ignore[return-value]
+    # AUTOINCREMENT under the write lock hands out consecutive ids after the last one ever
+    # used; the check below makes sure of it before relying on it.
+    before = tx.execute(LAST_JOB_ID).fetchone()
+    cursor = tx.executemany(INSERT_JOB, rows)
+    last = tx.execute(LAST_JOB_ID).fetchone()[0]
+    first_id = (before[0] if before is not None else 0) + 1
+    if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
+        raise RuntimeError("jobs ids were not consecutive; nothing was enqueued")
+    return first_id
 
 
 # --- claim and the holder's reports --------------------------------------------------------

@@ -79,6 +79,10 @@ JOB_BY_IDEMPOTENCY_KEY = _sql(
         jobs.c.created_by == bindparam("created_by"), jobs.c.idempotency_key == bindparam("key")
     )
 )
+JOBS_BY_IDEMPOTENCY_KEYS = (
+    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = :created_by"
+    " AND idempotency_key IN (SELECT value FROM json_each(:keys))"
+)
 JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
 JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
 LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"

@@ -1,0 +1,209 @@
+"""How the worker talks to the server, watched from inside: a `Worker` run in-process
+against a real server process, through an `AsyncClient` that records each call it makes.
+
+Proven: the free slots are claimed together, in one `claimJobs` whose limit is the number
+of free slots; completions that finish together go out in one `completeJobs`; an idle
+worker long-polls (a couple of claims in a second, not a busy loop) and starts a new job
+within a fraction of a second; jobs that finish quickly are never heartbeated, while a job
+that runs past its lease is heartbeated (a third of the lease apart) and completes on its
+first attempt; and `stop()` abandons the waiting claim, so a job enqueued afterwards stays
+PENDING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from conftest import Server, launch_server
+
+from queuelog.client import AsyncClient
+from queuelog.worker import JobContext, Worker
+
+T = TypeVar("T")
+LEASE_SECONDS = 2
+ENQUEUE_MANY = "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { job { id } } }"
+JOB = "query($id: ID!) { job(id: $id) { id status attempt result } }"
+TIMEOUT = 20.0
+
+
+class RecordingClient(AsyncClient):
+    """An AsyncClient that notes each claim (limit asked, jobs got), completion batch and heartbeat."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        self.claims: list[tuple[int, int]] = []
+        self.claims_sent = 0
+        self.completions: list[int] = []
+        self.heartbeats: list[str] = []
+
+    async def claim_data(self, limit: int, fields: str, **kwargs: Any) -> list[dict[str, Any]]:
+        self.claims_sent += 1
+        jobs = await super().claim_data(limit, fields, **kwargs)
+        self.claims.append((limit, len(jobs)))
+        return jobs
+
+    async def complete_encoded(self, items: Any) -> list[str]:
+        rejected = await super().complete_encoded(items)
+        self.completions.append(len(items))
+        return rejected
+
+    async def heartbeat(self, id: str, attempt: int, lease_seconds: int | None = None) -> Any:
+        self.heartbeats.append(id)
+        return await super().heartbeat(id, attempt, lease_seconds)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = launch_server(
+        tmp_path_factory.mktemp("server"),
+        job_types="b_gate,b_quick,b_long,b_idle,b_stop",
+        lease_seconds=LEASE_SECONDS,
+    )
+    yield running
+    running.stop()
+
+
+def enqueue(server: Server, type: str, count: int, payload: dict[str, Any] | None = None) -> list[str]:
+    inputs = [{"type": type, "payload": payload or {}} for _ in range(count)]
+    return [e["job"]["id"] for e in server.gql(ENQUEUE_MANY, {"inputs": inputs}).ok()["enqueueJobs"]]
+
+
+def job(server: Server, job_id: str) -> dict[str, Any]:
+    return server.gql(JOB, {"id": job_id}).ok()["job"]
+
+
+async def until(condition: Callable[[], Any], what: str, timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def run_worker(
+    server: Server,
+    handlers: dict[str, Callable[[JobContext], Any]],
+    scenario: Callable[[Worker, RecordingClient], Awaitable[T]],
+    *,
+    concurrency: int,
+) -> tuple[T, RecordingClient]:
+    """Run a worker on a fresh loop while `scenario` plays; then stop it and wait for it."""
+    key = server.make_key(f"batching-{time.monotonic_ns()}", "worker")
+
+    async def main() -> tuple[T, RecordingClient]:
+        client = RecordingClient(server.url, key)
+        worker = Worker(server.url, key, handlers, concurrency=concurrency, grace=5, client=client)
+        running = asyncio.create_task(worker.run())
+        try:
+            outcome = await scenario(worker, client)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, TIMEOUT)
+        return outcome, client
+
+    return asyncio.run(main())
+
+
+def test_free_slots_are_claimed_in_one_call_and_completed_in_one(server: Server) -> None:
+    ids = enqueue(server, "b_gate", 10)
+    started: list[str] = []
+    release = asyncio.Event()
+
+    async def gate(job: JobContext) -> dict[str, Any]:
+        started.append(job.id)
+        await release.wait()
+        return {"n": int(job.id)}
+
+    async def scenario(worker: Worker, client: RecordingClient) -> None:
+        await until(lambda: len(started) == 10, "all 10 handlers to start")
+        assert client.claims[0] == (10, 10), client.claims  # one claim took every free slot
+        release.set()
+        await until(lambda: sum(client.completions) == 10, "the 10 completions")
+
+    _, client = run_worker(server, {"b_gate": gate}, scenario, concurrency=10)
+    assert client.completions == [10]
+    assert sorted(started) == sorted(ids)
+    # Every claim asked for what was free, never for a single job at a time.
+    assert all(limit == 10 for limit, _ in client.claims), client.claims
+    for job_id in ids:
+        assert job(server, job_id)["status"] == "COMPLETED"
+
+
+def test_quick_jobs_are_never_heartbeated_and_batch_up(server: Server) -> None:
+    ids = enqueue(server, "b_quick", 300)
+
+    async def quick(job: JobContext) -> None:
+        return None
+
+    async def scenario(worker: Worker, client: RecordingClient) -> None:
+        await until(lambda: sum(client.completions) == 300, "300 completions")
+
+    _, client = run_worker(server, {"b_quick": quick}, scenario, concurrency=32)
+    assert client.heartbeats == []
+    claimed = [got for _, got in client.claims if got]
+    # 300 jobs at 32 slots: a claim per batch of free slots, not one per job.
+    assert len(claimed) <= 300 // 8, client.claims
+    assert len(client.completions) <= 300 // 8, client.completions
+    assert {job(server, i)["status"] for i in (ids[0], ids[-1])} == {"COMPLETED"}
+
+
+def test_a_job_past_its_lease_is_heartbeated_and_completes_once(server: Server) -> None:
+    (long_id,) = enqueue(server, "b_long", 1, {"seconds": 2.5})
+    quick_ids = enqueue(server, "b_quick", 20)
+
+    async def long(job: JobContext) -> dict[str, Any]:
+        await asyncio.sleep(job.payload["seconds"])
+        return {"slept": job.payload["seconds"]}
+
+    async def quick(job: JobContext) -> None:
+        return None
+
+    async def scenario(worker: Worker, client: RecordingClient) -> None:
+        await until(lambda: sum(client.completions) == 21, "21 completions")
+
+    _, client = run_worker(server, {"b_long": long, "b_quick": quick}, scenario, concurrency=4)
+    # A third of a 2 s lease: beats at about 0.67, 1.33 and 2 s into the 2.5 s handler.
+    assert set(client.heartbeats) == {long_id}
+    assert 2 <= len(client.heartbeats) <= 4, client.heartbeats
+    finished = job(server, long_id)
+    assert (finished["status"], finished["attempt"], finished["result"]) == ("COMPLETED", 1, {"slept": 2.5})
+    assert all(job(server, i)["attempt"] == 1 for i in quick_ids)
+
+
+def test_an_idle_worker_long_polls_and_starts_a_new_job_at_once(server: Server) -> None:
+    started: dict[str, float] = {}
+
+    async def idle(job: JobContext) -> None:
+        started[job.id] = time.monotonic()
+
+    async def scenario(worker: Worker, client: RecordingClient) -> tuple[float, int]:
+        await asyncio.sleep(1.0)
+        claims_while_idle = client.claims_sent
+        enqueued_at = time.monotonic()
+        (job_id,) = await asyncio.to_thread(enqueue, server, "b_idle", 1)
+        await until(lambda: job_id in started, "the new job to start")
+        return started[job_id] - enqueued_at, claims_while_idle
+
+    (delay, claims_while_idle), _ = run_worker(server, {"b_idle": idle}, scenario, concurrency=4)
+    assert claims_while_idle <= 2  # one waiting claim, not a poll loop
+    assert delay < 1.0, f"an idle worker took {delay:.3f}s to start a new job"
+
+
+def test_stop_abandons_the_waiting_claim(server: Server, tmp_path: Path) -> None:
+    async def never(job: JobContext) -> None:
+        raise AssertionError("claimed after stop()")
+
+    async def scenario(worker: Worker, client: RecordingClient) -> None:
+        await asyncio.sleep(0.5)  # the claim is waiting on the server
+        worker.stop()
+        await asyncio.sleep(0.3)
+
+    run_worker(server, {"b_stop": never}, scenario, concurrency=2)
+    (job_id,) = enqueue(server, "b_stop", 1)
+    time.sleep(0.5)
+    assert (job(server, job_id)["status"], job(server, job_id)["attempt"]) == ("PENDING", 0)
