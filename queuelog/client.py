@@ -19,7 +19,7 @@ import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -65,13 +65,6 @@ ERRORS_BY_CODE: dict[str, type[QueuelogError]] = {
     for cls in (Unauthenticated, Forbidden, BadInput, PayloadTooLarge, NotFound, Conflict, ServerError)
 }
 
-# What workers ask for: everything but `error`, which only ADMIN keys may read (any other
-# key would get a FORBIDDEN error per job for it).
-WORKER_JOB_FIELDS = """
-    id type payload priority status retryCount maxRetries attempt idempotencyKey workerId
-    claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt
-"""
-JOB_FIELDS = WORKER_JOB_FIELDS + " error"
 JSON_HEADERS = {"Content-Type": "application/json"}
 COMPLETE_MANY = (
     "mutation($items: [CompleteJobInput!]!) { completeJobs(items: $items) {"
@@ -147,6 +140,18 @@ class Job:
             created_at=_time(data["createdAt"]),  # type: ignore[arg-type]
             updated_at=_time(data["updatedAt"]),  # type: ignore[arg-type]
         )
+
+
+def _graphql_name(field_name: str) -> str:
+    head, *rest = field_name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# The selection is the Job dataclass's fields (tests/test_job_fields.py keeps those equal to
+# the schema's). Workers ask for everything but `error`, which only ADMIN keys may read
+# (any other key would get a FORBIDDEN error per job for it).
+JOB_FIELDS = " ".join(_graphql_name(f.name) for f in fields(Job))
+WORKER_JOB_FIELDS = " ".join(_graphql_name(f.name) for f in fields(Job) if f.name != "error")
 
 
 @dataclass(frozen=True, slots=True)
