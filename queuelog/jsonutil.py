@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 try:
@@ -18,13 +19,20 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
     orjson = None  # type: ignore[assignment]
 
 
+# orjson reads integers beyond 64 bits as floats (2**70 would come back as 1.18e+21):
+# text with a run of 19+ digits goes to the json module, which keeps them exact.
+_LONG_DIGITS = re.compile(rb"[0-9]{19,}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19,}")
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
 def loads(data: str | bytes) -> Any:
     """Parse JSON; raises ValueError (or RecursionError) when it is not valid JSON."""
-    if orjson is not None:
+    long_digits = _LONG_DIGITS if isinstance(data, bytes) else _LONG_DIGITS_TEXT
+    if orjson is not None and long_digits.search(data) is None:  # type: ignore[arg-type]
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -45,9 +45,11 @@ async def read_body(receive: Receive) -> tuple[bytes, Receive]:
 
 
 def _is_json(scope: Scope) -> bool:
+    # Exactly as Strawberry's view accepts it (its check is case-sensitive): anything else
+    # goes to the view, which answers it the same way as before.
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return value.split(b";", 1)[0].strip().lower() == b"application/json"
+            return value.split(b";", 1)[0].strip() == b"application/json"
     return False
 
 

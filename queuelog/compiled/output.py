@@ -97,10 +97,8 @@ def _isoformat(value: Any) -> Any:
 def location_of(node: FieldNode) -> Location | None:
     if node.loc is None:
         return None
-    source = node.loc.source
-    line = source.body.count("\n", 0, node.loc.start) + 1
-    column = node.loc.start - (source.body.rfind("\n", 0, node.loc.start) + 1) + 1
-    return {"line": line, "column": column}
+    location = node.loc.source.get_location(node.loc.start)  # graphql-core's line rules (CR too)
+    return {"line": location.line, "column": location.column}
 
 
 def field_guard(field_extensions: dict[str, Any]) -> Any | None:

@@ -24,7 +24,10 @@ from typing import Any
 from graphql import (
     FieldNode,
     GraphQLError,
+    GraphQLNonNull,
     GraphQLSchema,
+    ListValueNode,
+    ObjectValueNode,
     OperationDefinitionNode,
     OperationType,
     VariableNode,
@@ -60,6 +63,7 @@ class Argument:
     python_name: str
     variable: str | None  # the variable it takes, or None for a literal
     literal: Any = None
+    non_null: bool = False  # a null variable here is graphql-core's error to word
 
 
 @dataclasses.dataclass
@@ -170,8 +174,11 @@ class Planner:
         for argument in node.arguments or ():
             name = argument.name.value
             if isinstance(argument.value, VariableNode):
-                arguments.append(Argument(python_names[name], argument.value.name.value))
+                non_null = isinstance(field.args[name].type, GraphQLNonNull)
+                arguments.append(Argument(python_names[name], argument.value.name.value, non_null=non_null))
             else:
+                if _holds_variable(argument.value):
+                    raise Unsupported  # a variable inside a list or object literal
                 coerce = coercer_for(field.args[name].type)
                 literal = coerce(value_from_ast_untyped(argument.value))
                 arguments.append(Argument(python_names[name], None, literal))
@@ -188,6 +195,16 @@ class Planner:
             location=location_of(node),
             guards=_guards_of(value),
         )
+
+
+def _holds_variable(node: Any) -> bool:
+    if isinstance(node, VariableNode):
+        return True
+    if isinstance(node, ListValueNode):
+        return any(_holds_variable(v) for v in node.values)
+    if isinstance(node, ObjectValueNode):
+        return any(_holds_variable(f.value) for f in node.fields)
+    return False
 
 
 def _guards_of(plan: ValuePlan) -> list[Any]:
@@ -221,7 +238,10 @@ async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> d
         if argument.variable is None:
             kwargs[argument.python_name] = argument.literal
         elif argument.variable in values:
-            kwargs[argument.python_name] = values[argument.variable]
+            value = values[argument.variable]
+            if value is None and argument.non_null:
+                return None
+            kwargs[argument.python_name] = value
     info = CompiledInfo(context)
     path: list[str | int] = [plan.key]
     errors: list[FieldError] = []

@@ -35,6 +35,7 @@ CONTRACT_CODES = frozenset(
 )
 MAX_ERRORS = 20
 INTERNAL_MESSAGE = "Internal server error."
+ARGUMENT_REFUSAL = "Argument '"
 _SUGGESTION = re.compile(r"\s*Did you mean [^?]*\?", re.DOTALL)
 
 
@@ -55,6 +56,12 @@ def classify(error: GraphQLError) -> tuple[str, str]:
     ):
         # Refused before execution: syntax, validation, limits, variable coercion.
         return _SUGGESTION.sub("", error.message), "BAD_USER_INPUT"
+    if (original is None or isinstance(original, GraphQLError)) and error.message.startswith(
+        ARGUMENT_REFUSAL
+    ):
+        # graphql-core's own argument coercion at execution, e.g. null sent in a variable
+        # for `first: Int! = 20`: the client's input, not a bug.
+        return error.message, "BAD_USER_INPUT"
     return INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR"
 
 
