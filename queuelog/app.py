@@ -74,7 +74,8 @@ class Services:
         self.queue = JobQueue(settings, self.repository, self.signal)
         self.repository.add_listener(self.bus.publish)
         self.repository.add_listener(self.signal.on_events)
-        self.repository.add_listener(metrics.observe_events)
+        # Metrics count this process's own work; each process is scraped on its own.
+        self.repository.add_listener(metrics.observe_events, remote=False)
 
     async def principal_for(self, authorization: str | None) -> Principal | None:
         return await self.authenticator.principal_for(authorization)
@@ -223,11 +224,13 @@ class State:
 async def end_revoked_sockets_forever(services: Services) -> None:
     """Websockets whose key was revoked (by any process) end even when idle: the keys
     generation is read every KEY_WATCH_SECONDS, and each open socket checked when it moves."""
-    generation = services.authenticator.generation()
+    generation = await services.authenticator.refresh()
     while True:
         await asyncio.sleep(KEY_WATCH_SECONDS)
+        if not services.sockets:
+            continue  # nothing to end: no read (a socket opened later checks its key itself)
         try:
-            current = services.authenticator.generation()
+            current = await services.authenticator.refresh()
             if current != generation:
                 generation = current
                 for socket in list(services.sockets):
@@ -255,6 +258,7 @@ def lifespan_for(settings: Settings, metrics: Metrics, state: State) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.services = Services(settings, metrics)
+        await state.services.repository.open()
         state.endpoint = open_graphql_endpoint(state.services)
         tasks = maintenance.start(state.services.repository, settings)
         tasks.append(asyncio.create_task(end_revoked_sockets_forever(state.services)))

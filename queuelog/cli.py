@@ -207,11 +207,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
-    from queuelog.storage.engine import dialect_of
-
-    if dialect_of(settings.database_url) != "sqlite":
-        # `migrate` and `keys` already work on PostgreSQL; serving from it does not yet.
-        raise CommandError("serving from PostgreSQL is not available yet: use a sqlite:/// URL")
     engine = open_migrated(settings.database_url)
     try:
         created = keys.bootstrap_admin(engine)

@@ -23,7 +23,13 @@ class Authenticator:
 
     def generation(self) -> int:
         """The keys generation as of now; the cache is dropped whenever it has moved."""
-        generation = self._repository.key_generation()
+        return self._moved_to(self._repository.key_generation())
+
+    async def refresh(self) -> int:
+        """`generation`, read from the database now on every backend."""
+        return self._moved_to(await self._repository.refresh_key_generation())
+
+    def _moved_to(self, generation: int) -> int:
         if generation != self._generation:
             self._principals.clear()
             self._generation = generation
@@ -33,7 +39,7 @@ class Authenticator:
         token = bearer_token(authorization)
         if token is None:
             return None
-        self.generation()
+        await self.refresh()
         key_hash = hash_key(token)
         principal = self._principals.get(key_hash)
         if principal is None:

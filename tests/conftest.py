@@ -1,4 +1,10 @@
-"""Shared fixtures: real `queuelog serve` processes on real SQLite files, spoken to over HTTP.
+"""Shared fixtures: real `queuelog serve` processes on real databases, spoken to over HTTP.
+
+Every test that uses `server` or `start_server` runs once per backend (`backend`): a fresh
+SQLite file, and a fresh PostgreSQL database created for it and dropped after. PostgreSQL
+comes from QUEUELOG_TEST_POSTGRES_URL (default: the local server's `test` database); when
+it does not answer, those runs skip and say why, unless QUEUELOG_TEST_REQUIRE_POSTGRES=1
+(CI), where they fail. QUEUELOG_TEST_BACKENDS=sqlite (or postgresql) runs only one.
 
 `start_server(**settings)` starts one (settings are `queuelog serve` flags, e.g.
 `job_types="email,report"`, `lease_seconds=2`) and returns a `Server` with its URL, the
@@ -27,8 +33,14 @@ from queuelog import keys as key_admin
 from queuelog.storage.engine import create_sync_engine
 
 DEFAULT_JOB_TYPES = "email,report,resize,noop"
+POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_POSTGRES = os.environ.get("QUEUELOG_TEST_REQUIRE_POSTGRES") == "1"
+BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite").split(",") if b]
 STARTUP_TIMEOUT = 30.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
+
+
+_names = iter(range(1, 1_000_000))
 
 
 def free_port() -> int:
@@ -194,11 +206,71 @@ def launch_server(
     return Server(url, database_url, admin_key, process, log_path)
 
 
+class Databases:
+    """Fresh databases of one backend: SQLite files, or PostgreSQL databases dropped at the end."""
+
+    def __init__(self, backend: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.backend = backend
+        self._tmp = tmp_path_factory
+        self._created: list[str] = []
+
+    def fresh(self) -> str:
+        if self.backend == "sqlite":
+            return f"sqlite:///{self._tmp.mktemp('db') / 'queuelog.db'}"
+        name = f"queuelog_test_{os.getpid()}_{next(_names)}"
+        postgres_admin(f'CREATE DATABASE "{name}"')
+        self._created.append(name)
+        return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+
+    def drop_all(self) -> None:
+        for name in self._created:
+            postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._created.clear()
+
+
+def postgres_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3) as connection:
+        connection.execute(sql)  # type: ignore[arg-type]
+
+
+def postgres_unreachable() -> str | None:
+    """Why PostgreSQL cannot be used for tests, or None when it answers."""
+    try:
+        postgres_admin("SELECT 1")
+    except Exception as exc:
+        return f"PostgreSQL at {POSTGRES_URL} does not answer ({type(exc).__name__})"
+    return None
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database every server of this test runs on: "sqlite" or "postgresql"."""
+    if request.param == "postgresql":
+        reason = postgres_unreachable()
+        if reason is not None:
+            if REQUIRE_POSTGRES:
+                pytest.fail(reason + " and QUEUELOG_TEST_REQUIRE_POSTGRES=1")
+            pytest.skip(reason)
+    return request.param
+
+
 @pytest.fixture
-def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
+def databases(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Databases]:
+    made = Databases(backend, tmp_path_factory)
+    yield made
+    made.drop_all()
+
+
+@pytest.fixture
+def start_server(
+    databases: Databases, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
     def start(**kwargs: Any) -> Server:
+        kwargs.setdefault("database_url", databases.fresh())
         server = launch_server(tmp_path_factory.mktemp("server"), **kwargs)
         started.append(server)
         return server
@@ -209,14 +281,13 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A default server shared by the tests of one module (make fresh keys per test)."""
-    running = launch_server(tmp_path_factory.mktemp("server"))
+    made = Databases(backend, tmp_path_factory)
+    running = launch_server(tmp_path_factory.mktemp("server"), database_url=made.fresh())
     yield running
     running.stop()
-
-
-_names = iter(range(1, 1_000_000))
+    made.drop_all()
 
 
 @pytest.fixture

@@ -193,9 +193,9 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
             first_with_key[key] = i
             new.append(i)
     if new:
-        first_id = _insert_new(tx, [_row_values(items[i], created_by, tx.now_us) for i in new])
-        for offset, i in enumerate(new):
-            job = _new_job(first_id + offset, items[i], created_by, tx.now)
+        ids = _insert_new(tx, [_row_values(items[i], created_by, tx.now_us) for i in new])
+        for job_id, i in zip(ids, new, strict=True):
+            job = _new_job(job_id, items[i], created_by, tx.now)
             tx.record(EventKind.ENQUEUED, None, job)
             outcomes[i] = EnqueueOutcome(job=job, created=True)
     for i, first in repeats:
@@ -203,10 +203,12 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
     return [o for o in outcomes if o is not None]
 
 
-def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> int:
-    """Insert rows known to be new; returns the first of their consecutive ids."""
+def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> Sequence[int]:
+    """Insert rows known to be new; returns their ids, in order."""
     if len(rows) == 1:
-        return tx.execute(INSERT_JOB, rows[0]).lastrowid  # type: ignore[return-value]
+        return [tx.execute(INSERT_JOB, rows[0]).lastrowid]  # type: ignore[list-item]
+    if tx.ids_from_returning:
+        return tx.connection.insert_ids(INSERT_JOB, rows)  # type: ignore[attr-defined]
     # AUTOINCREMENT under the write lock hands out consecutive ids after the last one ever
     # used; the check below makes sure of it before relying on it.
     before = tx.execute(LAST_JOB_ID).fetchone()
@@ -215,7 +217,7 @@ def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> int:
     first_id = (before[0] if before is not None else 0) + 1
     if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
         raise RuntimeError("jobs ids were not consecutive; nothing was enqueued")
-    return first_id
+    return range(first_id, first_id + len(rows))
 
 
 # --- claim and the holder's reports --------------------------------------------------------
@@ -499,6 +501,11 @@ def write_side_effects(tx: WriteTx) -> None:
 def get_job(conn: Connection, job_id: int, scope: JobScope) -> Job | None:
     job = _fetch(conn, job_id)
     return job if job is not None and scope.allows(job) else None
+
+
+def get_jobs(conn: Connection, job_ids: Sequence[int]) -> list[Job]:
+    rows = conn.execute(JOBS_BY_IDS, {"ids": _ids_json(job_ids)}).fetchall()
+    return [decode_job(row) for row in rows]
 
 
 def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:

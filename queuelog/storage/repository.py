@@ -7,9 +7,10 @@ the loop) and, once a write has committed, hands its events to the listeners
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from queuelog.model import (
     ApiKey,
@@ -33,6 +34,10 @@ from queuelog.storage.sqlite import SqliteDatabase, utcnow
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
+if TYPE_CHECKING:
+    from queuelog.storage.listener import PostgresListener
+    from queuelog.storage.postgres import PostgresDatabase
+
 EventListener = Callable[[Sequence[JobEvent]], None]
 
 ACTIVE_KEY = (
@@ -47,21 +52,45 @@ class ClaimAbandoned(Exception):
 
 class Repository:
     def __init__(self, url: str, policy: RetryPolicy) -> None:
-        dialect = dialect_of(url)
-        if dialect != "sqlite":
-            raise NotImplementedError(f"the {dialect} backend is not available yet")
-        self._db = SqliteDatabase(url, self._publish)
+        self._db: SqliteDatabase | PostgresDatabase
+        if dialect_of(url) == "postgresql":
+            from queuelog.storage.postgres import PostgresDatabase
+
+            self._db = PostgresDatabase(url, self._publish)
+        else:
+            self._db = SqliteDatabase(url, self._publish)
+        self._generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
+        self._remote_listeners: list[EventListener] = []
+        self._feed: PostgresListener | None = None
 
-    def add_listener(self, listener: EventListener) -> None:
+    def add_listener(self, listener: EventListener, *, remote: bool = True) -> None:
+        """Call `listener` with the events of every commit: this process's, and (`remote`)
+        those of other server processes on the same database."""
         self._listeners.append(listener)
+        if remote:
+            self._remote_listeners.append(listener)
+
+    async def open(self) -> None:
+        """Start hearing other servers' events (PostgreSQL: LISTEN/NOTIFY)."""
+        if not isinstance(self._db, SqliteDatabase) and self._feed is None:
+            from queuelog.storage.listener import PostgresListener
+
+            self._feed = PostgresListener(self._db, self._publish_remote)
+            await asyncio.get_running_loop().run_in_executor(None, self._feed.wait_listening, 5.0)
 
     async def close(self) -> None:
+        if self._feed is not None:
+            await self._feed.close()
         await self._db.close()
 
     def _publish(self, events: Sequence[JobEvent]) -> None:
         for listener in self._listeners:
+            listener(events)
+
+    def _publish_remote(self, events: Sequence[JobEvent]) -> None:
+        for listener in self._remote_listeners:
             listener(events)
 
     # --- jobs ------------------------------------------------------------------------------
@@ -70,7 +99,7 @@ class Repository:
         return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by))
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
-        return self._db.read(ops.get_job, job_id, scope)
+        return await self._db.read(ops.get_job, job_id, scope)
 
     async def list_jobs(
         self,
@@ -80,13 +109,13 @@ class Repository:
         first: int,
         after_id: int | None,
     ) -> tuple[list[Job], bool, int]:
-        return self._db.read(ops.list_jobs, scope, status, job_type, first, after_id)
+        return await self._db.read(ops.list_jobs, scope, status, job_type, first, after_id)
 
     async def queue_stats(self, scope: JobScope) -> QueueStats:
-        return self._db.read(ops.queue_stats, utcnow(), scope)
+        return await self._db.read(ops.queue_stats, utcnow(), scope)
 
     async def next_due_at(self, types: Sequence[str] | None) -> datetime | None:
-        return self._db.read(ops.next_due_at, types)
+        return await self._db.read(ops.next_due_at, types)
 
     async def claim(
         self,
@@ -150,12 +179,12 @@ class Repository:
                 return total
 
     async def ping(self) -> None:
-        self._db.read_one("SELECT 1")
+        await self._db.read_one("SELECT 1")
 
     # --- API keys --------------------------------------------------------------------------
 
     async def find_active_key(self, key_hash: str) -> ApiKey | None:
-        row = self._db.read_one(ACTIVE_KEY, (key_hash,))
+        row = await self._db.read_one(ACTIVE_KEY, (key_hash,))
         if row is None:
             return None
         name, roles, max_priority, created_at = row
@@ -168,6 +197,19 @@ class Repository:
         )
 
     def key_generation(self) -> int:
-        """Goes up whenever any key is revoked or changed, by any process."""
-        row = self._db.read_one(KEY_GENERATION)
-        return row[0] if row is not None else 0
+        """Goes up whenever any key is revoked or changed, by any process.
+
+        Read now on SQLite (a local read costs microseconds); on PostgreSQL, the value the
+        last `refresh_key_generation` read (every request, and every open websocket's watch).
+        """
+        if isinstance(self._db, SqliteDatabase):
+            row = self._db.read_one_now(KEY_GENERATION)
+            self._generation = row[0] if row is not None else 0
+        return self._generation
+
+    async def refresh_key_generation(self) -> int:
+        if isinstance(self._db, SqliteDatabase):
+            return self.key_generation()
+        row = await self._db.read_one(KEY_GENERATION)
+        self._generation = row[0] if row is not None else 0
+        return self._generation

@@ -39,8 +39,6 @@ from queuelog.storage.write_lock import WriteLock
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
 Operation = Callable[[WriteTx], Any]
-PAGE_CACHE_KIB = 64 * 1024
-MMAP_BYTES = 256 * 1024 * 1024
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
 
@@ -69,11 +67,6 @@ def connect(path: str) -> sqlite3.Connection:
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
         connection.execute("PRAGMA foreign_keys=ON")
-        # Every job sits in several indexes: SQLite's default 2 MB page cache makes each
-        # write re-read index pages from the OS. 64 MB (allocated as used) and memory-mapped
-        # reads keep a large queue's working set in the process.
-        connection.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
-        connection.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
     except sqlite3.Error as exc:
         raise DatabaseUnavailable(f"cannot open the SQLite database {path}: {exc}") from None
     return connection
@@ -183,8 +176,11 @@ class SqliteDatabase:
 
     # --- reads -------------------------------------------------------------------------------
 
-    def read(self, function: Callable[..., T], *args: Any) -> T:
+    async def read(self, function: Callable[..., T], *args: Any) -> T:
         """Run a read on the loop; several statements see one snapshot."""
+        return self.read_now(function, *args)
+
+    def read_now(self, function: Callable[..., T], *args: Any) -> T:
         reader = self._reader
         reader.execute("BEGIN")
         try:
@@ -192,7 +188,10 @@ class SqliteDatabase:
         finally:
             reader.execute("COMMIT")
 
-    def read_one(self, sql: str, parameters: Any = ()) -> Any:
+    async def read_one(self, sql: str, parameters: Any = ()) -> Any:
+        return self.read_one_now(sql, parameters)
+
+    def read_one_now(self, sql: str, parameters: Any = ()) -> Any:
         """One row of one statement (its own implicit read transaction)."""
         return self._reader.execute(sql, parameters).fetchone()
 

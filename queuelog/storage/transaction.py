@@ -31,8 +31,11 @@ class Connection(Protocol):
 
 
 class WriteTx:
-    def __init__(self, connection: Connection, now: datetime) -> None:
+    def __init__(self, connection: Connection, now: datetime, *, ids_from_returning: bool = False) -> None:
         self.connection = connection
+        # PostgreSQL hands out ids to many processes at once: new ids come from RETURNING
+        # (`connection.insert_ids`) instead of SQLite's consecutive AUTOINCREMENT range.
+        self.ids_from_returning = ids_from_returning
         self.now = now
         self.now_us = to_micros(now)
         self.events: list[JobEvent] = []

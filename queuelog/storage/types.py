@@ -2,7 +2,7 @@
 
 Timestamps are UTC. SQLite has no date type, so there they are integer microseconds since
 the epoch (exact, compact, and they compare and index as numbers); PostgreSQL gets a real
-`timestamptz`. JSON is compact text on SQLite and `jsonb` on PostgreSQL.
+`timestamptz`. JSON documents are compact text on both (migration 0003 says why).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Text
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
@@ -61,17 +61,8 @@ class JsonDocument(TypeDecorator[Any]):
     impl = Text
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(JSONB())
-        return dialect.type_descriptor(Text())
-
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
-            return value
-        return compact_json(value)
+        return None if value is None else compact_json(value)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
-            return value
-        return json.loads(value)
+        return None if value is None else json.loads(value)

@@ -1,0 +1,116 @@
+"""Job events made by other server processes, handed to this one's subscriptions and claims.
+
+`PostgresListener` LISTENs on `queuelog_events` on a connection of its own (on a thread:
+psycopg's `notifies()` blocks). Each notification names its origin and `kind:job_id`
+pairs (postgres.py); those from other servers are coalesced and their jobs read back in
+one statement, then delivered as events carrying the jobs' current state. A subscriber may
+therefore see a later state than the event's kind says, never an earlier one: the
+terminal state of a job is never missed.
+
+While the connection is down (PostgreSQL restarting) the listener reconnects with a short
+back-off; notifications sent meanwhile are lost, which is why long-polling claims also
+re-check the database on their own timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+
+from queuelog.model import EventKind, JobEvent
+from queuelog.storage import operations as ops
+from queuelog.storage.postgres import EVENTS_CHANNEL, PostgresDatabase, connect
+
+log = logging.getLogger("queuelog.storage")
+KINDS = {kind.value: kind for kind in EventKind}
+RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
+NOTIFY_WAIT_SECONDS = 0.5
+
+
+def parse_payload(payload: str) -> tuple[str, list[tuple[EventKind, int]]]:
+    origin, *items = payload.split(" ")
+    pairs = []
+    for item in items:
+        kind, _, job_id = item.partition(":")
+        if kind in KINDS and job_id.isdigit():
+            pairs.append((KINDS[kind], int(job_id)))
+    return origin, pairs
+
+
+class PostgresListener:
+    def __init__(self, db: PostgresDatabase, deliver: Callable[[Sequence[JobEvent]], None]) -> None:
+        self._db = db
+        self._deliver = deliver
+        self._loop = asyncio.get_running_loop()
+        self._pending: list[tuple[EventKind, int]] = []
+        self._reading: asyncio.Task[None] | None = None
+        self._stop = threading.Event()
+        self._listening = threading.Event()
+        self._thread = threading.Thread(target=self._listen_forever, name="queuelog-pg-listen", daemon=True)
+        self._thread.start()
+
+    def wait_listening(self, timeout: float) -> bool:
+        return self._listening.wait(timeout)
+
+    # --- the listening thread ----------------------------------------------------------------
+
+    def _listen_forever(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with connect(self._db.url, autocommit=True) as connection:
+                    connection.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    self._listening.set()
+                    failures = 0
+                    self._receive(connection)
+            except Exception as exc:  # the connection broke: PostgreSQL restarting, network
+                self._listening.clear()
+                if self._stop.is_set():
+                    return
+                delay = RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
+                failures += 1
+                if failures == 1:
+                    log.warning("event listener lost PostgreSQL (%s); reconnecting", type(exc).__name__)
+                self._stop.wait(delay)
+
+    def _receive(self, connection: psycopg.Connection[Any]) -> None:
+        while not self._stop.is_set():
+            for notify in connection.notifies(timeout=NOTIFY_WAIT_SECONDS):
+                origin, pairs = parse_payload(notify.payload)
+                if origin != self._db.origin and pairs:
+                    self._loop.call_soon_threadsafe(self._received, pairs)
+
+    # --- on the event loop ------------------------------------------------------------------
+
+    def _received(self, pairs: list[tuple[EventKind, int]]) -> None:
+        self._pending.extend(pairs)
+        if self._reading is None or self._reading.done():
+            self._reading = self._loop.create_task(self._read_back())
+
+    async def _read_back(self) -> None:
+        while self._pending:
+            pairs, self._pending = self._pending, []
+            try:
+                jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id in pairs}))
+            except Exception as exc:
+                log.warning("could not read back %d events from other servers: %s", len(pairs), exc)
+                continue
+            by_id = {job.id: job for job in jobs}
+            events = [
+                JobEvent(kind, by_id[job_id], by_id[job_id].updated_at)
+                for kind, job_id in pairs
+                if job_id in by_id
+            ]
+            if events:
+                self._deliver(events)
+
+    async def close(self) -> None:
+        self._stop.set()
+        await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 2 * NOTIFY_WAIT_SECONDS)
+        if self._reading is not None:
+            self._reading.cancel()

@@ -1,0 +1,335 @@
+"""PostgreSQL through psycopg 3, with the group commit of sqlite.py and events across servers.
+
+Writes are grouped as on SQLite: operations queued during one round are run by one writer
+connection in one transaction, each in its own SAVEPOINT, and answered after COMMIT. The
+writer works on its own thread (psycopg's sync API: a network round trip must not hold the
+event loop), while the loop keeps queueing the next batch. Many server processes write at
+once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED` claims and unique constraints keep
+them apart (postgres_statements.py). A batch that PostgreSQL aborts as a deadlock or
+serialization failure is run again from the start; nothing of it was kept.
+
+The database's clock rules: each batch takes `now` from PostgreSQL (`clock_timestamp()`),
+so leases and `runAt` mean the same on every server whatever its own clock says.
+
+Events cross processes with LISTEN/NOTIFY: each commit notifies `queuelog_events` with a
+small payload (this server's id, then `kind:job_id` pairs) in the same transaction, so it
+is delivered exactly when the rows are visible. Every other server reads those jobs back
+and hands them to its subscriptions and waiting claims (listener.py).
+
+Reads run on a small pool of connections, on threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.adapt import Loader
+from psycopg.pq import Format
+
+from queuelog.errors import DatabaseUnavailable
+from queuelog.model import JobEvent
+from queuelog.storage import operations as ops
+from queuelog.storage.postgres_statements import FOR_SQLITE, FOR_UPDATE
+from queuelog.storage.transaction import WriteTx
+from queuelog.storage.types import from_micros
+
+T = TypeVar("T")
+log = logging.getLogger("queuelog.storage")
+Operation = Callable[[WriteTx], Any]
+Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
+Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
+
+EVENTS_CHANNEL = "queuelog_events"
+NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
+READ_CONNECTIONS = 4
+BATCH_ATTEMPTS = 5
+CONNECT_TIMEOUT_SECONDS = 5
+_PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
+DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+
+
+class MicrosLoader(Loader):
+    """timestamptz, read in binary (microseconds since 2000-01-01), as Unix microseconds:
+    the integer form operations.py and the codec use on both backends."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> int:
+        return int.from_bytes(data, "big", signed=True) + _PG_EPOCH_US
+
+
+def conninfo(url: str) -> str:
+    """A libpq URL from a SQLAlchemy-style one (`postgresql+psycopg://` -> `postgresql://`)."""
+    scheme, sep, rest = url.partition("://")
+    return "postgresql://" + rest if sep and scheme.startswith("postgres") else url
+
+
+def connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
+    try:
+        connection = psycopg.connect(
+            conninfo(url), autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT_SECONDS
+        )
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {type(exc).__name__}") from None
+    connection.adapters.register_loader("timestamptz", MicrosLoader)
+    return connection
+
+
+class Result:
+    """What operations.py reads of a cursor: rows, rowcount, and the id an INSERT returned."""
+
+    __slots__ = ("rows", "rowcount", "lastrowid", "_next")
+
+    def __init__(self, rows: list[Any], rowcount: int, lastrowid: int | None = None) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
+        self._next = 0
+
+    def fetchone(self) -> Any:
+        if self._next >= len(self.rows):
+            return None
+        self._next += 1
+        return self.rows[self._next - 1]
+
+    def fetchall(self) -> list[Any]:
+        rows, self._next = self.rows[self._next :], len(self.rows)
+        return rows
+
+
+class PgConnection:
+    """A psycopg connection that runs the SQLite text of statements.py as its PostgreSQL
+    counterpart. `locking`: the writer's reads of rows it is about to update take them
+    FOR UPDATE."""
+
+    def __init__(self, connection: psycopg.Connection[Any], *, locking: bool) -> None:
+        self.raw = connection
+        self._locking = locking
+
+    def _sql(self, sql: str) -> str:
+        translated = FOR_SQLITE.get(sql)
+        if translated is None:
+            translated = sql.replace("?", "%s")  # the few plain statements (keys, SELECT 1)
+        if self._locking:
+            translated = FOR_UPDATE.get(translated, translated)
+        return translated
+
+    def execute(self, sql: str, parameters: Any = ()) -> Result:
+        cursor = self.raw.execute(self._sql(sql), parameters or None, binary=True)  # type: ignore[arg-type]
+        rows = cursor.fetchall() if cursor.description is not None else []
+        lastrowid = rows[0][0] if rows and sql in _RETURNING_ID else None
+        return Result(rows, cursor.rowcount, lastrowid)
+
+    def executemany(self, sql: str, parameters: Iterable[Any]) -> Result:
+        cursor = self.raw.cursor(binary=True)
+        cursor.executemany(self._sql(sql), list(parameters))
+        return Result([], cursor.rowcount)
+
+    def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> list[int]:
+        cursor = self.raw.cursor(binary=True)
+        cursor.executemany(self._sql(sql), rows, returning=True)
+        ids = []
+        while True:
+            ids.append(cursor.fetchone()[0])  # type: ignore[index]
+            if not cursor.nextset():
+                return ids
+
+
+_RETURNING_ID = {sql for sql, pg in FOR_SQLITE.items() if pg.rstrip().endswith("RETURNING id")}
+
+
+def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
+    """`origin kind:id kind:id ...`, split to stay under PostgreSQL's payload limit."""
+    payloads, current = [], [origin]
+    size = len(origin)
+    for event in events:
+        item = f"{event.kind.value}:{event.job.id}"
+        if size + len(item) + 1 > NOTIFY_PAYLOAD_MAX:
+            payloads.append(" ".join(current))
+            current, size = [origin], len(origin)
+        current.append(item)
+        size += len(item) + 1
+    if len(current) > 1:
+        payloads.append(" ".join(current))
+    return payloads
+
+
+class PostgresDatabase:
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+        self.url = url
+        self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
+        self._on_commit = on_commit
+        self._writer: psycopg.Connection[Any] | None = connect(url, autocommit=False)
+        self._queue: Batch = []
+        self._busy = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="queuelog-pg-writer")
+        self._read_threads = ThreadPoolExecutor(READ_CONNECTIONS, thread_name_prefix="queuelog-pg-reader")
+        self._readers = threading.local()
+        self._all_readers: list[psycopg.Connection[Any]] = []
+        self._readers_lock = threading.Lock()
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def write(self, operation: Callable[[WriteTx], T]) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append((operation, future))
+        self._schedule()
+        return await future
+
+    def _schedule(self) -> None:
+        if self._busy or not self._queue:
+            return
+        batch = [(op, future) for op, future in self._queue if not future.cancelled()]
+        self._queue = []
+        if not batch:
+            return
+        self._busy = True
+        self._idle.clear()
+        done = asyncio.get_running_loop().run_in_executor(self._write_thread, self._commit, batch)
+        done.add_done_callback(self._batch_done)
+
+    def _batch_done(self, done: asyncio.Future[tuple[list[Outcome], list[JobEvent]]]) -> None:
+        self._busy = False
+        outcomes, events = done.result()  # _commit catches everything
+        for future, value, exc in outcomes:
+            if future.done():
+                continue
+            if exc is None:
+                future.set_result(value)
+            else:
+                future.set_exception(exc)
+        if events:
+            self._on_commit(events)
+        self._schedule()
+        if not self._busy:
+            self._idle.set()
+
+    def _writer_connection(self) -> psycopg.Connection[Any]:
+        if self._writer is None or self._writer.closed or self._writer.broken:
+            self._writer = None
+            self._writer = connect(self.url, autocommit=False)
+        return self._writer
+
+    def _commit(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
+        for attempt in range(BATCH_ATTEMPTS):
+            try:
+                return self._commit_once(batch)
+            except RETRIED_ERRORS as exc:
+                log.info("write batch %s (%d operations); running it again", type(exc).__name__, len(batch))
+                self._rollback()
+                if attempt == BATCH_ATTEMPTS - 1:
+                    return [(future, None, exc) for _, future in batch], []
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable) as exc:
+                # The connection is gone (PostgreSQL restarting, network): nothing of this batch
+                # is acknowledged; the next batch reconnects.
+                log.warning("PostgreSQL unavailable for a write batch: %s", type(exc).__name__)
+                self._drop_writer()
+                failure = DatabaseUnavailable("the database is unavailable; try again")
+                return [(future, None, failure) for _, future in batch], []
+            except Exception as exc:
+                self._rollback()
+                return [(future, None, exc) for _, future in batch], []
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _commit_once(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
+        raw = self._writer_connection()
+        connection = PgConnection(raw, locking=True)
+        now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
+        tx = WriteTx(connection, from_micros(now_us), ids_from_returning=True)
+        outcomes: list[Outcome] = []
+        for operation, future in batch:
+            outcomes.append((future, *self._run_one(raw, tx, operation)))
+        ops.write_side_effects(tx)
+        for payload in notify_payloads(self.origin, tx.events):
+            raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
+        raw.commit()
+        return outcomes, tx.events
+
+    def _run_one(self, raw: psycopg.Connection[Any], tx: WriteTx, operation: Operation) -> tuple[Any, Any]:
+        """One operation in its savepoint: (value, None) or (None, the exception)."""
+        for attempt in (1, 2):
+            mark = tx.mark()
+            raw.execute("SAVEPOINT op")
+            try:
+                value = operation(tx)
+            except pg_errors.UniqueViolation as exc:
+                # Another server inserted the same idempotency key after this operation looked:
+                # run it once more, and it finds that job.
+                raw.execute("ROLLBACK TO SAVEPOINT op")
+                tx.forget_since(mark)
+                if attempt == 2:
+                    return None, exc
+            except RETRIED_ERRORS:
+                raise  # the transaction is lost: the whole batch runs again
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except Exception as exc:
+                raw.execute("ROLLBACK TO SAVEPOINT op")
+                tx.forget_since(mark)
+                return None, exc
+            else:
+                raw.execute("RELEASE SAVEPOINT op")
+                return value, None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _rollback(self) -> None:
+        if self._writer is None:
+            return
+        try:
+            self._writer.rollback()
+        except psycopg.Error:
+            self._drop_writer()
+
+    def _drop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(psycopg.Error):
+                writer.close()
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _reader(self) -> psycopg.Connection[Any]:
+        connection = getattr(self._readers, "connection", None)
+        if connection is None or connection.closed or connection.broken:
+            connection = self._readers.connection = connect(self.url, autocommit=True)
+            with self._readers_lock:
+                self._all_readers.append(connection)
+        return connection
+
+    def _run_read(self, function: Callable[..., T], args: tuple[Any, ...]) -> T:
+        try:
+            raw = self._reader()
+            with raw.transaction():
+                return function(PgConnection(raw, locking=False), *args)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("PostgreSQL unavailable for a read: %s", type(exc).__name__)
+            raise DatabaseUnavailable("the database is unavailable; try again") from None
+
+    async def read(self, function: Callable[..., T], *args: Any) -> T:
+        """Run a read on a pooled connection, in one transaction."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._read_threads, self._run_read, function, args)
+
+    async def read_one(self, sql: str, parameters: Any = ()) -> Any:
+        return await self.read(lambda connection: connection.execute(sql, parameters).fetchone())
+
+    async def close(self) -> None:
+        await self._idle.wait()
+        self._write_thread.shutdown(wait=True)
+        self._read_threads.shutdown(wait=True)
+        self._drop_writer()
+        with self._readers_lock:
+            for connection in self._all_readers:
+                connection.close()

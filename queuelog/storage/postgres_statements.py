@@ -1,0 +1,194 @@
+"""The PostgreSQL text of every statement in statements.py, under the same names.
+
+operations.py is written once, against statements.py; on PostgreSQL the connection
+adapter (postgres.py) swaps each SQLite statement for its counterpart here (`FOR_SQLITE`).
+Values keep the shapes operations.py gives them: timestamps are integer microseconds
+(turned into `timestamptz` by `ts()` on the way in, and back by a binary loader on the way
+out), JSON documents are text, id and type lists are JSON arrays.
+
+What differs from SQLite, and why:
+- claims take `FOR UPDATE SKIP LOCKED`: servers on other machines claim at the same time,
+  and each must skip the rows another is taking instead of waiting for them (V-06);
+- rows a write reads before it updates them are locked (`FOR UPDATE`): on SQLite the
+  write lock keeps them as read, here other processes write concurrently;
+- lease expiry and pruning skip locked rows, so every process can run them at once;
+- new ids come back from RETURNING (ids are not consecutive across processes).
+"""
+
+from __future__ import annotations
+
+from queuelog.storage import statements as sqlite
+from queuelog.storage.codec import JOB_COLUMN_LIST
+from queuelog.storage.statements import EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL
+
+
+def ts(name: str) -> str:
+    """A parameter holding integer microseconds since the epoch, as a timestamptz."""
+    return f"(TIMESTAMPTZ 'epoch' + %({name})s::bigint * INTERVAL '1 microsecond')"
+
+
+def id_list(name: str) -> str:
+    return f"(SELECT value::bigint FROM json_array_elements_text(%({name})s::json) AS value)"
+
+
+def text_list(name: str) -> str:
+    return f"(SELECT value FROM json_array_elements_text(%({name})s::json) AS value)"
+
+
+NOW = ts("now")
+_INSERT_COLUMNS = (
+    "type, payload, priority, status, retry_count, max_retries, attempt, idempotency_key,"
+    " run_at, created_by, created_at, updated_at"
+)
+_INSERT_VALUES = (
+    "%(type)s, %(payload)s, %(priority)s, %(status)s, %(retry_count)s, %(max_retries)s,"
+    f" %(attempt)s, %(idempotency_key)s, {ts('run_at')}, %(created_by)s, {ts('created_at')},"
+    f" {ts('updated_at')}"
+)
+INSERT_JOB = f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}) RETURNING id"
+INSERT_JOB_ONCE = (
+    f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})"
+    " ON CONFLICT (created_by, idempotency_key) DO NOTHING RETURNING id"
+)
+JOB_BY_IDEMPOTENCY_KEY = (
+    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s AND idempotency_key = %(key)s"
+)
+JOBS_BY_IDEMPOTENCY_KEYS = (
+    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s"
+    f" AND idempotency_key IN {text_list('keys')}"
+)
+JOB_BY_ID = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id = %(id)s"
+JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
+LAST_JOB_ID = "SELECT last_value FROM jobs_id_seq"  # not used on PostgreSQL (ids come from RETURNING)
+INSERT_EVENT = (
+    f"INSERT INTO job_events (job_id, kind, status, at) VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')})"
+)
+DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE job_id IN {id_list('ids')}"
+ADD_TO_COUNT = (
+    "INSERT INTO job_counts (scope, name, type, status, n)"
+    " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(n)s)"
+    " ON CONFLICT (scope, name, type, status) DO UPDATE SET n = job_counts.n + excluded.n"
+)
+COUNTS_OF_SCOPES = (
+    "SELECT scope, name, type, status, n FROM job_counts WHERE (scope, name) IN"
+    " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+)
+
+_CLAIM = f"""
+    UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {NOW},
+        attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {NOW}
+    WHERE id IN (
+        SELECT id FROM jobs
+        WHERE status = 'pending' AND run_at <= {NOW} {{types}}
+        ORDER BY priority DESC, created_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING {JOB_COLUMN_LIST}
+"""
+CLAIM_ANY = _CLAIM.format(types="")
+CLAIM_TYPES = _CLAIM.format(types=f"AND type IN {text_list('types')}")
+
+_HOLDER_GUARD = (
+    "id = %(id)s AND status = 'running' AND worker_id = %(worker)s"
+    " AND (%(attempt)s::integer IS NULL OR attempt = %(attempt)s::integer)"
+)
+HEARTBEAT = (
+    f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
+    f" WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
+)
+_COMPLETED = (
+    f"status = 'completed', lease_expires_at = NULL, finished_at = {NOW}, result = %(result)s,"
+    f" updated_at = {NOW}"
+)
+COMPLETE_HELD = f"UPDATE jobs SET {_COMPLETED} WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
+COMPLETE_CHECKED = (
+    f"UPDATE jobs SET {_COMPLETED} WHERE id = %(id)s AND status = 'running' AND attempt = %(attempt)s"
+)
+_FAILURE = (
+    "status = %(status)s, retry_count = %(retry_count)s, worker_id = %(worker_id)s,"
+    f" lease_expires_at = NULL, run_at = {ts('run_at')}, finished_at = {ts('finished_at')},"
+    f" error = %(error)s, updated_at = {NOW}"
+)
+_SEEN_RUNNING = "id = %(id)s AND status = 'running' AND attempt = %(attempt)s"
+FAIL_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} RETURNING {JOB_COLUMN_LIST}"
+EXPIRE_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND lease_expires_at < {NOW}"
+EXPIRED_LEASES = f"""
+    SELECT {JOB_COLUMN_LIST} FROM jobs
+    WHERE status = 'running' AND lease_expires_at < {NOW}
+    ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
+    FOR UPDATE SKIP LOCKED
+"""
+CANCEL_PENDING = (
+    f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
+    f" WHERE id = %(id)s AND status = 'pending' RETURNING {JOB_COLUMN_LIST}"
+)
+RETRY_FINISHED = (
+    f"UPDATE jobs SET status = 'pending', retry_count = 0, run_at = {NOW}, worker_id = NULL,"
+    f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
+    f" WHERE id = %(id)s AND status IN ('failed', 'cancelled') RETURNING {JOB_COLUMN_LIST}"
+)
+PRUNE = f"""
+    DELETE FROM jobs WHERE id IN (
+        SELECT id FROM jobs
+        WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL}
+        LIMIT {PRUNE_BATCH}
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id, type, status, created_by, worker_id
+"""
+NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs WHERE status = 'pending'"
+NEXT_DUE_TYPES = NEXT_DUE_ANY + f" AND type IN {text_list('types')}"
+_OLDEST_OF_PRIORITY = """
+    (SELECT created_at FROM jobs
+        WHERE status = 'pending' AND priority = {priority} AND run_at <= {now} {scope}
+        ORDER BY priority DESC, created_at LIMIT 1)
+"""
+
+
+def _oldest_pending_sql(scope: str) -> str:
+    parts = [_OLDEST_OF_PRIORITY.format(priority=p, now=NOW, scope=scope) for p in (0, 10, 20, 30)]
+    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ") AS oldest"
+
+
+OLDEST_PENDING_ANY = _oldest_pending_sql("")
+OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = %(created_by)s")
+
+# The writes that read a row before updating it take it locked (see the module docstring).
+FOR_UPDATE = {
+    JOB_BY_ID: JOB_BY_ID + " FOR UPDATE",
+    JOBS_BY_IDS: JOBS_BY_IDS + " ORDER BY id FOR UPDATE",
+}
+
+
+def _list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
+    filters = []
+    if by_creator and by_worker:
+        filters.append("(created_by = %(name)s OR worker_id = %(name)s)")
+    elif by_creator:
+        filters.append("created_by = %(name)s")
+    elif by_worker:
+        filters.append("worker_id = %(name)s")
+    if status:
+        filters.append("status = %(status)s")
+    if job_type:
+        filters.append("type = %(type)s")
+    if after:
+        filters.append("id < %(after)s")
+    where = " WHERE " + " AND ".join(filters) if filters else ""
+    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY id DESC LIMIT %(limit)s"
+
+
+def _translations() -> dict[str, str]:
+    names = [
+        name
+        for name, value in vars(sqlite).items()
+        if name.isupper() and isinstance(value, str) and not name.startswith("_") and name in globals()
+    ]
+    table = {getattr(sqlite, name): globals()[name] for name in names}
+    flags = (False, True)
+    for key in [(c, w, s, t, a) for c in flags for w in flags for s in flags for t in flags for a in flags]:
+        table[sqlite.list_statement(*key)] = _list_statement(*key)
+    return table
+
+
+# Every statement operations.py runs, SQLite text -> PostgreSQL text.
+FOR_SQLITE = _translations()
