@@ -66,6 +66,7 @@ class Services:
         self.repository = Repository(
             settings.database_url,
             RetryPolicy(settings.retry_base_seconds, settings.retry_max_seconds),
+            settings.event_feed,
         )
         self.authenticator = Authenticator(self.repository)
         self.sockets: weakref.WeakSet[TransportWSHandler] = weakref.WeakSet()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 ENV_PREFIX = "QUEUELOG_"
+EVENT_FEEDS = ("auto", "notify", "poll", "local")
 
 
 class SettingsError(ValueError):
@@ -40,6 +41,9 @@ class Settings:
     max_tokens: int = 2000
     graphiql: bool = True
     cors_origins: tuple[str, ...] = ()
+    # How a server hears other server processes' events (Scaling out in the README):
+    # auto = notify on PostgreSQL, local on SQLite (poll with `serve --workers N`).
+    event_feed: str = "auto"
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
 
@@ -61,6 +65,8 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must not be negative")
         if not 1 <= self.lease_seconds <= 86400:
             raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
+        if self.event_feed not in EVENT_FEEDS:
+            raise SettingsError(f"{env_name('event_feed')} must be one of {', '.join(EVENT_FEEDS)}")
         if self.lease_check_seconds <= 0:
             raise SettingsError(f"{env_name('lease_check_seconds')} must be positive")
 

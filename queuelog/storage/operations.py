@@ -49,6 +49,8 @@ from queuelog.storage.statements import (
     COMPLETE_HELD,
     COUNTS_OF_SCOPES,
     DELETE_EVENTS_OF,
+    EVENTS_AFTER,
+    EVENTS_WITH_IDS,
     EXPIRE_RUNNING,
     EXPIRED_LEASES,
     FAIL_RUNNING,
@@ -61,8 +63,10 @@ from queuelog.storage.statements import (
     JOBS_BY_IDEMPOTENCY_KEYS,
     JOBS_BY_IDS,
     KIND_TEXT,
+    LAST_EVENT_ID,
     LAST_JOB_ID,
     LEASE_EXPIRED_ERROR,
+    MAX_EVENT_ID,
     NEXT_DUE_ANY,
     NEXT_DUE_TYPES,
     OLDEST_PENDING_ANY,
@@ -207,16 +211,21 @@ def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> Sequence[int]:
     """Insert rows known to be new; returns their ids, in order."""
     if len(rows) == 1:
         return [tx.execute(INSERT_JOB, rows[0]).lastrowid]  # type: ignore[list-item]
+    return insert_ids(tx, INSERT_JOB, LAST_JOB_ID, rows)
+
+
+def insert_ids(tx: WriteTx, sql: str, last_id_sql: str, rows: list[dict[str, Any]]) -> Sequence[int]:
+    """executemany an INSERT and return the new rows' ids, in order."""
     if tx.ids_from_returning:
-        return tx.connection.insert_ids(INSERT_JOB, rows)  # type: ignore[attr-defined]
-    # AUTOINCREMENT under the write lock hands out consecutive ids after the last one ever
-    # used; the check below makes sure of it before relying on it.
-    before = tx.execute(LAST_JOB_ID).fetchone()
-    cursor = tx.executemany(INSERT_JOB, rows)
-    last = tx.execute(LAST_JOB_ID).fetchone()[0]
+        return tx.connection.insert_ids(sql, rows)  # type: ignore[attr-defined]
+    # SQLite: AUTOINCREMENT under the write lock hands out consecutive ids after the last
+    # one ever used; the check below makes sure of it before relying on it.
+    before = tx.execute(last_id_sql).fetchone()
+    cursor = tx.executemany(sql, rows)
+    last = tx.execute(last_id_sql).fetchone()[0]
     first_id = (before[0] if before is not None else 0) + 1
     if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
-        raise RuntimeError("jobs ids were not consecutive; nothing was enqueued")
+        raise RuntimeError("ids were not consecutive; nothing was written")
     return range(first_id, first_id + len(rows))
 
 
@@ -480,13 +489,14 @@ def write_side_effects(tx: WriteTx) -> None:
     """The events and counter changes of a group commit's successful operations."""
     now = tx.now_us
     if tx.events:
-        tx.executemany(
-            INSERT_EVENT,
-            [
-                dict(job_id=e.job.id, kind=KIND_TEXT[e.kind], status=STATUS_TEXT[e.job.status], at=now)
-                for e in tx.events
-            ],
-        )
+        rows = [
+            dict(job_id=e.job.id, kind=KIND_TEXT[e.kind], status=STATUS_TEXT[e.job.status], at=now)
+            for e in tx.events
+        ]
+        if tx.event_ids is None:
+            tx.executemany(INSERT_EVENT, rows)
+        else:  # an event tail runs: it must know this process's events from the others'
+            tx.event_ids.extend(insert_ids(tx, INSERT_EVENT, LAST_EVENT_ID, rows))
     changes = counters.net(tx.moves)
     if changes:
         tx.executemany(
@@ -506,6 +516,20 @@ def get_job(conn: Connection, job_id: int, scope: JobScope) -> Job | None:
 def get_jobs(conn: Connection, job_ids: Sequence[int]) -> list[Job]:
     rows = conn.execute(JOBS_BY_IDS, {"ids": _ids_json(job_ids)}).fetchall()
     return [decode_job(row) for row in rows]
+
+
+def last_event_id(conn: Connection) -> int:
+    row = conn.execute(MAX_EVENT_ID).fetchone()
+    return row[0] if row is not None and row[0] is not None else 0
+
+
+def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str]]:
+    """(id, job_id, kind) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
+    return [tuple(row) for row in conn.execute(EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
+
+
+def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+    return [tuple(row) for row in conn.execute(EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()]  # type: ignore[misc]
 
 
 def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:
@@ -579,4 +603,3 @@ def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | Non
     else:
         row = conn.execute(NEXT_DUE_TYPES, {"types": jsonutil.dumps(list(types)).decode()}).fetchone()
     return micros_to_datetime(row[0]) if row is not None else None
-

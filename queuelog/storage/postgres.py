@@ -38,6 +38,7 @@ from psycopg.pq import Format
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
+from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.postgres_statements import FOR_SQLITE, FOR_UPDATE
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.types import from_micros
@@ -179,6 +180,8 @@ class PostgresDatabase:
         self._readers = threading.local()
         self._all_readers: list[psycopg.Connection[Any]] = []
         self._readers_lock = threading.Lock()
+        # Set when the polling event feed runs instead of LISTEN: this process's event ids.
+        self.own_events: OwnEvents | None = None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -248,12 +251,17 @@ class PostgresDatabase:
         connection = PgConnection(raw, locking=True)
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
         tx = WriteTx(connection, from_micros(now_us), ids_from_returning=True)
+        if self.own_events is not None:
+            tx.event_ids = []
         outcomes: list[Outcome] = []
         for operation, future in batch:
             outcomes.append((future, *self._run_one(raw, tx, operation)))
         ops.write_side_effects(tx)
-        for payload in notify_payloads(self.origin, tx.events):
-            raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
+        if self.own_events is not None:
+            self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure
+        else:
+            for payload in notify_payloads(self.origin, tx.events):
+                raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
         raw.commit()
         return outcomes, tx.events
 

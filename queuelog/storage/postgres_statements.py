@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from queuelog.storage import statements as sqlite
 from queuelog.storage.codec import JOB_COLUMN_LIST
-from queuelog.storage.statements import EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL
+from queuelog.storage.statements import EVENT_TAIL_BATCH, EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL
 
 
 def ts(name: str) -> str:
@@ -59,9 +59,17 @@ JOBS_BY_IDEMPOTENCY_KEYS = (
 )
 JOB_BY_ID = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id = %(id)s"
 JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
-LAST_JOB_ID = "SELECT last_value FROM jobs_id_seq"  # not used on PostgreSQL (ids come from RETURNING)
+# Not run on PostgreSQL (ids come from RETURNING); here so that every name has its text.
+LAST_JOB_ID = "SELECT last_value FROM jobs_id_seq"
+LAST_EVENT_ID = "SELECT last_value FROM job_events_id_seq"
+MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
+EVENTS_WITH_IDS = f"SELECT id, job_id, kind FROM job_events WHERE id IN {id_list('ids')} ORDER BY id"
+EVENTS_AFTER = (
+    f"SELECT id, job_id, kind FROM job_events WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
+)
 INSERT_EVENT = (
-    f"INSERT INTO job_events (job_id, kind, status, at) VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')})"
+    "INSERT INTO job_events (job_id, kind, status, at)"
+    f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"
 )
 DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE job_id IN {id_list('ids')}"
 ADD_TO_COUNT = (

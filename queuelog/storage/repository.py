@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
     ApiKey,
     Completion,
@@ -30,6 +31,7 @@ from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of
+from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.sqlite import SqliteDatabase, utcnow
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
@@ -51,7 +53,7 @@ class ClaimAbandoned(Exception):
 
 
 class Repository:
-    def __init__(self, url: str, policy: RetryPolicy) -> None:
+    def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
         self._db: SqliteDatabase | PostgresDatabase
         if dialect_of(url) == "postgresql":
             from queuelog.storage.postgres import PostgresDatabase
@@ -63,7 +65,8 @@ class Repository:
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
         self._remote_listeners: list[EventListener] = []
-        self._feed: PostgresListener | None = None
+        self._event_feed = event_feed
+        self._feed: PostgresListener | EventTail | None = None
 
     def add_listener(self, listener: EventListener, *, remote: bool = True) -> None:
         """Call `listener` with the events of every commit: this process's, and (`remote`)
@@ -73,12 +76,27 @@ class Repository:
             self._remote_listeners.append(listener)
 
     async def open(self) -> None:
-        """Start hearing other servers' events (PostgreSQL: LISTEN/NOTIFY)."""
-        if not isinstance(self._db, SqliteDatabase) and self._feed is None:
+        """Start hearing other server processes' events, as QUEUELOG_EVENT_FEED says:
+        `notify` (PostgreSQL LISTEN/NOTIFY; the default there), `poll` (read job_events
+        forward: SQLite with `serve --workers N`, or PostgreSQL behind PgBouncer in
+        transaction mode) or `local` (one process alone; SQLite's default)."""
+        sqlite = isinstance(self._db, SqliteDatabase)
+        feed = self._event_feed
+        if feed == "auto":
+            feed = "local" if sqlite else "notify"
+        if feed == "notify" and sqlite:
+            raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
+        if feed == "notify":
             from queuelog.storage.listener import PostgresListener
 
-            self._feed = PostgresListener(self._db, self._publish_remote)
-            await asyncio.get_running_loop().run_in_executor(None, self._feed.wait_listening, 5.0)
+            listener = PostgresListener(self._db, self._publish_remote)  # type: ignore[arg-type]
+            self._feed = listener
+            await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
+        elif feed == "poll":
+            self._db.own_events = OwnEvents()
+            tail = EventTail(self._db, self._db.own_events, self._publish_remote)
+            self._feed = tail
+            await tail.start()
 
     async def close(self) -> None:
         if self._feed is not None:

@@ -33,6 +33,7 @@ from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS
+from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.write_lock import WriteLock
 
@@ -86,6 +87,8 @@ class SqliteDatabase:
         self._thread: ThreadPoolExecutor | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        # Set when an event tail runs (`serve --workers N`): the ids of this process's events.
+        self.own_events: OwnEvents | None = None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -133,6 +136,8 @@ class SqliteDatabase:
     def _commit(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
         connection = self._writer
         tx = WriteTx(connection, utcnow())
+        if self.own_events is not None:
+            tx.event_ids = []
         outcomes: list[Outcome] = []
         try:
             connection.execute("BEGIN IMMEDIATE")
@@ -150,8 +155,12 @@ class SqliteDatabase:
                     connection.execute("RELEASE op")
                     outcomes.append((future, value, None))
             ops.write_side_effects(tx)
+            if self.own_events is not None and tx.event_ids:
+                self.own_events.add(tx.event_ids)  # before COMMIT: the tail may read them at once
             connection.execute("COMMIT")
         except Exception as exc:  # BEGIN, a savepoint, the side tables or COMMIT: nothing is kept
+            if self.own_events is not None and tx.event_ids:
+                self.own_events.withdraw(tx.event_ids)
             if connection.in_transaction:
                 try:
                     connection.execute("ROLLBACK")

@@ -86,6 +86,13 @@ JOBS_BY_IDEMPOTENCY_KEYS = (
 JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
 JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
 LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"
+LAST_EVENT_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'job_events'"
+EVENT_TAIL_BATCH = 5000
+MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
+EVENTS_WITH_IDS = "SELECT id, job_id, kind FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
+EVENTS_AFTER = (
+    f"SELECT id, job_id, kind FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
+)
 INSERT_EVENT = _sql(
     insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})
 )

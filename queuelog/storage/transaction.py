@@ -36,6 +36,9 @@ class WriteTx:
         # PostgreSQL hands out ids to many processes at once: new ids come from RETURNING
         # (`connection.insert_ids`) instead of SQLite's consecutive AUTOINCREMENT range.
         self.ids_from_returning = ids_from_returning
+        # The ids of the events this transaction writes, collected only when an event tail
+        # (event_tail.py) must tell this process's events from other processes'.
+        self.event_ids: list[int] | None = None
         self.now = now
         self.now_us = to_micros(now)
         self.events: list[JobEvent] = []

@@ -1,0 +1,124 @@
+"""Other processes' job events, found by reading `job_events` forward by id.
+
+The feed for SQLite with `serve --workers N` (processes on one file), and the fallback for
+PostgreSQL where LISTEN/NOTIFY is unavailable (PgBouncer in transaction mode):
+QUEUELOG_EVENT_FEED=poll. Every EVENT_POLL_SECONDS the tail reads the events after the
+last one it saw (one indexed range read; nothing when idle), skips this process's own
+(their ids are collected at commit: `OwnEvents`), reads the other events' jobs back in one
+statement and delivers them, with the jobs' current state.
+
+On SQLite, ids are committed in order (one writer at a time holds the write lock). On
+PostgreSQL a lower id may commit after a higher one: ids skipped over are kept as holes
+and read again until they appear or HOLE_SECONDS pass (a rolled-back transaction leaves
+a hole forever), so no committed event is missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from queuelog.model import EventKind, JobEvent
+from queuelog.storage import operations as ops
+from queuelog.storage.statements import EVENT_TAIL_BATCH
+
+log = logging.getLogger("queuelog.storage")
+KINDS = {kind.value: kind for kind in EventKind}
+EVENT_POLL_SECONDS = 0.05
+HOLE_SECONDS = 30.0
+
+
+class OwnEvents:
+    """The ids of the events this process wrote, as (first, last) runs, oldest first."""
+
+    def __init__(self) -> None:
+        self._runs: deque[tuple[int, int]] = deque()
+
+    def add(self, ids: Sequence[int]) -> None:
+        for event_id in ids:
+            if self._runs and self._runs[-1][1] == event_id - 1:
+                self._runs[-1] = (self._runs[-1][0], event_id)
+            else:
+                self._runs.append((event_id, event_id))
+
+    def withdraw(self, ids: Sequence[int]) -> None:
+        """Ids of a transaction that did not commit (SQLite would hand them out again)."""
+        gone = set(ids)
+        kept = [i for first, last in self._runs for i in range(first, last + 1) if i not in gone]
+        self._runs.clear()
+        self.add(kept)
+
+    def __contains__(self, event_id: int) -> bool:
+        return any(first <= event_id <= last for first, last in self._runs)
+
+    def forget_through(self, event_id: int) -> None:
+        """Drop the runs wholly at or below this id (the tail has passed them for good)."""
+        while self._runs and self._runs[0][1] <= event_id:
+            self._runs.popleft()
+
+
+class EventTail:
+    def __init__(self, db: Any, own: OwnEvents, deliver: Callable[[Sequence[JobEvent]], None]) -> None:
+        self._db = db
+        self._own = own
+        self._deliver = deliver
+        self._high = 0  # the highest event id handled
+        self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._high = await self._db.read(ops.last_event_id)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            await asyncio.sleep(EVENT_POLL_SECONDS)
+            try:
+                while await self.poll() >= EVENT_TAIL_BATCH:
+                    pass  # more are waiting: read on without sleeping
+                failures = 0
+            except Exception as exc:  # the database is unavailable for a moment
+                failures += 1
+                if failures == 1:
+                    log.warning("event tail could not read job_events (%s); retrying", type(exc).__name__)
+
+    async def poll(self) -> int:
+        """Read and deliver what is new; returns how many new rows were read."""
+        rows: list[tuple[int, int, str]] = await self._db.read(ops.events_after, self._high)
+        late: list[tuple[int, int, str]] = []
+        if self._holes:
+            late = await self._db.read(ops.events_with_ids, sorted(self._holes))
+        now = time.monotonic()
+        pairs: list[tuple[EventKind, int]] = []
+        for event_id, job_id, kind in late + rows:
+            if event_id > self._high:
+                for missing in range(self._high + 1, event_id):
+                    self._holes[missing] = now
+                self._high = event_id
+            else:
+                self._holes.pop(event_id, None)
+            if event_id not in self._own and kind in KINDS:
+                pairs.append((KINDS[kind], job_id))
+        for event_id in [i for i, since in self._holes.items() if now - since > HOLE_SECONDS]:
+            del self._holes[event_id]
+        self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
+        if pairs:
+            await self._read_back(pairs)
+        return len(rows)
+
+    async def _read_back(self, pairs: list[tuple[EventKind, int]]) -> None:
+        jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id in pairs}))
+        by_id = {job.id: job for job in jobs}
+        events = [JobEvent(kind, by_id[i], by_id[i].updated_at) for kind, i in pairs if i in by_id]
+        if events:
+            self._deliver(events)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
