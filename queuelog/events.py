@@ -5,7 +5,8 @@ thread); each subscription holds its own backlog of the events it has not taken 
 are immutable and shared: a backlog holds references, not copies.
 
 The backlog is bounded: a `jobEvents` subscription may have at most SUBSCRIBER_BACKLOG events
-waiting (a `jobUpdated` one, JOB_UPDATE_BACKLOG in the resolvers). The offer that would go
+waiting; a `jobUpdated` one keeps only the newest (the contract lets it merge changes, and
+the newest state is the one that must not be missed). The offer that would go
 past the bound ends the subscription: its backlog is dropped at once, it leaves the bus, and
 the subscriber gets SubscriberTooSlow (CONFLICT, "subscribe again") instead of the events it
 missed, rather than one slow websocket holding an unbounded backlog in memory. An event costs
@@ -36,10 +37,13 @@ class SubscriberTooSlow(Conflict):
 
 
 class Subscription:
-    def __init__(self, bus: EventBus, accepts: Callable[[JobEvent], bool], backlog: int) -> None:
+    def __init__(
+        self, bus: EventBus, accepts: Callable[[JobEvent], bool], backlog: int, latest_only: bool = False
+    ) -> None:
         self._bus = bus
         self._accepts = accepts
         self._backlog = backlog
+        self._latest_only = latest_only
         self._pending: deque[JobEvent] = deque()
         self._ready = asyncio.Event()
         self._overflowed = False
@@ -47,7 +51,9 @@ class Subscription:
     def offer(self, event: JobEvent) -> None:
         if self._overflowed or not self._accepts(event):
             return
-        if len(self._pending) >= self._backlog:
+        if self._latest_only:
+            self._pending.clear()  # the newer event carries the newer state: merge into it
+        elif len(self._pending) >= self._backlog:
             self._overflow()
             return
         self._pending.append(event)
@@ -93,9 +99,14 @@ class EventBus:
         self._subscriptions: set[Subscription] = set()
 
     def subscribe(
-        self, accepts: Callable[[JobEvent], bool], backlog: int = SUBSCRIBER_BACKLOG
+        self,
+        accepts: Callable[[JobEvent], bool],
+        backlog: int = SUBSCRIBER_BACKLOG,
+        latest_only: bool = False,
     ) -> Subscription:
-        subscription = Subscription(self, accepts, backlog)
+        """`latest_only`: only the newest accepted event waits (one job's updates merge, so a
+        slow reader still gets its latest state, terminal included, and never overflows)."""
+        subscription = Subscription(self, accepts, backlog, latest_only)
         self._subscriptions.add(subscription)
         return subscription
 

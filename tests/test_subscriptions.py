@@ -795,3 +795,21 @@ def test_a_subscriber_that_keeps_up_gets_every_event_in_order() -> None:
         assert received == list(range(0, 101, 2))
 
     run(scenario())
+
+
+def test_a_slow_job_updated_reader_gets_the_newest_state_and_never_overflows() -> None:
+    async def scenario() -> None:
+        bus = EventBus()
+        with bus.subscribe(lambda event: event.job.id == 7, latest_only=True) as subscription:
+            statuses = [JobStatus.RUNNING, JobStatus.PENDING] * (SUBSCRIBER_BACKLOG * 2)
+            for status in statuses:  # far more changes than any backlog, none read yet
+                bus.publish([make_event(7, status), make_event(8, status)])
+            bus.publish([make_event(7, JobStatus.COMPLETED)])
+            assert subscription.waiting == 1 and bus.subscriber_count == 1
+            received = []
+            async for event in subscription:
+                received.append((event.job.id, event.job.status))
+                break
+            assert received == [(7, JobStatus.COMPLETED)]
+
+    run(scenario())

@@ -15,9 +15,6 @@ from queuelog.schema.context import RequestContext
 from queuelog.schema.types import Job, JobEvent, JobStatus
 
 Ctx = Info[RequestContext, None]
-# The changes of one job waiting to be sent. More than that ends the subscription with an error
-# (events.SubscriberTooSlow, CONFLICT): a watcher never silently misses the job's terminal state.
-JOB_UPDATE_BACKLOG = 100
 
 
 async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]:
@@ -25,7 +22,9 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
     job_id = parse_job_id(id)
     scope = principal.scope
     # Subscribe before reading, so no change between the read and the first event is lost.
-    with info.context.bus.subscribe(lambda e: e.job.id == job_id, JOB_UPDATE_BACKLOG) as updates:
+    # Changes that come faster than the client reads merge into the newest (API.md 3): the
+    # terminal state always arrives.
+    with info.context.bus.subscribe(lambda e: e.job.id == job_id, latest_only=True) as updates:
         current = await queue(info).get(principal, job_id)
         if current is None:
             raise NotFound(f"job {job_id} not found")
