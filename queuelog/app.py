@@ -37,7 +37,7 @@ from queuelog import maintenance
 from queuelog.auth import Principal
 from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
-from queuelog.errors import Unauthenticated
+from queuelog.errors import DatabaseUnavailable, Unauthenticated
 from queuelog.events import EventBus
 from queuelog.metrics import CONTENT_TYPE, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, send_json
@@ -94,11 +94,11 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
         finally:
             sockets.discard(self)
 
-    async def key_revoked(self) -> bool:
+    async def key_revoked(self, read_now: bool = False) -> bool:
         if not self.connection_acknowledged:
             return False
         try:
-            await self.context.ensure_key_still_valid()
+            await self.context.ensure_key_still_valid(read_now)
         except Unauthenticated:
             return True
         return False
@@ -114,7 +114,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
         await self.websocket.close(code=4403, reason="Forbidden")
 
     async def handle_subscribe(self, message: Any) -> None:
-        if await self.key_revoked():
+        # Every operation reads the keys generation now (as every HTTP request does): a key
+        # revoked by any process runs nothing more, from the very next operation.
+        if await self.key_revoked(read_now=True):
             await self.end_if_key_revoked()
             return
         limit = self.max_subscriptions_per_connection
@@ -171,12 +173,17 @@ class GraphQLView(GraphQL):
         authorization = context.connection_params.get("authorization")
         principal = None
         if isinstance(authorization, str):
-            principal = await self.services.principal_for(authorization)
+            try:
+                principal = await self.services.principal_for(authorization)
+            except DatabaseUnavailable as exc:
+                log.warning("websocket refused: %s", exc.message)
+                raise ConnectionRejectionError() from None
         if principal is None:
             raise ConnectionRejectionError()
         context.principal = principal
         context.reauthenticate = lambda: self.services.principal_for(authorization)
         context.key_generation = self.services.authenticator.generation
+        context.read_key_generation = self.services.authenticator.refresh
         context.checked_generation = self.services.authenticator.generation()
         return None
 
@@ -203,7 +210,13 @@ class GraphQLEndpoint:
         if scope["type"] == "http" and scope["method"] == "POST":
             headers = dict(scope["headers"])
             raw = headers.get(b"authorization")
-            principal = await self.services.principal_for(raw.decode("latin-1") if raw else None)
+            try:
+                principal = await self.services.principal_for(raw.decode("latin-1") if raw else None)
+            except DatabaseUnavailable as exc:
+                # An outage, answered as /healthz answers it: 503, a GraphQL body, one log line.
+                log.warning("request refused: %s", exc.message)
+                await send_json(send, 503, graphql_error_body(exc.message, exc.code), [])
+                return
             if principal is None:
                 body = graphql_error_body("a valid API key is required", "UNAUTHENTICATED")
                 await send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
@@ -295,6 +308,9 @@ def routes_for(state: State, metrics: Metrics) -> list[BaseRoute]:
     async def healthz(request: Request) -> Response:
         try:
             await state.services.repository.ping()
+        except DatabaseUnavailable as exc:
+            log.warning("health check: %s", exc.message)
+            return JSONResponse({"status": "unavailable"}, status_code=503)
         except Exception:
             log.exception("health check: database unreachable")
             return JSONResponse({"status": "unavailable"}, status_code=503)

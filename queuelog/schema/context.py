@@ -31,15 +31,22 @@ class RequestContext:
     # Websockets: looks the connection's key up again (None once it has been revoked).
     reauthenticate: Callable[[], Awaitable[Principal | None]] | None = None
     # Websockets: the keys generation (principals.py) and the one last checked against.
+    # `key_generation` may answer from memory (PostgreSQL: as of the last read, at most 0.5 s
+    # old while a socket is open); `read_key_generation` reads the database now.
     key_generation: Callable[[], int] | None = None
+    read_key_generation: Callable[[], Awaitable[int]] | None = None
     checked_generation: int | None = None
 
-    async def ensure_key_still_valid(self) -> None:
+    async def ensure_key_still_valid(self, read_now: bool = False) -> None:
         """For websockets: a key revoked after connection_init, by any process, runs nothing
-        more and receives no further event (checked before each of them)."""
+        more (`read_now` before each operation) and its subscriptions end (checked before
+        each event, and by the app's watcher)."""
         if self.reauthenticate is None or self.key_generation is None:
             return
-        generation = self.key_generation()
+        if read_now and self.read_key_generation is not None:
+            generation = await self.read_key_generation()
+        else:
+            generation = self.key_generation()
         if generation == self.checked_generation:
             return
         if await self.reauthenticate() is None:

@@ -19,6 +19,7 @@ import strawberry
 from graphql import GraphQLError
 from strawberry.types import ExecutionContext
 
+from queuelog.errors import DatabaseUnavailable
 from queuelog.schema.extensions import classify
 
 errors_log = logging.getLogger("queuelog.errors")
@@ -43,6 +44,10 @@ def log_errors(errors: list[GraphQLError], execution_context: ExecutionContext |
                 refusals_log.debug(
                     "refused %s (operation %s, path %s): %s", code, operation, path, one_line(message)
                 )
+            continue
+        if isinstance(error.original_error, DatabaseUnavailable):
+            # An outage, not a bug: /healthz reports it too; one line per failed request.
+            errors_log.warning("database unavailable (operation %s, path %s)", operation, path)
             continue
         errors_log.error(
             "unexpected error (operation %s, path %s): %s",
