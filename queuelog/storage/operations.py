@@ -497,7 +497,9 @@ def write_side_effects(tx: WriteTx) -> None:
             tx.executemany(INSERT_EVENT, rows)
         else:  # an event tail runs: it must know this process's events from the others'
             tx.event_ids.extend(insert_ids(tx, INSERT_EVENT, LAST_EVENT_ID, rows))
-    changes = counters.net(tx.moves)
+    # In key order: concurrent transactions (PostgreSQL servers) then lock the shared counter
+    # rows in the same order and queue behind each other instead of deadlocking.
+    changes = sorted(counters.net(tx.moves))
     if changes:
         tx.executemany(
             ADD_TO_COUNT,
