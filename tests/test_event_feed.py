@@ -2,8 +2,9 @@
 
 Attacked and proven:
 - the event tail delivers every other process's event exactly once and none of its own, on a
-  real database; ids that commit out of order (as on PostgreSQL, simulated here with explicit
-  ids on SQLite) are held as holes and delivered when they appear;
+  real database, with the job's status as of the event; ids that commit out of order (as on
+  PostgreSQL, simulated here with explicit ids on SQLite) are held as holes and delivered
+  when they appear;
 - `serve --workers 3` on one SQLite file: a subscriber on one process sees every job enqueued
   over many connections, whichever process took them;
 - two servers on one PostgreSQL database with QUEUELOG_EVENT_FEED=poll (the PgBouncer
@@ -23,7 +24,7 @@ import pytest
 from conftest import Databases, Server, launch_server
 from websockets.asyncio.client import connect
 
-from queuelog.model import EventKind, JobEvent
+from queuelog.model import EventKind, JobEvent, JobStatus
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
@@ -44,7 +45,9 @@ def migrated(path: Path) -> str:
     return url
 
 
-def insert_job_and_event(db: SqliteDatabase, event_id: int, job_id: int, kind: str = "ENQUEUED") -> None:
+def insert_job_and_event(
+    db: SqliteDatabase, event_id: int, job_id: int, kind: str = "ENQUEUED", status: str = "pending"
+) -> None:
     """Write as another process would: a job and its event row, with a chosen event id."""
     now = 1_700_000_000_000_000
     connection = db._writer
@@ -56,8 +59,8 @@ def insert_job_and_event(db: SqliteDatabase, event_id: int, job_id: int, kind: s
         (job_id, now, now, now),
     )
     connection.execute(
-        "INSERT INTO job_events (id, job_id, kind, status, at) VALUES (?, ?, ?, 'pending', ?)",
-        (event_id, job_id, kind, now),
+        "INSERT INTO job_events (id, job_id, kind, status, at) VALUES (?, ?, ?, ?, ?)",
+        (event_id, job_id, kind, status, now),
     )
     connection.execute("COMMIT")
 
@@ -65,9 +68,11 @@ def insert_job_and_event(db: SqliteDatabase, event_id: int, job_id: int, kind: s
 def test_the_tail_delivers_others_events_once_skips_its_own_and_fills_holes(tmp_path: Path) -> None:
     async def scenario() -> None:
         delivered: list[tuple[EventKind, int]] = []
+        statuses: list[JobStatus] = []
 
         def deliver(events: Sequence[JobEvent]) -> None:
             delivered.extend((e.kind, e.job.id) for e in events)
+            statuses.extend(e.job.status for e in events)
 
         db = SqliteDatabase(migrated(tmp_path / "q.db"), lambda events: None)
         own = OwnEvents()
@@ -83,9 +88,11 @@ def test_the_tail_delivers_others_events_once_skips_its_own_and_fills_holes(tmp_
         assert delivered == [(EventKind.ENQUEUED, 2)]
 
         # Id 5 commits before id 4 (PostgreSQL sequences do this): 4 is a hole, read again.
-        insert_job_and_event(db, 5, 5, "CLAIMED")
+        # Its job is PENDING when read back, but was RUNNING as of the event: that is delivered.
+        insert_job_and_event(db, 5, 5, "CLAIMED", "running")
         await tail.poll()
         assert delivered[1:] == [(EventKind.CLAIMED, 5)]
+        assert statuses[-1] is JobStatus.RUNNING
         insert_job_and_event(db, 4, 4)
         insert_job_and_event(db, 6, 6)
         await tail.poll()

@@ -5,7 +5,7 @@ PostgreSQL where LISTEN/NOTIFY is unavailable (PgBouncer in transaction mode):
 QUEUELOG_EVENT_FEED=poll. Every EVENT_POLL_SECONDS the tail reads the events after the
 last one it saw (one indexed range read; nothing when idle), skips this process's own
 (their ids are collected at commit: `OwnEvents`), reads the other events' jobs back in one
-statement and delivers them, with the jobs' current state.
+statement and delivers them: each job as it is now, with its status as of the event.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
 PostgreSQL a lower id may commit after a higher one: ids skipped over are kept as holes
@@ -16,18 +16,40 @@ a hole forever), so no committed event is missed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from queuelog.model import EventKind, JobEvent
+from queuelog.model import EventKind, Job, JobEvent, JobStatus
 from queuelog.storage import operations as ops
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 log = logging.getLogger("queuelog.storage")
 KINDS = {kind.value: kind for kind in EventKind}
+STATUSES = {status.value: status for status in JobStatus}
+# An event of another process, as (kind, job id, the job's status as of the event).
+RemoteEvent = tuple[EventKind, int, JobStatus]
+
+
+def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobEvent]:
+    """Events for these items, each with its job as read back but with the status it had as
+    of the event (API.md: jobEvents(statuses:) filters on that). A job gone since (pruned)
+    has no event."""
+    by_id = {job.id: job for job in jobs}
+    events = []
+    for kind, job_id, status in items:
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        if job.status is not status:
+            job = dataclasses.replace(job, status=status)
+        events.append(JobEvent(kind, job, job.updated_at))
+    return events
+
+
 EVENT_POLL_SECONDS = 0.05
 HOLE_SECONDS = 30.0
 
@@ -89,34 +111,30 @@ class EventTail:
 
     async def poll(self) -> int:
         """Read and deliver what is new; returns how many new rows were read."""
-        rows: list[tuple[int, int, str]] = await self._db.read(ops.events_after, self._high)
-        late: list[tuple[int, int, str]] = []
+        rows: list[tuple[int, int, str, str]] = await self._db.read(ops.events_after, self._high)
+        late: list[tuple[int, int, str, str]] = []
         if self._holes:
             late = await self._db.read(ops.events_with_ids, sorted(self._holes))
         now = time.monotonic()
-        pairs: list[tuple[EventKind, int]] = []
-        for event_id, job_id, kind in late + rows:
+        items: list[RemoteEvent] = []
+        for event_id, job_id, kind, status in late + rows:
             if event_id > self._high:
                 for missing in range(self._high + 1, event_id):
                     self._holes[missing] = now
                 self._high = event_id
             else:
                 self._holes.pop(event_id, None)
-            if event_id not in self._own and kind in KINDS:
-                pairs.append((KINDS[kind], job_id))
+            if event_id not in self._own and kind in KINDS and status in STATUSES:
+                items.append((KINDS[kind], job_id, STATUSES[status]))
         for event_id in [i for i, since in self._holes.items() if now - since > HOLE_SECONDS]:
             del self._holes[event_id]
         self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
-        if pairs:
-            await self._read_back(pairs)
+        if items:
+            jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
+            events = events_as_of(items, jobs)
+            if events:
+                self._deliver(events)
         return len(rows)
-
-    async def _read_back(self, pairs: list[tuple[EventKind, int]]) -> None:
-        jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id in pairs}))
-        by_id = {job.id: job for job in jobs}
-        events = [JobEvent(kind, by_id[i], by_id[i].updated_at) for kind, i in pairs if i in by_id]
-        if events:
-            self._deliver(events)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -1,11 +1,11 @@
 """Job events made by other server processes, handed to this one's subscriptions and claims.
 
 `PostgresListener` LISTENs on `queuelog_events` on a connection of its own (on a thread:
-psycopg's `notifies()` blocks). Each notification names its origin and `kind:job_id`
-pairs (postgres.py); those from other servers are coalesced and their jobs read back in
-one statement, then delivered as events carrying the jobs' current state. A subscriber may
-therefore see a later state than the event's kind says, never an earlier one: the
-terminal state of a job is never missed.
+psycopg's `notifies()` blocks). Each notification names its origin and
+`kind:job_id:status` items (postgres.py); those from other servers are coalesced and their
+jobs read back in one statement, then delivered as events: each job as it is now, with
+its status as of the event (what `jobEvents(statuses:)` filters on). The terminal state
+of a job is never missed.
 
 While the connection is down (PostgreSQL restarting) the listener reconnects with a short
 back-off; notifications sent meanwhile are lost, which is why long-polling claims also
@@ -22,24 +22,24 @@ from typing import Any
 
 import psycopg
 
-from queuelog.model import EventKind, JobEvent
+from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
+from queuelog.storage.event_tail import KINDS, STATUSES, RemoteEvent, events_as_of
 from queuelog.storage.postgres import EVENTS_CHANNEL, PostgresDatabase, connect
 
 log = logging.getLogger("queuelog.storage")
-KINDS = {kind.value: kind for kind in EventKind}
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
 NOTIFY_WAIT_SECONDS = 0.5
 
 
-def parse_payload(payload: str) -> tuple[str, list[tuple[EventKind, int]]]:
-    origin, *items = payload.split(" ")
-    pairs = []
-    for item in items:
-        kind, _, job_id = item.partition(":")
-        if kind in KINDS and job_id.isdigit():
-            pairs.append((KINDS[kind], int(job_id)))
-    return origin, pairs
+def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
+    origin, *words = payload.split(" ")
+    items = []
+    for word in words:
+        kind, job_id, status = (word.split(":") + ["", ""])[:3]
+        if kind in KINDS and job_id.isdigit() and status in STATUSES:
+            items.append((KINDS[kind], int(job_id), STATUSES[status]))
+    return origin, items
 
 
 class PostgresListener:
@@ -47,7 +47,7 @@ class PostgresListener:
         self._db = db
         self._deliver = deliver
         self._loop = asyncio.get_running_loop()
-        self._pending: list[tuple[EventKind, int]] = []
+        self._pending: list[RemoteEvent] = []
         self._reading: asyncio.Task[None] | None = None
         self._stop = threading.Event()
         self._listening = threading.Event()
@@ -87,25 +87,20 @@ class PostgresListener:
 
     # --- on the event loop ------------------------------------------------------------------
 
-    def _received(self, pairs: list[tuple[EventKind, int]]) -> None:
+    def _received(self, pairs: list[RemoteEvent]) -> None:
         self._pending.extend(pairs)
         if self._reading is None or self._reading.done():
             self._reading = self._loop.create_task(self._read_back())
 
     async def _read_back(self) -> None:
         while self._pending:
-            pairs, self._pending = self._pending, []
+            items, self._pending = self._pending, []
             try:
-                jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id in pairs}))
+                jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
             except Exception as exc:
-                log.warning("could not read back %d events from other servers: %s", len(pairs), exc)
+                log.warning("could not read back %d events from other servers: %s", len(items), exc)
                 continue
-            by_id = {job.id: job for job in jobs}
-            events = [
-                JobEvent(kind, by_id[job_id], by_id[job_id].updated_at)
-                for kind, job_id in pairs
-                if job_id in by_id
-            ]
+            events = events_as_of(items, jobs)
             if events:
                 self._deliver(events)
 

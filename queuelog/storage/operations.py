@@ -525,12 +525,12 @@ def last_event_id(conn: Connection) -> int:
     return row[0] if row is not None and row[0] is not None else 0
 
 
-def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str]]:
-    """(id, job_id, kind) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
+def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, str]]:
+    """(id, job_id, kind, status) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
     return [tuple(row) for row in conn.execute(EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
 
 
-def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str, str]]:
     return [tuple(row) for row in conn.execute(EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()]  # type: ignore[misc]
 
 

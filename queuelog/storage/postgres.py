@@ -12,7 +12,7 @@ The database's clock rules: each batch takes `now` from PostgreSQL (`clock_times
 so leases and `runAt` mean the same on every server whatever its own clock says.
 
 Events cross processes with LISTEN/NOTIFY: each commit notifies `queuelog_events` with a
-small payload (this server's id, then `kind:job_id` pairs) in the same transaction, so it
+small payload (this server's id, then `kind:job_id:status` items) in the same transaction, so it
 is delivered exactly when the rows are visible. Every other server reads those jobs back
 and hands them to its subscriptions and waiting claims (listener.py).
 
@@ -150,11 +150,11 @@ _RETURNING_ID = {sql for sql, pg in FOR_SQLITE.items() if pg.rstrip().endswith("
 
 
 def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
-    """`origin kind:id kind:id ...`, split to stay under PostgreSQL's payload limit."""
+    """`origin kind:id:status ...`, split to stay under PostgreSQL's payload limit."""
     payloads, current = [], [origin]
     size = len(origin)
     for event in events:
-        item = f"{event.kind.value}:{event.job.id}"
+        item = f"{event.kind.value}:{event.job.id}:{event.job.status.value}"
         if size + len(item) + 1 > NOTIFY_PAYLOAD_MAX:
             payloads.append(" ".join(current))
             current, size = [origin], len(origin)

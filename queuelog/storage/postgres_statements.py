@@ -63,9 +63,10 @@ JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
 LAST_JOB_ID = "SELECT last_value FROM jobs_id_seq"
 LAST_EVENT_ID = "SELECT last_value FROM job_events_id_seq"
 MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-EVENTS_WITH_IDS = f"SELECT id, job_id, kind FROM job_events WHERE id IN {id_list('ids')} ORDER BY id"
+EVENTS_WITH_IDS = f"SELECT id, job_id, kind, status FROM job_events WHERE id IN {id_list('ids')} ORDER BY id"
 EVENTS_AFTER = (
-    f"SELECT id, job_id, kind FROM job_events WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
+    "SELECT id, job_id, kind, status FROM job_events"
+    f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
 INSERT_EVENT = (
     "INSERT INTO job_events (job_id, kind, status, at)"

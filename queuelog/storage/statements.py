@@ -89,13 +89,13 @@ LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"
 LAST_EVENT_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'job_events'"
 EVENT_TAIL_BATCH = 5000
 MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-EVENTS_WITH_IDS = "SELECT id, job_id, kind FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
+EVENTS_WITH_IDS = (
+    "SELECT id, job_id, kind, status FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
+)
 EVENTS_AFTER = (
-    f"SELECT id, job_id, kind FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
+    f"SELECT id, job_id, kind, status FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
-INSERT_EVENT = _sql(
-    insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})
-)
+INSERT_EVENT = _sql(insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")}))
 DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
 ADD_TO_COUNT = _sql(
     sqlite.insert(job_counts)
@@ -246,9 +246,7 @@ def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bo
     if statement is None:
         filters = []
         if by_creator and by_worker:
-            filters.append(
-                or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name"))
-            )
+            filters.append(or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name")))
         elif by_creator:
             filters.append(jobs.c.created_by == bindparam("name"))
         elif by_worker:
