@@ -50,6 +50,8 @@ from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
 from queuelog.storage.repository import Repository
 from queuelog.wakeup import WorkSignal
+from queuelog.web import graphiql_page
+from queuelog.web import routes as web_routes
 
 log = logging.getLogger("queuelog.app")
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
@@ -168,6 +170,9 @@ class GraphQLView(GraphQL):
             response=response,
             principal=request.scope.get("queuelog.principal"),
         )
+
+    async def render_graphql_ide(self, request: Request) -> Response:
+        return graphiql_page(self.services.settings)  # GraphiQL from the app's own assets
 
     async def on_ws_connect(self, context: RequestContext) -> dict[str, object] | None:
         authorization = context.connection_params.get("authorization")
@@ -377,7 +382,7 @@ def create_app(settings: Settings | None = None) -> QueuelogApp:
     metrics = Metrics()
     state = State()
     starlette = Starlette(
-        routes=routes_for(state, metrics),
+        routes=routes_for(state, metrics) + web_routes(settings),
         middleware=middleware_for(settings, metrics),
         lifespan=lifespan_for(settings, metrics, state),
     )

@@ -1,0 +1,66 @@
+// The public GraphQL API over HTTP and over the websocket (graphql-transport-ws), with a key.
+
+export class ApiError extends Error {
+  constructor(message, code) {
+    super(message);
+    this.code = code;
+  }
+
+  // "CONFLICT: job 3 is not PENDING": the contract's code, then the server's own words.
+  get plain() {
+    return this.code ? `${this.code}: ${this.message}` : this.message;
+  }
+}
+
+// POST one operation; answers `data`, or throws ApiError with the first error's code.
+export async function request(key, query, variables = {}) {
+  let response;
+  try {
+    response = await fetch("/graphql", {
+      method: "POST",
+      credentials: "omit",
+      cache: "no-store",
+      headers: { "Content-Type": "application/json", Authorization: `Bearer ${key}` },
+      body: JSON.stringify({ query, variables }),
+    });
+  } catch {
+    throw new ApiError("the server cannot be reached", "NETWORK");
+  }
+  let body;
+  try {
+    body = await response.json();
+  } catch {
+    throw new ApiError(`the server answered HTTP ${response.status} without a GraphQL body`, "HTTP");
+  }
+  const errors = body.errors || [];
+  if (errors.length) {
+    const code = (errors[0].extensions && errors[0].extensions.code) || "";
+    throw new ApiError(errors[0].message, response.status === 401 ? "UNAUTHENTICATED" : code);
+  }
+  return body.data;
+}
+
+export function websocketUrl() {
+  const url = new URL("/graphql", window.location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  return url.toString();
+}
+
+// The server closes a socket with 4403 when its key is refused or revoked.
+export const KEY_REFUSED = 4403;
+
+// A graphql-ws client that sends the key in connection_init and keeps reconnecting (with
+// back-off) unless the key is refused. `on` takes graphql-ws events (connected, closed, ...).
+export function socketClient(key, on = {}, lazy = false) {
+  return window.graphqlWs.createClient({
+    url: websocketUrl(),
+    connectionParams: { authorization: `Bearer ${key}` },
+    lazy,
+    keepAlive: 10000,
+    retryAttempts: Infinity,
+    retryWait: (retries) =>
+      new Promise((resolve) => setTimeout(resolve, Math.min(500 * 2 ** retries, 8000) * (0.75 + Math.random() / 4))),
+    shouldRetry: (event) => !(event && event.code === KEY_REFUSED),
+    on,
+  });
+}

@@ -1,0 +1,81 @@
+// GraphiQL with the key from the key box: HTTP requests carry `Authorization: Bearer <key>`,
+// subscriptions send it in the websocket's connection_init payload.
+import { request, socketClient } from "./api.js";
+import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
+
+const DEFAULT_QUERY = `# queuelog's GraphiQL. Enter an API key above; it stays in this tab only.
+# Run with Ctrl-Enter. Subscriptions (jobEvents, jobUpdated) use the same key.
+
+query Overview {
+  me { name roles }
+  queueStats { counts { pending running completed failed cancelled } oldestPendingSeconds }
+  jobs(first: 5) { nodes { id type status createdAt } }
+}
+`;
+
+const form = document.getElementById("key-form");
+const message = document.getElementById("key-message");
+const forget = document.getElementById("forget");
+const root = window.ReactDOM.createRoot(document.getElementById("graphiql"));
+let socket = null;
+let generation = 0;
+
+function keylessFetcher() {
+  return Promise.resolve({
+    errors: [{ message: "Enter an API key above: every operation, introspection included, needs one." }],
+  });
+}
+
+function render(key) {
+  if (socket) socket.dispose();
+  socket = key ? socketClient(key, {}, true) : null;
+  const fetcher = key
+    ? window.GraphiQL.createFetcher({
+        url: new URL("/graphql", window.location.href).toString(),
+        headers: { Authorization: `Bearer ${key}` },
+        wsClient: socket,
+      })
+    : keylessFetcher;
+  generation += 1;
+  root.render(
+    window.React.createElement(window.GraphiQL, {
+      key: generation, // a new key: a new GraphiQL, which loads the schema with it
+      fetcher,
+      defaultQuery: DEFAULT_QUERY,
+      shouldPersistHeaders: false, // headers a person types never reach localStorage
+      isHeadersEditorEnabled: true,
+      defaultEditorToolsVisibility: false,
+    }),
+  );
+  forget.hidden = !key;
+}
+
+async function useKey(key) {
+  showMessage(message, "Checking the key…");
+  try {
+    const data = await request(key, "{ me { name roles } }");
+    storeKey(key);
+    showMessage(message, `Using the key of ${data.me.name} (${data.me.roles.join(", ")})`);
+    render(key);
+  } catch (error) {
+    forgetStoredKey();
+    render("");
+    showMessage(message, `This key cannot be used: ${error.plain}`, "error");
+  }
+}
+
+bindKeyForm(form, useKey);
+forget.addEventListener("click", () => {
+  forgetStoredKey();
+  render("");
+  showMessage(message, "Key forgotten. Enter a key to go on.");
+  form.elements.namedItem("key").focus();
+});
+
+const key = storedKey();
+if (key) {
+  useKey(key);
+} else {
+  render("");
+  showMessage(message, "Enter an API key to load the schema and run operations.");
+}
