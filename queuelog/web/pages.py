@@ -130,11 +130,18 @@ class Assets:
 
 
 def routes(settings: Settings) -> list[BaseRoute]:
-    """`/static/...` whenever a page is on. GraphiQL itself stays at GET /graphql (see
-    graphiql_page)."""
+    """`/static/...` whenever a page is on, and the dashboard at `/` unless QUEUELOG_DASHBOARD
+    is off. GraphiQL itself stays at GET /graphql (see graphiql_page)."""
     dashboard = getattr(settings, "dashboard", True)
     if not (dashboard or settings.graphiql):
         return []
     assets = Assets(STATIC)
     found: list[BaseRoute] = [Route("/static/{name:path}", assets.endpoint, methods=["GET", "HEAD"])]
+    if dashboard:
+        html = _page("dashboard.html", settings)
+
+        async def dashboard_page(request: Request) -> Response:
+            return HTMLResponse(html, headers=PAGE_HEADERS)
+
+        found.append(Route("/", dashboard_page, methods=["GET", "HEAD"]))
     return found

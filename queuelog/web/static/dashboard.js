@@ -1,0 +1,598 @@
+// The jobs dashboard: a client of the public GraphQL API, with the key's own permissions.
+// Reads only queueStats, jobs(first <= 50) and job(id), which the server answers from
+// counters and indexes however many jobs there are; listens on the websocket (jobEvents for
+// everything, jobUpdated for the open job) and polls while the socket is down.
+import { KEY_REFUSED, request, socketClient } from "./api.js";
+import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
+
+const PAGE_SIZE = 25;
+const POLL_MS = 3000; // socket down: everything on screen, this often
+const STATS_MS = 10000; // socket up: the counts again (the oldest pending job ages)
+const REFRESH_GAP_MS = 400; // events: at most one refresh per this
+const SPARK_MINUTES = 30;
+const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
+const ROW_FIELDS = "id type status priority attempt createdAt updatedAt";
+const DETAIL_FIELDS =
+  "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId " +
+  "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt";
+const COUNT_FIELDS = COUNTS.join(" ");
+const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
+  byType { type counts { ${COUNT_FIELDS} } } } }`;
+const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $first: Int!, $after: String) {
+  jobs(status: $status, type: $type, first: $first, after: $after) {
+    totalCount pageInfo { hasNextPage endCursor } nodes { ${ROW_FIELDS} } } }`;
+const EVENTS_SUBSCRIPTION = `subscription Events { jobEvents { kind at job { ${ROW_FIELDS} } } }`;
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  key: "",
+  me: null,
+  session: 0, // bumped on every sign-in and sign-out: late answers of an old session are dropped
+  socket: null,
+  live: false,
+  timers: [],
+  pollTimer: null,
+  cursors: [null], // the `after` of each page up to the current one
+  jobsRequest: 0,
+  detailId: null,
+  detail: null,
+  stopDetailUpdates: null,
+  seen: new Map(), // job id -> events seen live [{kind, at}]
+  samples: [], // [{t, completed, failed}] from queueStats, for the throughput sparkline
+};
+
+// ---- talking to the server -------------------------------------------------------------
+
+class Stale extends Error {}
+
+// One operation with the current key. A refused key ends the session (back to the key box).
+async function call(query, variables = {}) {
+  const session = state.session;
+  try {
+    const data = await request(state.key, query, variables);
+    if (session !== state.session) throw new Stale();
+    showBanner("");
+    return data;
+  } catch (error) {
+    if (error instanceof Stale || session !== state.session) throw new Stale();
+    if (error.code === "UNAUTHENTICATED") {
+      signOut("The server no longer accepts this key (it was revoked, or is unknown). Enter a valid key.");
+      throw new Stale();
+    }
+    if (error.code === "NETWORK" || error.code === "HTTP") showBanner(`Cannot load: ${error.plain}. Retrying…`);
+    throw error;
+  }
+}
+
+function quietly(promise) {
+  return promise.catch((error) => {
+    if (!(error instanceof Stale) && error.code !== "NETWORK" && error.code !== "HTTP") {
+      showBanner(`The server refused a request: ${error.plain}`);
+    }
+  });
+}
+
+const isAdmin = () => state.me.roles.includes("ADMIN");
+const mayCancel = () => isAdmin() || state.me.roles.includes("PRODUCER");
+
+// ---- signing in and out ----------------------------------------------------------------
+
+async function signIn(key) {
+  showMessage($("key-message"), "");
+  let me;
+  try {
+    me = (await request(key, "query Me { me { name roles } }")).me;
+  } catch (error) {
+    if (error.code === "UNAUTHENTICATED") forgetStoredKey();
+    const reason = error.code === "UNAUTHENTICATED" ? "the server does not accept it (unknown or revoked)" : error.plain;
+    showMessage($("key-message"), `This key cannot be used: ${reason}.`, "error");
+    $("key-input").focus();
+    return;
+  }
+  storeKey(key);
+  state.session += 1;
+  Object.assign(state, { key, me, cursors: [null], samples: [], seen: new Map() });
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  $("forget").hidden = false;
+  $("live").hidden = false;
+  $("who").textContent = `${me.name} (${me.roles.join(", ")})`;
+  setLive(false);
+  openSocket();
+  state.timers.push(setInterval(() => quietly(loadStats()), STATS_MS));
+  state.timers.push(setInterval(refreshTimes, 10000));
+  await Promise.all([quietly(loadStats()), quietly(loadJobs()), route(false)]);
+}
+
+function signOut(message, kind = "error") {
+  state.session += 1;
+  forgetStoredKey();
+  closeSocket();
+  state.timers.forEach(clearInterval);
+  state.timers = [];
+  stopPolling();
+  Object.assign(state, { key: "", me: null, detail: null, detailId: null, samples: [], seen: new Map() });
+  // Nothing the key could read stays on the page.
+  document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
+  $("by-type").tBodies[0].replaceChildren();
+  $("jobs").tBodies[0].replaceChildren();
+  $("detail").hidden = true;
+  $("app").hidden = true;
+  $("forget").hidden = true;
+  $("live").hidden = true;
+  $("who").textContent = "";
+  $("signin").hidden = false;
+  showMessage($("key-message"), message, kind);
+  $("key-input").focus();
+}
+
+// ---- live updates ----------------------------------------------------------------------
+
+function openSocket() {
+  const session = state.session;
+  state.socket = socketClient(state.key, {
+    connected: () => {
+      if (session !== state.session) return;
+      setLive(true);
+      refreshAll(); // whatever happened while the socket was away
+    },
+    closed: (event) => {
+      if (session !== state.session) return;
+      setLive(false);
+      // Refused: is it the key? `call` signs out if so; otherwise keep polling.
+      if (event && event.code === KEY_REFUSED) quietly(call("query Me { me { name } }"));
+    },
+  });
+  state.socket.subscribe(
+    { query: EVENTS_SUBSCRIPTION },
+    {
+      next: (message) => session === state.session && message.data && onEvent(message.data.jobEvents),
+      error: () => session === state.session && setLive(false),
+      complete: () => {},
+    },
+  );
+  if (state.detailId) followDetail(state.detailId);
+}
+
+function closeSocket() {
+  if (state.stopDetailUpdates) state.stopDetailUpdates();
+  state.stopDetailUpdates = null;
+  if (state.socket) state.socket.dispose();
+  state.socket = null;
+  setLive(false);
+}
+
+function setLive(live) {
+  state.live = live;
+  const badge = $("live");
+  badge.dataset.live = live ? "live" : "reconnecting";
+  badge.textContent = live ? "Live" : `Reconnecting… (refreshing every ${POLL_MS / 1000} s)`;
+  if (live) stopPolling();
+  else if (state.key && !state.pollTimer) state.pollTimer = setInterval(refreshAll, POLL_MS);
+}
+
+function stopPolling() {
+  clearInterval(state.pollTimer);
+  state.pollTimer = null;
+}
+
+function refreshAll() {
+  quietly(loadStats());
+  quietly(loadJobs());
+  if (state.detailId) quietly(loadDetail(state.detailId));
+}
+
+// Leading and trailing: the first event refreshes at once, a burst at most every `gap` ms.
+function throttled(action, gap) {
+  let last = 0;
+  let timer = null;
+  return () => {
+    if (timer) return;
+    timer = setTimeout(() => {
+      timer = null;
+      last = Date.now();
+      action();
+    }, Math.max(0, last + gap - Date.now()));
+  };
+}
+
+const refreshSoon = throttled(() => {
+  quietly(loadStats());
+  if (state.cursors.length === 1) quietly(loadJobs()); // the newest page: new jobs appear
+}, REFRESH_GAP_MS);
+
+function onEvent(event) {
+  const { job } = event;
+  const seen = state.seen.get(job.id) || [];
+  seen.push({ kind: event.kind, at: event.at });
+  state.seen.delete(job.id);
+  state.seen.set(job.id, seen);
+  if (state.seen.size > 500) state.seen.delete(state.seen.keys().next().value);
+  const row = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(job.id)}"]`);
+  if (row) row.replaceWith(jobRow(job));
+  if (job.id === state.detailId && state.detail) renderTimeline(state.detail);
+  refreshSoon();
+}
+
+// ---- overview --------------------------------------------------------------------------
+
+async function loadStats() {
+  const stats = (await call(STATS_QUERY)).queueStats;
+  for (const name of COUNTS) {
+    document.querySelector(`[data-count="${name}"]`).textContent = stats.counts[name].toLocaleString("en");
+  }
+  const oldest = stats.oldestPendingSeconds;
+  $("oldest").textContent = oldest === null ? "none" : duration(oldest);
+  const rows = stats.byType.map(({ type, counts }) => {
+    const row = document.createElement("tr");
+    const name = document.createElement("th");
+    name.scope = "row";
+    name.textContent = type;
+    row.append(name, ...COUNTS.map((c) => cell(counts[c].toLocaleString("en"), "num")));
+    return row;
+  });
+  $("by-type").tBodies[0].replaceChildren(...rows);
+  setTypeOptions(stats.byType.map((t) => t.type));
+  state.samples.push({ t: Date.now(), completed: stats.counts.completed, failed: stats.counts.failed });
+  while (state.samples.length > 2 && state.samples[1].t < Date.now() - (SPARK_MINUTES + 1) * 60000) {
+    state.samples.shift();
+  }
+  drawSparkline();
+}
+
+function setTypeOptions(types) {
+  const select = $("type-filter");
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const type of types.sort()) {
+    if (!have.has(type)) select.add(new Option(type, type));
+  }
+}
+
+// Jobs finished per minute, from the differences between samples of the exact counters.
+function perMinute(samples, now) {
+  const minute = 60000;
+  const end = Math.ceil(now / minute) * minute;
+  const buckets = [];
+  for (let i = SPARK_MINUTES - 1; i >= 0; i--) {
+    const to = end - i * minute;
+    const from = to - minute;
+    const before = samples.filter((s) => s.t < from).at(-1);
+    const inside = samples.filter((s) => s.t >= from && s.t < to);
+    const base = before || inside[0];
+    const last = inside.at(-1) || before;
+    buckets.push(
+      base && last && base.t < to
+        ? { completed: Math.max(0, last.completed - base.completed), failed: Math.max(0, last.failed - base.failed) }
+        : null,
+    );
+  }
+  return buckets;
+}
+
+function drawSparkline() {
+  const svg = $("sparkline");
+  const buckets = perMinute(state.samples, Date.now());
+  const known = buckets.filter(Boolean);
+  const top = Math.max(1, ...known.map((b) => Math.max(b.completed, b.failed)));
+  const lines = ["completed", "failed"].map((series) => {
+    const points = buckets
+      .map((b, i) => (b ? `${((i + 0.5) * 300) / SPARK_MINUTES},${60 - (b[series] / top) * 56}` : null))
+      .filter(Boolean);
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", points.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke-width", "2");
+    line.setAttribute("vector-effect", "non-scaling-stroke");
+    line.setAttribute("class", series);
+    return line;
+  });
+  svg.replaceChildren(...lines);
+  const now = buckets.at(-1);
+  $("throughput-text").textContent =
+    state.samples.length < 2 || !now
+      ? "Collecting: the first figures come with the next refresh."
+      : `This minute so far: ${now.completed} completed, ${now.failed} failed ` +
+        `(busiest minute shown: ${top.toLocaleString("en")}).`;
+}
+
+// ---- the jobs table --------------------------------------------------------------------
+
+async function loadJobs() {
+  const ticket = ++state.jobsRequest;
+  const variables = {
+    status: $("status-filter").value || null,
+    type: $("type-filter").value || null,
+    first: PAGE_SIZE,
+    after: state.cursors.at(-1),
+  };
+  const { jobs } = await call(JOBS_QUERY, variables);
+  if (ticket !== state.jobsRequest) return; // a newer filter or page is on its way
+  const rows = jobs.nodes.map(jobRow);
+  if (!rows.length) {
+    const empty = cell("No jobs match.");
+    empty.colSpan = 7;
+    const row = document.createElement("tr");
+    row.append(empty);
+    rows.push(row);
+  }
+  $("jobs").tBodies[0].replaceChildren(...rows);
+  state.nextCursor = jobs.pageInfo.hasNextPage ? jobs.pageInfo.endCursor : null;
+  const page = state.cursors.length;
+  $("jobs-summary").textContent = `${jobs.totalCount.toLocaleString("en")} matching`;
+  $("page-number").textContent = `Page ${page}`;
+  $("next").disabled = !state.nextCursor;
+  $("previous").disabled = page === 1;
+  $("newest").disabled = page === 1;
+}
+
+function jobRow(job) {
+  const row = document.createElement("tr");
+  row.dataset.jobId = job.id;
+  if (job.id === state.detailId) row.classList.add("selected");
+  const link = document.createElement("a");
+  link.href = `#job/${encodeURIComponent(job.id)}`;
+  link.textContent = `#${job.id}`;
+  link.setAttribute("aria-label", `Job ${job.id}, ${job.type}, ${job.status}`);
+  row.append(
+    cell(link),
+    cell(job.type),
+    cell(statusBadge(job.status)),
+    cell(job.priority),
+    cell(String(job.attempt), "num"),
+    cell(timeElement(job.createdAt)),
+    cell(timeElement(job.updatedAt)),
+  );
+  return row;
+}
+
+function changePage(cursors) {
+  state.cursors = cursors;
+  quietly(loadJobs());
+}
+
+// ---- one job ---------------------------------------------------------------------------
+
+function detailQuery(operation) {
+  const fields = DETAIL_FIELDS + (isAdmin() ? " error" : ""); // `error` is ADMIN's alone
+  if (operation === "job") return `query Job($id: ID!) { job(id: $id) { ${fields} } }`;
+  if (operation === "jobUpdated") return `subscription Job($id: ID!) { jobUpdated(id: $id) { ${fields} } }`;
+  return `mutation Act($id: ID!) { ${operation}(id: $id) { ${fields} } }`;
+}
+
+async function route(focus) {
+  const match = /^#job\/(.+)$/.exec(window.location.hash);
+  const id = match ? decodeURIComponent(match[1]) : null;
+  if (!state.key) return;
+  if (id === null) {
+    closeDetail();
+    return;
+  }
+  state.detailId = id;
+  state.detail = null;
+  document.querySelectorAll("#jobs tr.selected").forEach((r) => r.classList.remove("selected"));
+  const row = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(id)}"]`);
+  if (row) row.classList.add("selected");
+  $("detail").hidden = false;
+  $("workspace").classList.remove("no-detail");
+  $("detail-title").textContent = `Job #${id}`;
+  showDetailMessage("");
+  if (focus) $("detail-title").focus();
+  await quietly(loadDetail(id));
+  if (state.socket && id === state.detailId) followDetail(id);
+}
+
+function closeDetail() {
+  if (state.stopDetailUpdates) state.stopDetailUpdates();
+  state.stopDetailUpdates = null;
+  state.detailId = null;
+  state.detail = null;
+  $("detail").hidden = true;
+  $("workspace").classList.add("no-detail");
+  document.querySelectorAll("#jobs tr.selected").forEach((r) => r.classList.remove("selected"));
+}
+
+async function loadDetail(id) {
+  const { job } = await call(detailQuery("job"), { id });
+  if (id !== state.detailId) return;
+  if (!job) {
+    state.detail = null;
+    ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
+    $("detail-payload").textContent = "";
+    $("detail-result").textContent = "";
+    $("detail-error-block").hidden = true;
+    showDetailMessage(`Job #${id} does not exist, or this key may not see it.`);
+    return;
+  }
+  renderDetail(job);
+}
+
+// jobUpdated: the job as it is now, then after every change, until it is terminal.
+function followDetail(id) {
+  if (state.stopDetailUpdates) state.stopDetailUpdates();
+  const session = state.session;
+  state.stopDetailUpdates = state.socket.subscribe(
+    { query: detailQuery("jobUpdated"), variables: { id } },
+    {
+      next: (message) => {
+        const job = message.data && message.data.jobUpdated;
+        if (job && session === state.session && job.id === state.detailId) renderDetail(job);
+      },
+      error: () => {},
+      complete: () => {},
+    },
+  );
+}
+
+function renderDetail(job) {
+  state.detail = job;
+  $("detail-title").textContent = `Job #${job.id} · ${job.type}`;
+  const fields = [
+    ["Status", statusBadge(job.status)],
+    ["Priority", job.priority],
+    ["Attempts", String(job.attempt)],
+    ["Retries", `${job.retryCount} of ${job.maxRetries}`],
+    ["Worker", job.workerId || "none"],
+    ["Lease expires", job.leaseExpiresAt ? timeElement(job.leaseExpiresAt) : "no lease"],
+    ["Claimed", job.claimedAt ? timeElement(job.claimedAt) : "never"],
+    ["Runs at", timeElement(job.runAt)],
+    ["Finished", job.finishedAt ? timeElement(job.finishedAt) : "not yet"],
+    ["Created", timeElement(job.createdAt)],
+    ["Updated", timeElement(job.updatedAt)],
+    ["Idempotency key", job.idempotencyKey || "none"],
+  ];
+  $("detail-fields").replaceChildren(
+    ...fields.flatMap(([name, value]) => {
+      const term = document.createElement("dt");
+      term.textContent = name;
+      const description = document.createElement("dd");
+      description.append(value);
+      return [term, description];
+    }),
+  );
+  $("detail-payload").textContent = JSON.stringify(job.payload, null, 2);
+  $("detail-result").textContent = job.result === null ? "none" : JSON.stringify(job.result, null, 2);
+  $("detail-error-block").hidden = !isAdmin();
+  if (isAdmin()) $("detail-error").textContent = job.error || "none";
+  renderActions(job);
+  renderTimeline(job);
+}
+
+function renderActions(job) {
+  const buttons = [];
+  if (mayCancel() && job.status === "PENDING") buttons.push(actionButton("Cancel job", "cancelJob", job.id));
+  if (isAdmin() && (job.status === "FAILED" || job.status === "CANCELLED")) {
+    buttons.push(actionButton("Retry job", "retryJob", job.id));
+  }
+  $("actions").replaceChildren(...buttons);
+}
+
+function actionButton(label, operation, id) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.textContent = label;
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    showDetailMessage("");
+    try {
+      const job = (await call(detailQuery(operation), { id }))[operation];
+      if (job.id === state.detailId) {
+        renderDetail(job);
+        if (state.socket) followDetail(job.id); // a retried job changes again
+      }
+      refreshSoon();
+    } catch (error) {
+      if (error instanceof Stale) return;
+      showDetailMessage(`${label} refused: ${error.plain}`);
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+function showDetailMessage(text) {
+  $("detail-message").textContent = text;
+  $("detail-message").hidden = !text;
+}
+
+function renderTimeline(job) {
+  const entries = [{ kind: "ENQUEUED", at: job.createdAt }];
+  if (job.claimedAt) {
+    const by = job.workerId ? ` by ${job.workerId}` : "";
+    entries.push({ kind: `CLAIMED (attempt ${job.attempt})${by}`, at: job.claimedAt });
+  }
+  if (job.finishedAt) entries.push({ kind: job.status, at: job.finishedAt });
+  if (job.status === "PENDING" && Date.parse(job.runAt) > Date.now()) entries.push({ kind: "DUE", at: job.runAt });
+  for (const event of state.seen.get(job.id) || []) {
+    const same = entries.some(
+      (e) => e.kind.split(" ")[0] === event.kind && Math.abs(Date.parse(e.at) - Date.parse(event.at)) < 1000,
+    );
+    if (!same) entries.push({ ...event, live: true });
+  }
+  entries.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
+  $("timeline").replaceChildren(
+    ...entries.map((entry) => {
+      const item = document.createElement("li");
+      const kind = document.createElement("span");
+      kind.className = "kind";
+      kind.textContent = entry.kind;
+      const when = document.createElement("span");
+      when.className = "when";
+      when.append(" · ", timeElement(entry.at), entry.live ? " · seen live" : "");
+      item.append(kind, when);
+      return item;
+    }),
+  );
+}
+
+// ---- small pieces ----------------------------------------------------------------------
+
+function cell(content, className) {
+  const td = document.createElement("td");
+  td.append(content);
+  if (className) td.className = className;
+  return td;
+}
+
+function statusBadge(status) {
+  const badge = document.createElement("span");
+  badge.className = `status status-${status}`;
+  badge.textContent = status;
+  return badge;
+}
+
+function duration(seconds) {
+  const s = Math.abs(seconds);
+  if (s < 60) return `${Math.round(s)} s`;
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  if (s < 86400) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+function relative(iso) {
+  const seconds = (Date.parse(iso) - Date.now()) / 1000;
+  if (Math.abs(seconds) < 5) return "just now";
+  return seconds < 0 ? `${duration(seconds)} ago` : `in ${duration(seconds)}`;
+}
+
+function timeElement(iso) {
+  const element = document.createElement("time");
+  element.dateTime = iso;
+  element.title = new Date(iso).toLocaleString();
+  element.textContent = relative(iso);
+  return element;
+}
+
+function refreshTimes() {
+  document.querySelectorAll("time[datetime]").forEach((t) => (t.textContent = relative(t.dateTime)));
+  drawSparkline();
+}
+
+function showBanner(text) {
+  $("banner").textContent = text;
+  $("banner").hidden = !text;
+}
+
+// ---- wiring ----------------------------------------------------------------------------
+
+bindKeyForm($("key-form"), signIn);
+$("forget").addEventListener("click", () => signOut("Key forgotten: this tab no longer holds it.", "info"));
+$("filters").addEventListener("submit", (event) => event.preventDefault());
+for (const id of ["status-filter", "type-filter"]) {
+  $(id).addEventListener("change", () => changePage([null]));
+}
+$("next").addEventListener("click", () => state.nextCursor && changePage([...state.cursors, state.nextCursor]));
+$("previous").addEventListener("click", () => state.cursors.length > 1 && changePage(state.cursors.slice(0, -1)));
+$("newest").addEventListener("click", () => changePage([null]));
+$("close-detail").addEventListener("click", (event) => {
+  event.preventDefault();
+  const opened = state.detailId;
+  history.pushState(null, "", window.location.pathname);
+  closeDetail();
+  const link = opened && document.querySelector(`#jobs tr[data-job-id="${CSS.escape(opened)}"] a`);
+  if (link) link.focus();
+});
+window.addEventListener("hashchange", () => route(true));
+
+const saved = storedKey();
+if (saved) signIn(saved);
+else $("key-input").focus();
