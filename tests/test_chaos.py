@@ -1,0 +1,561 @@
+"""Chaos on PostgreSQL: three servers, 24 workers, 3,000 jobs, and something goes wrong.
+
+Each scenario drains 3,000 jobs through three `queuelog serve` processes sharing a fresh
+PostgreSQL database, with 24 workers (eight per server) and three producers (one per server)
+running at once:
+- calm: nothing goes wrong (the reference figures);
+- a server is killed (SIGKILL) mid-drain and started again on its port: its clients see
+  connections refused; half its workers wait for it and come back to it, the other half fail
+  over to the other servers; two workers "on its machine" die with it, holding claimed jobs;
+  those jobs come back once their (short) lease expires and are done by others;
+- PostgreSQL itself stops mid-drain (every connection cut) and starts again: meanwhile every
+  server answers /healthz 503 and GraphQL with 503 and a GraphQL error; afterwards every
+  server recovers by itself (same processes) and the drain goes on.
+
+Whatever happens, at the end: every job whose enqueue was acknowledged exists once and is
+COMPLETED exactly once (one COMPLETED event, its own result), no completion was acknowledged
+twice, and nothing else is left. A job may be *run* twice (an answer lost to the fault, a
+lease that expired): that is counted, not refused. Workers and producers retry whatever
+fails (refused connections, 503s, lost answers): enqueues with the same idempotency keys,
+completions with the same attempt (the fencing token), so a retry never does anything twice.
+
+Figures (jobs/s, runs, duplicates, lost, what was refused) go to /tmp/chaos_figures.md;
+no assertion depends on timing beyond generous deadlines. The PostgreSQL scenario restarts
+the cluster serving QUEUELOG_TEST_POSTGRES_URL (local, via pg_ctlcluster), so it disturbs
+anything else using that cluster for a few seconds; it skips, saying why, when it cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import pytest
+from conftest import POSTGRES_URL
+from test_scale_out import (
+    SERVERS,
+    Cluster,
+    Key,
+    check_drained,
+    cluster_starter,
+    fresh_postgres_database,
+    make_keys,
+    record_figures,
+    run,
+    sql,
+    wait_until,
+)
+
+from queuelog.client import AsyncClient, ServerError, ServerUnreachable
+from queuelog.errors import Conflict
+from queuelog.model import Role
+
+CHAOS_JOBS = 3000
+WORKERS = 24
+LEASE_SECONDS = 3  # short: jobs held by a worker that died come back soon
+CLAIM_BATCH = 20
+CLAIM_WAIT = 1
+BULK_BATCH = 100
+TRICKLE_BATCH = 10
+FAULT_AT = 1000  # acknowledged completions before the fault
+DRAIN_DEADLINE = 150.0
+RETRIED = (ServerUnreachable, ServerError)  # refused, unreachable, 5xx, INTERNAL_SERVER_ERROR
+SERVE_FLAGS: dict[str, Any] = {"lease_seconds": LEASE_SECONDS, "retry_base_seconds": 0}
+ENQUEUE_MANY = (
+    "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { created job { id } } }"
+)
+
+
+@pytest.fixture
+def pg_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from fresh_postgres_database(tmp_path_factory)
+
+
+@pytest.fixture
+def start_cluster(
+    pg_database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., Cluster]]:
+    yield from cluster_starter(pg_database, tmp_path_factory)
+
+
+def describe(exc: Exception) -> str:
+    """A short name for a failed request, for the figures."""
+    text = str(exc)
+    if isinstance(exc, ServerUnreachable):
+        if text.startswith("HTTP "):
+            return text.split(" from ")[0]
+        return "unreachable " + text.split(":")[0]
+    return (
+        f"{exc.code} {text[:40]}".strip() if isinstance(exc, ServerError | Conflict) else type(exc).__name__
+    )
+
+
+# --- the books ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Ledger:
+    """What producers and workers were told, counted on the client side."""
+
+    enqueued: dict[int, str] = field(default_factory=dict)  # job number -> id, once acknowledged
+    replays: int = 0  # enqueues sent again (answer lost) that found their job already there
+    runs: Counter[str] = field(default_factory=Counter)  # job id -> handler runs
+    acked: Counter[str] = field(default_factory=Counter)  # job id -> completions acknowledged
+    stale: int = 0  # completions refused because the attempt was no longer the job's
+    abandoned: set[str] = field(default_factory=set)  # claimed by workers that then died
+    refused: Counter[str] = field(default_factory=Counter)  # failed requests, by what failed
+
+
+class Backoff:
+    def __init__(self) -> None:
+        self.delay = 0.05
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.delay * random.uniform(0.5, 1.0))
+        self.delay = min(1.0, self.delay * 2)
+
+    def reset(self) -> None:
+        self.delay = 0.05
+
+
+class ChaosWorker:
+    """Claims `noop` jobs (claimJobs, long-polling), runs them, reports them (completeJobs
+    with the attempt). Any failed request is retried: on the same server ("reconnect") or on
+    the next one ("failover")."""
+
+    def __init__(self, key: Key, urls: Sequence[str], home: int, policy: str, ledger: Ledger) -> None:
+        self.key = key
+        self.urls = urls
+        self.home = home
+        self.current = home
+        self.policy = policy
+        self.ledger = ledger
+        self.die_after_claim = False  # the next claimed batch is abandoned: the worker dies
+        self.dead = asyncio.Event()
+        self.answered_after: dict[int, float] = {}  # server -> when it last answered
+        self._backoff = Backoff()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        clients = [AsyncClient(url, self.key.secret, timeout=15) for url in self.urls]
+        try:
+            while not stop.is_set():
+                try:
+                    jobs = await clients[self.current].claim_data(
+                        CLAIM_BATCH, "id attempt payload", types=["noop"], wait_seconds=CLAIM_WAIT
+                    )
+                except RETRIED as exc:
+                    await self._failed(exc)
+                    continue
+                self._answered()
+                if not jobs:
+                    continue
+                if self.die_after_claim:
+                    self.ledger.abandoned.update(job["id"] for job in jobs)
+                    return
+                for job in jobs:
+                    self.ledger.runs[job["id"]] += 1  # the "handler": its result is the payload's n
+                await self._report(clients, jobs, stop)
+        finally:
+            self.dead.set()
+            for client in clients:
+                await client.aclose()
+
+    async def _report(
+        self, clients: list[AsyncClient], jobs: list[dict[str, Any]], stop: asyncio.Event
+    ) -> None:
+        items = [
+            f'{{"id":"{job["id"]}","attempt":{job["attempt"]},"result":{{"n":{job["payload"]["n"]}}}}}'.encode()
+            for job in jobs
+        ]
+        while True:
+            try:
+                rejected = set(await clients[self.current].complete_encoded(items))
+                break
+            except (*RETRIED, Conflict) as exc:
+                await self._failed(exc)
+                if stop.is_set():  # every job is COMPLETED already: nothing to report any more
+                    return
+        self._answered()
+        for job in jobs:
+            if job["id"] in rejected:
+                self.ledger.stale += 1
+            else:
+                self.ledger.acked[job["id"]] += 1
+
+    def _answered(self) -> None:
+        self._backoff.reset()
+        self.answered_after[self.current] = time.monotonic()
+
+    async def _failed(self, exc: Exception) -> None:
+        self.ledger.refused[describe(exc)] += 1
+        if self.policy == "failover":
+            self.current = (self.current + 1) % len(self.urls)
+        await self._backoff.sleep()
+
+
+async def produce(
+    key: Key,
+    urls: Sequence[str],
+    home: int,
+    numbers: Sequence[int],
+    ledger: Ledger,
+    fault_over: asyncio.Event,
+) -> None:
+    """Enqueue `numbers` (idempotency key job-<n>): most in bulk at once, then a trickle of
+    small batches while the fault happens, and the last 200 after it. Failures are retried
+    (same keys, so a lost answer never makes a second job), on the next server."""
+    clients = [AsyncClient(url, key.secret, timeout=15) for url in urls]
+    current = home
+    backoff = Backoff()
+    bulk, trickle, after = numbers[:-300], numbers[-300:-200], numbers[-200:]
+    try:
+        for part, size in ((bulk, BULK_BATCH), (trickle, TRICKLE_BATCH), (after, BULK_BATCH)):
+            if part is after:
+                await fault_over.wait()
+            for start in range(0, len(part), size):
+                chunk = part[start : start + size]
+                inputs = [
+                    {"type": "noop", "payload": {"n": n}, "idempotencyKey": f"job-{n}", "maxRetries": 25}
+                    for n in chunk
+                ]
+                while True:
+                    try:
+                        data = await clients[current].execute(ENQUEUE_MANY, {"inputs": inputs})
+                        break
+                    except RETRIED as exc:
+                        ledger.refused["enqueue: " + describe(exc)] += 1
+                        current = (current + 1) % len(urls)
+                        await backoff.sleep()
+                backoff.reset()
+                for n, answer in zip(chunk, data["enqueueJobs"], strict=True):
+                    assert ledger.enqueued.setdefault(n, answer["job"]["id"]) == answer["job"]["id"]
+                    ledger.replays += not answer["created"]
+                if part is trickle and not fault_over.is_set():
+                    await asyncio.sleep(0.3)
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+# --- one drain, with or without a fault -----------------------------------------------------------
+
+
+@dataclass
+class Drain:
+    cluster: Cluster
+    database_url: str
+    ledger: Ledger
+    workers: list[ChaosWorker]
+    fault_over: asyncio.Event = field(default_factory=asyncio.Event)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    async def acked_at_least(self, count: int) -> None:
+        async def enough() -> bool:
+            return len(self.ledger.acked) >= count
+
+        await wait_until(enough, DRAIN_DEADLINE, f"{count} completions acknowledged")
+
+
+Fault = Callable[[Drain], Awaitable[Callable[[], bool]]]
+
+
+def completed_in_database(database_url: str) -> int | None:
+    try:
+        return sql(database_url, "SELECT count(*) FROM jobs WHERE status = 'completed'")[0][0]
+    except psycopg.Error:
+        return None  # PostgreSQL is down: not yet
+
+
+def drain(cluster: Cluster, database_url: str, fault: Fault | None) -> tuple[Drain, float]:
+    """Run producers and workers until every job is COMPLETED in the database (and the fault,
+    if any, is over and its own condition holds). Returns the drain and its duration."""
+    (producer,) = make_keys(database_url, Role.PRODUCER, ["producer"])
+    keys = make_keys(database_url, Role.WORKER, [f"worker-{i:02d}" for i in range(WORKERS)])
+    urls = [server.url for server in cluster.servers]
+    ledger = Ledger()
+    workers = [
+        ChaosWorker(key, urls, i % SERVERS, "reconnect" if (i // SERVERS) % 2 else "failover", ledger)
+        for i, key in enumerate(keys)
+    ]
+
+    async def scenario() -> tuple[Drain, float]:
+        state = Drain(cluster, database_url, ledger, workers)
+        stop = asyncio.Event()
+        started = time.monotonic()
+        worker_tasks = [asyncio.create_task(worker.run(stop)) for worker in workers]
+        producers = [
+            asyncio.create_task(
+                produce(producer, urls, s, range(s, CHAOS_JOBS, SERVERS), ledger, state.fault_over)
+            )
+            for s in range(SERVERS)
+        ]
+        if fault is None:
+            state.fault_over.set()
+            fault_task = None
+        else:
+            fault_task = asyncio.create_task(fault(state))
+
+        async def finished() -> bool:
+            for task in [*producers, *worker_tasks, *([fault_task] if fault_task else [])]:
+                if task.done() and task.exception() is not None:
+                    task.result()  # a producer, worker or the fault failed: show why
+            if not all(task.done() for task in producers) or not state.fault_over.is_set():
+                return False
+            if fault_task is not None and not (fault_task.done() and fault_task.result()()):
+                return False
+            return await asyncio.to_thread(completed_in_database, database_url) == CHAOS_JOBS
+
+        try:
+            await wait_until(finished, DRAIN_DEADLINE, f"{CHAOS_JOBS} jobs COMPLETED")
+            elapsed = time.monotonic() - started
+        finally:
+            stop.set()
+            for task in [*producers, *([fault_task] if fault_task else [])]:
+                task.cancel()
+            await asyncio.wait_for(asyncio.gather(*worker_tasks, return_exceptions=True), 30)
+        for task in worker_tasks:
+            task.result()
+        return state, elapsed
+
+    return run(scenario(), timeout=DRAIN_DEADLINE + 60)
+
+
+def assert_exactly_once(state: Drain) -> tuple[int, int]:
+    """Every acknowledged enqueue is one job, COMPLETED once; returns (duplicates, lost)."""
+    ledger, url = state.ledger, state.database_url
+    assert len(ledger.enqueued) == CHAOS_JOBS  # every enqueue was acknowledged in the end
+    expected = set(ledger.enqueued.values())
+    assert len(expected) == CHAOS_JOBS  # one job per idempotency key
+    rows = sql(url, "SELECT id, idempotency_key, status FROM jobs")
+    assert {str(job_id): key for job_id, key, _ in rows} == {
+        i: f"job-{n}" for n, i in ledger.enqueued.items()
+    }
+    check = check_drained(url)
+    lost = len(expected - {str(job_id) for job_id, _, status in rows if status == "completed"})
+    duplicates = len(check.completions_per_job_over_one) + sum(1 for n in ledger.acked.values() if n > 1)
+    assert check.statuses == {"completed": CHAOS_JOBS}, check.statuses
+    assert set(check.completed_events) == expected, "a job without its COMPLETED event"
+    assert not check.completions_per_job_over_one, check.completions_per_job_over_one
+    assert set(ledger.acked.values()) == {1}, ledger.acked.most_common(3)  # never acknowledged twice
+    assert set(ledger.acked) <= expected
+    assert check.results_matching_payloads == CHAOS_JOBS  # each job's own result
+    assert set(ledger.runs) == expected  # every job ran (and none that was not enqueued)
+    assert (duplicates, lost) == (0, 0)
+    return duplicates, lost
+
+
+def figures(scenario: str, state: Drain, elapsed: float, duplicates: int, lost: int) -> None:
+    ledger = state.ledger
+    runs = sum(ledger.runs.values())
+    reruns = sum(
+        n for (n,) in sql(state.database_url, "SELECT count(*) FROM job_events WHERE kind = 'LEASE_EXPIRED'")
+    )
+    notes = [f"{key}: {value}" for key, value in state.notes.items()]
+    notes.append(f"lease expiries {reruns}, stale reports {ledger.stale}, enqueue replays {ledger.replays}")
+    if ledger.refused:
+        notes.append("refused " + ", ".join(f"{what} x{n}" for what, n in ledger.refused.most_common(4)))
+    record_figures(
+        scenario,
+        jobs=CHAOS_JOBS,
+        seconds=elapsed,
+        runs=runs,
+        duplicates=duplicates,
+        lost=lost,
+        notes="; ".join(notes),
+    )
+
+
+# --- the scenarios -------------------------------------------------------------------------------
+
+
+def test_calm_drain_of_3000_jobs_through_three_servers_completes_each_once(
+    start_cluster: Callable[..., Cluster], pg_database: str
+) -> None:
+    cluster = start_cluster(**SERVE_FLAGS)
+    state, elapsed = drain(cluster, pg_database, fault=None)
+    duplicates, lost = assert_exactly_once(state)
+    errors = [what for what in state.ledger.refused if "HTTP" in what or "INTERNAL" in what]
+    assert not errors, state.ledger.refused  # no server error with nothing going wrong
+    figures("chaos: calm", state, elapsed, duplicates, lost)
+
+
+VICTIM = 1
+
+
+async def kill_a_server(state: Drain) -> Callable[[], bool]:
+    """SIGKILL server 1 (and two of its workers, holding claimed jobs) once a third of the
+    jobs are done, then start it again on its port."""
+    await state.acked_at_least(FAULT_AT)
+    mine = [w for w in state.workers if w.home == VICTIM]
+    doomed = [w for w in mine if w.policy == "reconnect"][:2]
+    for worker in doomed:
+        worker.die_after_claim = True
+    await asyncio.wait_for(asyncio.gather(*(w.dead.wait() for w in doomed)), 30)
+    state.cluster.kill(VICTIM)
+    killed = time.monotonic()
+    await asyncio.sleep(1.0)  # down for a moment: its clients find the port closed
+    await asyncio.to_thread(state.cluster.restart, VICTIM)
+    restarted = time.monotonic()
+    state.notes["server down"] = f"{restarted - killed:.1f} s"
+    state.notes["jobs held by dead workers"] = len(state.ledger.abandoned)
+    state.fault_over.set()
+    returning = [w for w in mine if w.policy == "reconnect" and w not in doomed]
+
+    def came_back() -> bool:
+        """The workers that wait for their server have been answered by it since its restart."""
+        return all(w.answered_after.get(VICTIM, 0) > restarted for w in returning)
+
+    return came_back
+
+
+def test_a_server_killed_mid_drain_loses_nothing_and_completes_each_job_once(
+    start_cluster: Callable[..., Cluster], pg_database: str
+) -> None:
+    cluster = start_cluster(**SERVE_FLAGS)
+    victim_process = cluster.servers[VICTIM].process
+    state, elapsed = drain(cluster, pg_database, fault=kill_a_server)
+    assert victim_process.returncode == -9  # it was killed, not stopped
+    assert cluster.servers[VICTIM].process.poll() is None  # and it runs again
+    duplicates, lost = assert_exactly_once(state)
+
+    # The jobs the dead workers held came back when their lease expired, and were done by others.
+    abandoned = state.ledger.abandoned
+    assert abandoned
+    rows = sql(
+        pg_database,
+        "SELECT j.id, j.attempt, count(e.id) FROM jobs j"
+        " LEFT JOIN job_events e ON e.job_id = j.id AND e.kind = 'LEASE_EXPIRED'"
+        " WHERE j.id = ANY(%s) GROUP BY j.id",
+        [[int(i) for i in abandoned]],
+    )
+    assert len(rows) == len(abandoned)
+    for job_id, attempt, expiries in rows:
+        assert attempt >= 2 and expiries >= 1, (job_id, attempt, expiries)
+    assert any(what.startswith("unreachable") for what in state.ledger.refused), state.ledger.refused
+    figures("chaos: a server SIGKILLed and restarted", state, elapsed, duplicates, lost)
+
+
+# --- PostgreSQL restarting -------------------------------------------------------------------------
+
+
+@dataclass
+class PostgresCluster:
+    version: str
+    name: str
+
+    def ctl(self, action: str) -> None:
+        command = ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def running(self) -> bool:
+        command = ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, "status"]
+        return subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+
+
+def postgres_cluster() -> PostgresCluster | str:
+    """The local cluster serving POSTGRES_URL, or why it cannot be restarted from here."""
+    parts = urlsplit(POSTGRES_URL)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return f"PostgreSQL at {parts.hostname} is not local"
+    if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
+        return "pg_lsclusters/pg_ctlcluster not found"
+    if os.geteuid() != 0:
+        return "restarting PostgreSQL needs root"
+    listed = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30)
+    for line in listed.stdout.splitlines():
+        version, name, port, status, *_ = line.split()
+        if int(port) == (parts.port or 5432) and status == "online":
+            return PostgresCluster(version, name)
+    return f"no online local cluster on port {parts.port or 5432}"
+
+
+@pytest.fixture
+def postgres(pg_database: str) -> Iterator[PostgresCluster]:
+    """The PostgreSQL cluster of this test's database, started again after the test whatever
+    happened (other tests and people use it)."""
+    found = postgres_cluster()
+    if isinstance(found, str):
+        pytest.skip(f"cannot restart PostgreSQL: {found}")
+    try:
+        yield found
+    finally:
+        if not found.running():
+            found.ctl("start")
+
+
+async def health(http: httpx.AsyncClient, url: str) -> int | None:
+    try:
+        return (await http.get(f"{url}/healthz", timeout=3)).status_code
+    except httpx.HTTPError:
+        return None
+
+
+def restart_postgres(postgres: PostgresCluster) -> Fault:
+    async def fault(state: Drain) -> Callable[[], bool]:
+        """Stop PostgreSQL once a third of the jobs are done; while it is down, every server
+        says so (healthz 503, GraphQL 503 with a GraphQL error); start it again; every server
+        comes back by itself."""
+        servers = state.cluster.servers
+        processes = [server.process for server in servers]
+        await state.acked_at_least(FAULT_AT)
+        async with httpx.AsyncClient() as http:
+            await asyncio.to_thread(postgres.ctl, "stop")
+            stopped = time.monotonic()
+            try:
+
+                async def all_unhealthy() -> bool:
+                    return [await health(http, s.url) for s in servers] == [503] * SERVERS
+
+                await wait_until(all_unhealthy, 30, "/healthz 503 on every server while PostgreSQL is down")
+                for server in servers:
+                    answer = await http.post(
+                        server.graphql_url,
+                        json={"query": "{ me { name } }"},
+                        headers={"Authorization": f"Bearer {state.cluster.admin_key}"},
+                        timeout=10,
+                    )
+                    assert answer.status_code == 503, (answer.status_code, answer.text)  # SO-2, fixed
+                    assert answer.json()["data"] is None and answer.json()["errors"], answer.text
+                await asyncio.sleep(1.0)  # down a little longer: everyone keeps retrying
+            finally:
+                await asyncio.to_thread(postgres.ctl, "start")
+            started = time.monotonic()
+
+            async def all_healthy() -> bool:
+                return [await health(http, s.url) for s in servers] == [200] * SERVERS
+
+            await wait_until(all_healthy, 60, "every server healthy again without a restart")
+            recovered = time.monotonic()
+        assert [server.process for server in servers] == processes
+        assert all(process.poll() is None for process in processes)
+        state.notes["PostgreSQL down"] = f"{started - stopped:.1f} s"
+        state.notes["servers healthy"] = f"{recovered - started:.1f} s after its start"
+        state.fault_over.set()
+
+        def every_worker_served_again() -> bool:
+            return all(max(w.answered_after.values(), default=0) > started for w in state.workers)
+
+        return every_worker_served_again
+
+    return fault
+
+
+def test_drain_while_postgresql_restarts_loses_nothing(
+    start_cluster: Callable[..., Cluster], pg_database: str, postgres: PostgresCluster
+) -> None:
+    cluster = start_cluster(**SERVE_FLAGS)
+    state, elapsed = drain(cluster, pg_database, fault=restart_postgres(postgres))
+    duplicates, lost = assert_exactly_once(state)
+    assert state.ledger.refused  # the outage was seen, and got through
+    figures("chaos: PostgreSQL stopped and started", state, elapsed, duplicates, lost)
