@@ -1,36 +1,51 @@
 """Shared fixtures: real `queuelog serve` processes on real databases, spoken to over HTTP.
 
-Every test that uses `server` or `start_server` runs once per backend (`backend`): a fresh
-SQLite file, and a fresh PostgreSQL database created for it and dropped after. PostgreSQL
-comes from QUEUELOG_TEST_POSTGRES_URL (default: the local server's `test` database); when
-it does not answer, those runs skip and say why, unless QUEUELOG_TEST_REQUIRE_POSTGRES=1
-(CI), where they fail. QUEUELOG_TEST_BACKENDS=sqlite (or postgresql) runs only one.
+Every test that uses `server`, `start_server` or `databases` runs once per backend
+(`backend`): on a fresh SQLite file, and on a fresh PostgreSQL database (a copy of a template
+migrated once per session, dropped when the session ends). PostgreSQL comes from
+QUEUELOG_TEST_POSTGRES_URL (default: the local server's `test` database); when it does not
+answer, those runs skip and say why, unless QUEUELOG_TEST_REQUIRE_POSTGRES=1 (CI), where they
+fail. QUEUELOG_TEST_BACKENDS (default "sqlite,postgresql") chooses: `sqlite` or `postgresql`
+runs only one.
 
 `start_server(**settings)` starts one (settings are `queuelog serve` flags, e.g.
 `job_types="email,report"`, `lease_seconds=2`) and returns a `Server` with its URL, the
 bootstrap admin key and `make_key()` for keys of other roles. `server` is a ready-made
-module-scoped one for tests that need nothing special.
+module-scoped one for tests that need nothing special; `serving(backend, ...)` makes other
+module-scoped ones.
+
+Tests look into a server's database with `Server.sql(text, **params)` (SQLAlchemy `text()`,
+`:name` parameters, committed), the same statement on both backends. What differs is
+wrapped: `Server.timestamp(datetime)` is the value to write into a timestamp column
+(integer microseconds since the epoch on SQLite, a `timestamptz` on PostgreSQL), and
+`stored_time(value)` reads one back as an aware datetime.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import Connection, Engine, bindparam, text
 
 from queuelog import keys as key_admin
-from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.engine import create_sync_engine, dialect_of
+from queuelog.storage.types import from_micros, to_micros
 
 DEFAULT_JOB_TYPES = "email,report,resize,noop"
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -39,6 +54,8 @@ BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite").split(
 STARTUP_TIMEOUT = 30.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
 
+# One SQL statement run by a test beside a server: `run("SELECT ... WHERE id = :id", id=1)`.
+SqlRunner = Callable[..., list[tuple[Any, ...]]]
 
 _names = iter(range(1, 1_000_000))
 
@@ -47,6 +64,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def backend_of(database_url: str) -> str:
+    """ "sqlite" or "postgresql"."""
+    return dialect_of(database_url)
+
+
+def stored_time(value: int | datetime | None) -> datetime | None:
+    """A timestamp column as read by `Server.sql`, as an aware UTC datetime (SQLite stores
+    integer microseconds since the epoch, PostgreSQL a timestamptz)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return from_micros(int(value))
+
+
+def _run(connection: Connection, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """`statement` with `params`; a list or tuple value is expanded (`WHERE id IN :ids`)."""
+    clause = text(statement)
+    lists = [name for name, value in params.items() if isinstance(value, list | tuple)]
+    if lists:
+        clause = clause.bindparams(*(bindparam(name, expanding=True) for name in lists))
+    result = connection.execute(clause, params)
+    return [tuple(row) for row in result] if result.returns_rows else []
 
 
 @dataclass
@@ -80,6 +122,7 @@ class Server:
     process: subprocess.Popen[bytes]
     log_path: Path
     client: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+    _engine: Engine | None = field(default=None, repr=False)
 
     @property
     def graphql_url(self) -> str:
@@ -88,6 +131,10 @@ class Server:
     @property
     def ws_url(self) -> str:
         return self.graphql_url.replace("http://", "ws://")
+
+    @property
+    def backend(self) -> str:
+        return backend_of(self.database_url)
 
     def gql(
         self, query: str, variables: dict[str, Any] | None = None, key: str | None = None
@@ -104,20 +151,46 @@ class Server:
             body = {"raw": response.text}
         return GraphQLResponse(response.status_code, body)
 
+    @property
+    def engine(self) -> Engine:
+        """An engine on the server's database, as the CLI opens it (on SQLite its writes
+        queue on the servers' write lock)."""
+        if self._engine is None:
+            self._engine = create_sync_engine(self.database_url)
+        return self._engine
+
+    def sql(self, statement: str, **params: Any) -> list[tuple[Any, ...]]:
+        """Run one statement (`:name` parameters; a list value for `IN :name`) on the server's
+        database and commit it; the rows it returns, as tuples ([] when it returns none)."""
+        with self.engine.begin() as connection:
+            return _run(connection, statement, params)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[SqlRunner]:
+        """Run several statements that all see one state of the database: REPEATABLE READ on
+        PostgreSQL; on SQLite the transaction holds the write lock throughout."""
+        engine = self.engine
+        if self.backend == "postgresql":
+            engine = engine.execution_options(isolation_level="REPEATABLE READ")  # type: ignore[assignment]
+        with engine.begin() as connection:
+            yield lambda statement, **params: _run(connection, statement, params)
+
+    def timestamp(self, moment: datetime) -> int | datetime:
+        """The value to bind for a timestamp column: `server.sql("... SET run_at = :t",
+        t=server.timestamp(when))`."""
+        assert moment.tzinfo is not None, "timestamps are aware (UTC)"
+        return moment if self.backend == "postgresql" else to_micros(moment)
+
     def make_key(self, name: str, *roles: str, max_priority: str | None = None) -> str:
         """Create a key directly in the server's database (as `queuelog keys create` does)."""
         from queuelog.keys import parse_priority, parse_role
 
-        engine = create_sync_engine(self.database_url)
-        try:
-            _, plaintext = key_admin.create_key(
-                engine,
-                name,
-                [parse_role(r) for r in roles],
-                parse_priority(max_priority) if max_priority else None,
-            )
-        finally:
-            engine.dispose()
+        _, plaintext = key_admin.create_key(
+            self.engine,
+            name,
+            [parse_role(r) for r in roles],
+            parse_priority(max_priority) if max_priority else None,
+        )
         return plaintext
 
     def log(self) -> str:
@@ -132,6 +205,9 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         self.client.close()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
 
 
 def serve_command(port: int, database_url: str, workers: int = 1, **settings: Any) -> list[str]:
@@ -206,25 +282,102 @@ def launch_server(
     return Server(url, database_url, admin_key, process, log_path)
 
 
+class PostgresDatabases:
+    """The PostgreSQL databases of this test session.
+
+    A fresh database is a copy of a template migrated once per session (`CREATE DATABASE ...
+    TEMPLATE`: a fraction of a second, where migrating each one took seconds), or an empty
+    one when a test migrates it itself. Databases are dropped on a background thread once
+    their test is done (each DROP DATABASE waits for a checkpoint), and the rest when the
+    session ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._template: str | None = None
+        self._drops: queue.Queue[str | None] = queue.Queue()
+        self._dropper: threading.Thread | None = None
+        self._failures: list[str] = []
+
+    def url(self, name: str) -> str:
+        return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+
+    def create(self, *, migrated: bool = True) -> str:
+        name = f"queuelog_test_{os.getpid()}_{next(_names)}"
+        template = f' TEMPLATE "{self.template()}"' if migrated else ""
+        postgres_admin(f'CREATE DATABASE "{name}"{template}')
+        return name
+
+    def template(self) -> str:
+        with self._lock:
+            if self._template is None:
+                from queuelog.storage.migrate import upgrade_to_head
+
+                name = f"queuelog_template_{os.getpid()}"
+                postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                postgres_admin(f'CREATE DATABASE "{name}"')
+                engine = create_sync_engine(self.url(name))
+                try:
+                    upgrade_to_head(engine)
+                finally:
+                    engine.dispose()
+                self._template = name
+            return self._template
+
+    def drop_later(self, name: str) -> None:
+        with self._lock:
+            if self._dropper is None:
+                self._dropper = threading.Thread(target=self._drop_queued, name="drop-databases", daemon=True)
+                self._dropper.start()
+        self._drops.put(name)
+
+    def _drop_queued(self) -> None:
+        while (name := self._drops.get()) is not None:
+            try:
+                postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            except Exception as exc:  # reported at the end of the session
+                self._failures.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    def finish(self) -> list[str]:
+        """Drop what is left (the template too); the databases that could not be dropped."""
+        if self._dropper is not None:
+            self._drops.put(None)
+            self._dropper.join()
+        if self._template is not None:
+            with contextlib.suppress(Exception):
+                postgres_admin(f'DROP DATABASE IF EXISTS "{self._template}" WITH (FORCE)')
+        return self._failures
+
+
+POSTGRES = PostgresDatabases()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = POSTGRES.finish()
+    if left:
+        print(f"\nconftest: {len(left)} test databases were not dropped: {left[:3]}", file=sys.stderr)
+
+
 class Databases:
-    """Fresh databases of one backend: SQLite files, or PostgreSQL databases dropped at the end."""
+    """Fresh databases of one backend: SQLite files, or PostgreSQL databases dropped after."""
 
     def __init__(self, backend: str, tmp_path_factory: pytest.TempPathFactory) -> None:
         self.backend = backend
         self._tmp = tmp_path_factory
         self._created: list[str] = []
 
-    def fresh(self) -> str:
+    def fresh(self, *, migrated: bool = True) -> str:
+        """The URL of a new database: at the current schema, or (`migrated=False`) empty.
+        SQLite files always start empty (a server migrates its own)."""
         if self.backend == "sqlite":
             return f"sqlite:///{self._tmp.mktemp('db') / 'queuelog.db'}"
-        name = f"queuelog_test_{os.getpid()}_{next(_names)}"
-        postgres_admin(f'CREATE DATABASE "{name}"')
+        name = POSTGRES.create(migrated=migrated)
         self._created.append(name)
-        return POSTGRES_URL.rsplit("/", 1)[0] + "/" + name
+        return POSTGRES.url(name)
 
     def drop_all(self) -> None:
         for name in self._created:
-            postgres_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            POSTGRES.drop_later(name)
         self._created.clear()
 
 
@@ -235,24 +388,35 @@ def postgres_admin(sql: str) -> None:
         connection.execute(sql)  # type: ignore[arg-type]
 
 
+_unreachable: dict[str, str | None] = {}
+
+
 def postgres_unreachable() -> str | None:
-    """Why PostgreSQL cannot be used for tests, or None when it answers."""
-    try:
-        postgres_admin("SELECT 1")
-    except Exception as exc:
-        return f"PostgreSQL at {POSTGRES_URL} does not answer ({type(exc).__name__})"
-    return None
+    """Why PostgreSQL cannot be used for tests, or None when it answers (asked once)."""
+    if "reason" not in _unreachable:
+        try:
+            postgres_admin("SELECT 1")
+        except Exception as exc:
+            _unreachable["reason"] = f"PostgreSQL at {POSTGRES_URL} does not answer ({type(exc).__name__})"
+        else:
+            _unreachable["reason"] = None
+    return _unreachable["reason"]
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    """The database every server of this test runs on: "sqlite" or "postgresql"."""
-    if request.param == "postgresql":
+def require_backend(backend: str) -> None:
+    """Skip (or, with QUEUELOG_TEST_REQUIRE_POSTGRES=1, fail) when PostgreSQL does not answer."""
+    if backend == "postgresql":
         reason = postgres_unreachable()
         if reason is not None:
             if REQUIRE_POSTGRES:
                 pytest.fail(reason + " and QUEUELOG_TEST_REQUIRE_POSTGRES=1")
             pytest.skip(reason)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The database every server of this test runs on: "sqlite" or "postgresql"."""
+    require_backend(request.param)
     return request.param
 
 
@@ -280,14 +444,26 @@ def start_server(
         server.stop()
 
 
+@contextlib.contextmanager
+def serving(backend: str, tmp_path_factory: pytest.TempPathFactory, **settings: Any) -> Iterator[Server]:
+    """A server on a fresh database of `backend`, for module-scoped fixtures:
+    `with serving(backend, tmp_path_factory, lease_seconds=2) as server: yield server`."""
+    made = Databases(backend, tmp_path_factory)
+    try:
+        running = launch_server(tmp_path_factory.mktemp("server"), database_url=made.fresh(), **settings)
+        try:
+            yield running
+        finally:
+            running.stop()
+    finally:
+        made.drop_all()
+
+
 @pytest.fixture(scope="module")
 def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A default server shared by the tests of one module (make fresh keys per test)."""
-    made = Databases(backend, tmp_path_factory)
-    running = launch_server(tmp_path_factory.mktemp("server"), database_url=made.fresh())
-    yield running
-    running.stop()
-    made.drop_all()
+    with serving(backend, tmp_path_factory) as running:
+        yield running
 
 
 @pytest.fixture

@@ -8,24 +8,22 @@ Attacked and proven:
 - lease expiry with no request arriving, the stale holder fenced off by `attempt`, and the race
   between a late completion and the lease rescuer (a completed job is never overwritten);
 - cancel and admin retry, pruning of finished jobs, pagination and filters, queue statistics;
-- every transition leaves a `job_events` row in the SQLite file, in order;
+- every transition leaves a `job_events` row in the database, in order;
 - `/healthz` and the Prometheus `/metrics` text.
 """
 
 from __future__ import annotations
 
 import re
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
-from conftest import GraphQLResponse, Server, launch_server
+from conftest import GraphQLResponse, Server, serving, stored_time
 from prometheus_client.parser import text_string_to_metric_families
 
 JOB_FIELDS = """
@@ -172,17 +170,6 @@ def wait_for(fetch: Callable[[], Any], done: Callable[[Any], bool], timeout: flo
         time.sleep(0.1)
 
 
-def sqlite_path(server: Server) -> str:
-    assert server.database_url.startswith("sqlite:///"), server.database_url
-    return server.database_url.removeprefix("sqlite:///")
-
-
-def query_db(server: Server, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """Run one statement on the server's SQLite file (committed if it writes)."""
-    with closing(sqlite3.connect(sqlite_path(server), timeout=10)) as conn, conn:
-        return conn.execute(sql, params).fetchall()
-
-
 def retry_delay(job: Job) -> float:
     """Seconds between the failure (updatedAt) and the next run (runAt)."""
     return (utc(job["runAt"]) - utc(job["updatedAt"])).total_seconds()
@@ -196,11 +183,10 @@ def idle(server: Server) -> Server:
 
 
 @pytest.fixture(scope="module")
-def eager_retry_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def eager_retry_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A second shared server with retry base 0: a failed or expired attempt is due at once."""
-    running = launch_server(tmp_path_factory.mktemp("eager-retry"), retry_base_seconds=0)
-    yield running
-    running.stop()
+    with serving(backend, tmp_path_factory, retry_base_seconds=0) as running:
+        yield running
 
 
 @pytest.fixture
@@ -274,13 +260,10 @@ def test_claims_follow_priority_then_age_then_id(idle: Server, worker: Key, mode
 def test_older_created_at_wins_over_lower_id(idle: Server, worker: Key) -> None:
     first, second = enqueue(idle, type="noop"), enqueue(idle, type="noop")
     assert int(first["id"]) < int(second["id"])
-    # Make the lower id the younger job, directly in the SQLite file (microseconds since the epoch).
-    query_db(
-        idle,
-        "UPDATE jobs SET created_at = (SELECT created_at FROM jobs WHERE id = ?) + 1000000 WHERE id = ?",
-        int(second["id"]),
-        int(first["id"]),
-    )
+    # Make the lower id the younger job, directly in the database.
+    ((second_created,),) = idle.sql("SELECT created_at FROM jobs WHERE id = :id", id=int(second["id"]))
+    younger = stored_time(second_created) + timedelta(seconds=1)  # type: ignore[operator]
+    idle.sql("UPDATE jobs SET created_at = :t WHERE id = :id", t=idle.timestamp(younger), id=int(first["id"]))
     assert [j["id"] for j in claim_many(idle, worker, limit=5)] == [second["id"], first["id"]]
 
 
@@ -650,10 +633,7 @@ def test_finished_jobs_are_pruned_and_live_ones_kept(
     )
     assert admin_job(srv, pending["id"])["status"] == "PENDING"
     assert admin_job(srv, running["id"])["status"] == "RUNNING"
-    placeholders = ",".join("?" * len(finished))
-    orphans = query_db(
-        srv, f"SELECT job_id FROM job_events WHERE job_id IN ({placeholders})", *map(int, finished)
-    )
+    orphans = srv.sql("SELECT job_id FROM job_events WHERE job_id IN :ids", ids=[int(i) for i in finished])
     assert orphans == [], "events of pruned jobs were left behind"
 
 
@@ -814,9 +794,9 @@ def test_every_transition_records_an_event_row(
     idle: Server, worker: Key, scenario: Callable[[Server, Key], str], expected: list[tuple[str, str]]
 ) -> None:
     job_id = scenario(idle, worker)
-    rows = query_db(idle, "SELECT kind, status, at FROM job_events WHERE job_id = ? ORDER BY id", int(job_id))
+    rows = idle.sql("SELECT kind, status, at FROM job_events WHERE job_id = :id ORDER BY id", id=int(job_id))
     assert [(kind, status) for kind, status, _ in rows] == expected
-    times = [at for _, _, at in rows]
+    times = [stored_time(at) for _, _, at in rows]
     assert times == sorted(times), "event times go backwards"
 
 

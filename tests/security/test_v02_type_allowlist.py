@@ -4,16 +4,14 @@ Attacked: enqueueJob with types outside the allowlist (near misses: case, whites
 characters, a comma list, over-long names), as ADMIN and as PRODUCER; a server started with an
 empty allowlist; enqueueJobs batches that hide one bad type among good ones.
 
-Proven: BAD_USER_INPUT and nothing stored (checked in the SQLite file and through the `jobs`
+Proven: BAD_USER_INPUT and nothing stored (checked in the database and through the `jobs`
 query); with an empty allowlist every enqueue is refused with a message naming
 QUEUELOG_JOB_TYPES; a batch with one bad type is refused whole (all or nothing).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,13 +38,8 @@ NOT_ALLOWED: dict[str, str] = {
 }
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def stored_jobs(server: Server) -> int:
-    with sqlite3.connect(db_path(server)) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return server.sql("SELECT count(*) FROM jobs")[0][0]
 
 
 def listed_jobs(server: Server) -> int:

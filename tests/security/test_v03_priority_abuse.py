@@ -12,10 +12,8 @@ priorities up to the key's maximum are accepted (positive controls); ADMIN may u
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,13 +26,8 @@ ENQUEUE_MANY = (
 )
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def stored_jobs(server: Server) -> int:
-    with sqlite3.connect(db_path(server)) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return server.sql("SELECT count(*) FROM jobs")[0][0]
 
 
 def cli_create_key(server: Server, name: str, *args: str) -> str:

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,13 +40,8 @@ SPOOF_HEADERS: dict[str, dict[str, str]] = {
 }
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def stored_worker_id(server: Server, job_id: str) -> str | None:
-    with sqlite3.connect(db_path(server)) as conn:
-        return conn.execute("SELECT worker_id FROM jobs WHERE id = ?", (int(job_id),)).fetchone()[0]
+    return server.sql("SELECT worker_id FROM jobs WHERE id = :id", id=int(job_id))[0][0]
 
 
 def post(server: Server, key: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
@@ -182,8 +175,7 @@ def test_a_second_key_cannot_take_an_existing_worker_name(server: Server, victim
     )
     assert done.returncode != 0, done.stdout
     assert "ql_" not in done.stdout, "a key was printed for a duplicate name"
-    with sqlite3.connect(db_path(server)) as conn:
-        assert conn.execute("SELECT count(*) FROM api_keys WHERE name = ?", (VICTIM,)).fetchone()[0] == 1
+    assert server.sql("SELECT count(*) FROM api_keys WHERE name = :name", name=VICTIM) == [(1,)]
     assert server.gql("{ me { name } }", key=victim_key).ok()["me"]["name"] == VICTIM
 
 

@@ -5,18 +5,16 @@ claimJob and claimJobs(limit 1..5) over 200 PENDING jobs until the queue is empt
 
 Proven: every job is claimed exactly once: no id is returned twice, 200 ids are returned in all
 (exactly the enqueued ones), all 200 jobs are RUNNING with attempt 1 and the workerId of the key
-whose claim returned them (checked through GraphQL and in the SQLite file), and each job has
+whose claim returned them (checked through GraphQL and in the database), and each job has
 exactly one CLAIMED event. A claim never fails (no errors under contention). Kept modest: the
 wider concurrency suite lives elsewhere.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,10 +27,6 @@ THREADS_PER_KEY = 3
 DEADLINE_SECONDS = 45
 CLAIM_ONE = "mutation { claimJob { id attempt workerId status } }"
 CLAIM_MANY = "mutation($n: Int!) { claimJobs(limit: $n) { id attempt workerId status } }"
-
-
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
 
 
 class Claimer(threading.Thread):
@@ -111,11 +105,10 @@ def test_concurrent_claims_hand_out_every_job_exactly_once(
 
     counts = server.gql("{ queueStats { counts { pending running } } }").ok()["queueStats"]["counts"]
     assert counts == {"pending": 0, "running": JOBS}
-    with sqlite3.connect(db_path(server)) as conn:
-        rows = conn.execute("SELECT id, status, attempt, worker_id FROM jobs").fetchall()
-        claimed_events = Counter(
-            job_id for (job_id,) in conn.execute("SELECT job_id FROM job_events WHERE kind = 'CLAIMED'")
-        )
+    rows = server.sql("SELECT id, status, attempt, worker_id FROM jobs")
+    claimed_events = Counter(
+        job_id for (job_id,) in server.sql("SELECT job_id FROM job_events WHERE kind = 'CLAIMED'")
+    )
     assert len(rows) == JOBS
     for job_id, status, attempt, worker_id in rows:
         assert (status, attempt, worker_id) == ("running", 1, holder[str(job_id)]), job_id

@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 from graphql import Lexer, Source, TokenKind, get_introspection_query
 
 LIMIT = 1024
@@ -67,13 +65,8 @@ SHAPES: dict[str, tuple[str, int]] = {
 SIZE_CASES = [(name, total) for name in SHAPES for total in (LIMIT, LIMIT + 1)]
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def stored_jobs(server: Server) -> int:
-    with sqlite3.connect(db_path(server)) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return server.sql("SELECT count(*) FROM jobs")[0][0]
 
 
 def assert_refused_before_running(response: Any) -> None:
@@ -83,15 +76,11 @@ def assert_refused_before_running(response: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = launch_server(
-        tmp_path_factory.mktemp("v07"),
-        max_payload_bytes=LIMIT,
-        max_body_bytes=BODY_LIMIT,
-        max_depth=MAX_DEPTH,
-    )
-    yield server
-    server.stop()
+def limited(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(
+        backend, tmp_path_factory, max_payload_bytes=LIMIT, max_body_bytes=BODY_LIMIT, max_depth=MAX_DEPTH
+    ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,7 @@ concurrent enqueues with one key create exactly one job per producer.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,13 +29,8 @@ ENQUEUE = (
 SECRET = "a-payload-only-producer-a-knows"
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def stored_jobs(server: Server) -> int:
-    with sqlite3.connect(db_path(server)) as conn:
-        return conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    return server.sql("SELECT count(*) FROM jobs")[0][0]
 
 
 def enqueue(server: Server, key: str, **fields: Any) -> Any:
@@ -207,11 +200,8 @@ def test_concurrent_enqueues_with_one_key_create_one_job_per_producer(
         assert len({o["job"]["id"] for o in mine}) == 1, mine
     ids = {reply["data"]["enqueueJob"]["job"]["id"] for _, reply in outcomes}
     assert len(ids) == 2, "the two producers must hold separate jobs"
-    with sqlite3.connect(db_path(server)) as conn:
-        stored = conn.execute(
-            "SELECT count(*) FROM jobs WHERE idempotency_key = ?", (idempotency_key,)
-        ).fetchone()
-    assert stored[0] == 2
+    stored = server.sql("SELECT count(*) FROM jobs WHERE idempotency_key = :key", key=idempotency_key)
+    assert stored == [(2,)]
 
 
 # JSON values of different types are different inputs; object key order is not a difference.

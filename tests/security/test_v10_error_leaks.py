@@ -9,7 +9,7 @@ cursors, numbers, dates that overflow, lone surrogates, JSON nested 100 000 deep
 numbers, invalid UTF-8); typos that invite "Did you mean" suggestions; documents with ten
 repeats of one problem or 50 distinct problems.
 
-Proven: the stored error (read as ADMIN and in the SQLite file) holds none of the secrets or
+Proven: the stored error (read as ADMIN and in the database) holds none of the secrets or
 paths, keeps the exception line and is at most 200 characters; anyone else gets `error: null`
 plus FORBIDDEN at the field's path; no response contains a traceback, SQL, a file path or a
 driver name, no request gets a 500, every error carries exactly one contract code and nothing
@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 from websockets.sync.client import connect
 
 from queuelog.schema.extensions import INTERNAL_MESSAGE
@@ -54,6 +52,7 @@ INTERNALS = [
     'File "',
     "site-packages",
     "sqlite3",
+    "psycopg",
     "queuelog/",
     '.py"',
     "RecursionError",
@@ -117,10 +116,6 @@ LEAKY_ERRORS: dict[str, tuple[str, list[str], str | None]] = {
 }
 
 
-def db_path(server: Server) -> Path:
-    return Path(server.database_url.removeprefix("sqlite:///"))
-
-
 def assert_no_internals(text: str) -> None:
     leaked = [fragment for fragment in INTERNALS if fragment in text]
     assert not leaked, f"response leaks {leaked}: {text[:500]}"
@@ -135,10 +130,9 @@ def assert_clean_errors(body: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def leaky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = launch_server(tmp_path_factory.mktemp("v10"), max_error_chars=MAX_ERROR_CHARS)
-    yield server
-    server.stop()
+def leaky(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(backend, tmp_path_factory, max_error_chars=MAX_ERROR_CHARS) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +172,7 @@ def test_stored_errors_are_sanitised_and_bounded(
         assert secret not in stored, f"{secret!r} survived in {stored!r}"
     if kept is not None:
         assert kept in stored, f"the useful part {kept!r} was lost: {stored!r}"
-    with sqlite3.connect(db_path(leaky)) as conn:
-        in_database = conn.execute("SELECT error FROM jobs WHERE id = ?", (int(job_id),)).fetchone()[0]
+    ((in_database,),) = leaky.sql("SELECT error FROM jobs WHERE id = :id", id=int(job_id))
     assert in_database == stored, "the raw text is stored and only the answer is cleaned"
     if retryable:  # leave nothing pending for the next test's claim
         leaky.gql("mutation($id: ID!) { cancelJob(id: $id) { id } }", {"id": job_id}).ok()
@@ -372,8 +365,7 @@ def test_a_time_that_cannot_be_utc_is_bad_input_without_internals(leaky: Server)
 def test_an_unexpected_error_is_generic_and_logged(start_server: Any) -> None:
     # A database error the server never expects: its events table has gone.
     server = start_server()
-    with sqlite3.connect(server.database_url.removeprefix("sqlite:///")) as db:
-        db.execute("DROP TABLE job_events")
+    server.sql("DROP TABLE job_events")
     response = server.gql(ENQUEUE_LITERAL.format("payload: {}"))
     assert response.data is None and response.errors, response.body
     assert_clean_errors(response.body)
