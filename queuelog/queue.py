@@ -4,6 +4,13 @@ Input limits (V-02, V-03, V-07), error sanitising (V-10), the long-poll claim an
 visibility scope of the caller live here, so that every entry point (GraphQL today, any
 other tomorrow) applies the same rules. Role checks come first, in the schema's
 permission classes; this layer assumes the role may call the operation at all.
+
+Text that a database cannot store is refused here, alike on every backend (BAD_USER_INPUT,
+never a database error): NUL (U+0000), which PostgreSQL's text columns cannot hold, and
+lone surrogates, which have no UTF-8 form at all (`check_storable`). JSON documents hold
+NUL as the escape `\u0000` and are fine; a lone surrogate in one is refused. A failure's
+error text is sanitised before it is stored, which replaces lone surrogates; NUL in it is
+refused all the same (`check_no_nul`).
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class JobQueue:
     ) -> NewJob:
         if not self._allowed_types:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
+        check_storable(type, "type")
         if type not in self._allowed_types:
             raise BadInput(f"job type {type[:100]!r} is not allowed")
         if not isinstance(payload, dict):
@@ -109,8 +117,14 @@ class JobQueue:
             raise BadInput(f"{what} is not valid JSON") from None
         # Characters count as at least one byte each: most texts need no encoding to pass.
         limit = self.settings.max_payload_bytes
-        if len(text) > limit or (not text.isascii() and len(text.encode("utf-8")) > limit):
-            size = len(text.encode("utf-8"))
+        if text.isascii():
+            size = len(text)
+        else:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise BadInput(f"{what} holds a lone surrogate (not Unicode text)") from None
+        if size > limit:
             raise PayloadTooLarge(f"{what} is {size} bytes; the limit is {limit}")
         return text
 
@@ -135,6 +149,8 @@ class JobQueue:
     ) -> tuple[list[Job], bool, int]:
         if not 1 <= first <= MAX_PAGE:
             raise BadInput(f"first must be between 1 and {MAX_PAGE}")
+        if job_type is not None:
+            check_storable(job_type, "type")
         return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
 
     async def stats(self, principal: Principal) -> QueueStats:
@@ -160,6 +176,8 @@ class JobQueue:
             raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
         if types is not None and not types:
             raise BadInput("types must not be empty; leave it out to claim any type")
+        for job_type in types or ():
+            check_storable(job_type, "types")
         type_list = list(dict.fromkeys(types)) if types is not None else None
 
         claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
@@ -249,6 +267,7 @@ class JobQueue:
     ) -> Job:
         if retry_in_seconds is not None and not 0 <= retry_in_seconds <= MAX_RETRY_IN_SECONDS:
             raise BadInput(f"retryInSeconds must be between 0 and {MAX_RETRY_IN_SECONDS}")
+        check_no_nul(error, "error")  # lone surrogates: sanitize_error replaces them
         clean = sanitize_error(error, self.settings.max_error_chars)
         return await self.repository.fail(principal.name, job_id, clean, retryable, retry_in_seconds, attempt)
 
@@ -259,6 +278,21 @@ def as_utc(value: datetime) -> datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:
         raise BadInput("runAt cannot be expressed in UTC") from None
+
+
+def check_no_nul(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise BadInput(f"{what} must not contain NUL (U+0000)")
+
+
+def check_storable(text: str, what: str) -> None:
+    """Refuse text that a database cannot store, the same on every backend."""
+    check_no_nul(text, what)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInput(f"{what} holds a lone surrogate (not Unicode text)") from None
 
 
 def check_idempotency_key(key: str) -> None:
