@@ -61,6 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="bring the database to the current schema")
     _database_flag(migrate)
 
+    copy = commands.add_parser(
+        "copy-database",
+        help="copy a SQLite queue (jobs, events, keys) into an empty PostgreSQL database",
+        description=(
+            "Copy every job (same ids, statuses, timestamps, payloads and results), its events "
+            "and every API key (revoked ones stay revoked) from a SQLite database into a "
+            "PostgreSQL one, in one transaction: if anything fails, the target is left as it "
+            "was. Both are migrated to the current schema first; the source is otherwise only "
+            "read. Stop every server on both databases first: the copy holds SQLite's write "
+            "lock while it reads, but whatever a server writes afterwards is not copied."
+        ),
+    )
+    copy.add_argument("--from", dest="source", required=True, metavar="SQLITE_URL", help="sqlite:///PATH")
+    copy.add_argument("--to", dest="target", required=True, metavar="POSTGRES_URL", help="postgresql://...")
+    copy.add_argument(
+        "--replace",
+        action="store_true",
+        help="delete the jobs, events and keys the target holds (else it must hold none)",
+    )
+
     keys_parser = commands.add_parser("keys", help="manage API keys")
     key_commands = keys_parser.add_subparsers(
         dest="keys_command", metavar="ACTION", parser_class=OneLineParser
@@ -194,6 +214,26 @@ def cmd_keys(args: argparse.Namespace) -> None:
         engine.dispose()
 
 
+def cmd_copy_database(args: argparse.Namespace) -> None:
+    from queuelog.storage import copy
+
+    copy.check_urls(args.source, args.target)
+    target = open_migrated(args.target)  # first: an unreachable target leaves the source as it is
+    try:
+        source = open_migrated(args.source)
+        try:
+            copied = copy.copy_database(source, target, replace=args.replace)
+        finally:
+            source.dispose()
+    finally:
+        target.dispose()
+    rows = copied.rows
+    print(
+        f"copied {rows['jobs']} jobs, {rows['job_events']} job events and {rows['api_keys']} API keys "
+        f"to {_safe_url(args.target)}; new jobs start at id {copied.next_job_id}"
+    )
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     import uvicorn
 
@@ -298,7 +338,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"serve": cmd_serve, "migrate": cmd_migrate, "keys": cmd_keys, "worker": cmd_worker}
+    handlers = {
+        "serve": cmd_serve,
+        "migrate": cmd_migrate,
+        "copy-database": cmd_copy_database,
+        "keys": cmd_keys,
+        "worker": cmd_worker,
+    }
     try:
         handlers[args.command](args)
     except (CommandError, QueuelogError, SettingsError, DatabaseUnavailable) as exc:

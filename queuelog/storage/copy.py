@@ -1,0 +1,189 @@
+"""Copying a queue to another database: `queuelog copy-database`, SQLite to PostgreSQL.
+
+Both ends are at Alembic's head when `copy_database` runs (the CLI migrates them first).
+
+The source is only read: in one transaction taken under SQLite's write lock (engine.py), so
+it holds still and no server writes it meanwhile, with `PRAGMA query_only` on so that SQLite
+itself would refuse a write, and rolled back at the end. The target is written in one
+transaction that first locks its tables against other writers: a failure anywhere leaves
+it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is not).
+
+api_keys, jobs and job_events are copied row for row with their ids, streamed (a large queue
+is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having no COPY:
+JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
+exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
+(postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
+server's own definition (counters.count_keys). Each id sequence restarts past the highest
+id the source ever gave out (AUTOINCREMENT remembers the ids of pruned jobs too), so a new
+job never takes the id of an old one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Table,
+    Text,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql import ColumnElement
+
+from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
+from queuelog.storage.counters import CountKey, count_keys
+from queuelog.storage.engine import dialect_of
+from queuelog.storage.tables import api_keys, job_counts, job_events, jobs
+from queuelog.storage.types import JsonDocument, UtcTimestamp
+
+BATCH_ROWS = 5000  # rows fetched from the source at a time
+COPIED = (api_keys, jobs, job_events)
+PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
+ALEMBIC_VERSION = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+GIVEN_OUT = text("SELECT seq FROM sqlite_sequence WHERE name = :name")
+SEQUENCE_OF = text("SELECT pg_get_serial_sequence(:table, 'id')")
+COLUMN_TYPES = text(
+    "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
+    " WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped"
+)
+
+
+class CopyFailed(QueuelogError):
+    """The copy stopped; the target's transaction was rolled back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Copied:
+    rows: dict[str, int]  # table name -> rows copied
+    next_job_id: int
+
+
+def check_urls(source_url: str, target_url: str) -> None:
+    """Refuse what this copy does not do, before anything is opened (opening an absent
+    SQLite file would create it)."""
+    if (kind := dialect_of(source_url)) != "sqlite":
+        raise BadInput(f"the source must be a SQLite database (sqlite:///PATH), not {kind!r}")
+    path = make_url(source_url).database
+    if not path or path == ":memory:":
+        raise BadInput("the source URL names no SQLite file (sqlite:///PATH)")
+    if not Path(path).is_file():
+        raise NotFound(f"no SQLite database at {path}")
+    if not _is_queue(Path(path)):
+        raise BadInput(f"{path} is not a queuelog database")
+    if (kind := dialect_of(target_url)) != "postgresql":
+        raise BadInput(f"the target must be a PostgreSQL database (postgresql://...), not {kind!r}")
+
+
+def _is_queue(path: Path) -> bool:
+    """Whether the file is a database that Alembic has migrated (opened read-only: migrating
+    some other application's file would write queuelog's tables into it)."""
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as probe:
+            return probe.execute(ALEMBIC_VERSION).fetchone() is not None
+    except sqlite3.DatabaseError:
+        return False
+
+
+def copy_database(
+    source: Engine, target: Engine, *, replace: bool = False, batch_rows: int = BATCH_ROWS
+) -> Copied:
+    """Copy the queue in `source` (SQLite) into `target` (PostgreSQL), which must hold no
+    jobs, events or keys unless `replace`: then they are deleted, in the same transaction."""
+    try:
+        with source.connect() as read, target.begin() as write:
+            read.exec_driver_sql("PRAGMA query_only = ON")  # in a BEGIN IMMEDIATE: see engine.py
+            try:
+                _empty_target(write, replace)
+                rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in COPIED}
+                _recount(write)
+                next_ids = {t.name: _restart_sequence(write, t, _highest_id(read, t)) for t in COPIED}
+            finally:
+                read.exec_driver_sql("PRAGMA query_only = OFF")
+    except (SQLAlchemyError, psycopg.Error) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+        raise CopyFailed(f"copy failed, the target is unchanged: {reason[0]}") from exc
+    return Copied(rows, next_ids[jobs.name])
+
+
+def _empty_target(write: Connection, replace: bool) -> None:
+    write.exec_driver_sql("LOCK TABLE api_keys, jobs, job_events, job_counts IN EXCLUSIVE MODE")
+    held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in COPIED}
+    if any(held.values()) and not replace:
+        listing = ", ".join(f"{name}: {n}" for name, n in held.items() if n)
+        raise Conflict(
+            f"the target already holds rows ({listing}): copy into an empty database, "
+            "or pass --replace to delete them first"
+        )
+    for table in (*COPIED, job_counts):
+        write.execute(delete(table))
+
+
+def _as_sent(column: Column[Any]) -> ColumnElement[Any]:
+    """A source column as COPY takes it: JSON as its text, timestamps as binary timestamptz."""
+    if isinstance(column.type, UtcTimestamp):
+        return (type_coerce(column, BigInteger()) - PG_EPOCH_US).label(column.name)
+    if isinstance(column.type, JsonDocument):
+        return type_coerce(column, Text()).label(column.name)
+    return column
+
+
+def _copy_rows(read: Connection, write: Connection, table: Table, batch_rows: int) -> int:
+    types = dict(write.execute(COLUMN_TYPES, {"table": table.name}).all())
+    wire = ["int8" if types[c.name] == "timestamp with time zone" else types[c.name] for c in table.c]
+    query = select(*map(_as_sent, table.c)).order_by(table.c.id).execution_options(yield_per=batch_rows)
+    into = f"COPY {table.name} ({', '.join(c.name for c in table.c)}) FROM STDIN (FORMAT BINARY)"
+    with write.connection.driver_connection.cursor() as cursor:
+        with cursor.copy(into) as copy:
+            copy.set_types(wire)
+            for row in read.execute(query):
+                copy.write_row(row)
+        return cursor.rowcount
+
+
+def _recount(write: Connection) -> None:
+    groups = (jobs.c.type, jobs.c.status, jobs.c.created_by, jobs.c.worker_id)
+    counts: Counter[CountKey] = Counter()
+    for job_type, status, created_by, worker_id, n in write.execute(
+        select(*groups, func.count()).group_by(*groups)
+    ):
+        for key in count_keys(job_type, status, created_by, worker_id):
+            counts[key] += n
+    if counts:
+        write.execute(
+            insert(job_counts),
+            [
+                {"scope": scope, "name": name, "type": job_type, "status": status, "n": n}
+                for (scope, name, job_type, status), n in counts.items()
+            ],
+        )
+
+
+def _highest_id(read: Connection, table: Table) -> int:
+    """The highest id the source has given out: a stored row's, or a deleted one's."""
+    stored = read.execute(select(func.max(table.c.id))).scalar() or 0
+    return max(stored, read.execute(GIVEN_OUT, {"name": table.name}).scalar() or 0)
+
+
+def _restart_sequence(write: Connection, table: Table, highest: int) -> int:
+    """Make the target's next id for `table` exceed `highest` and any it gave out; return it."""
+    sequence = write.execute(SEQUENCE_OF, {"table": table.name}).scalar_one()  # quoted by PostgreSQL
+    last, called = write.exec_driver_sql(f"SELECT last_value, is_called FROM {sequence}").one()
+    next_id = max(highest + 1, last + 1 if called else last)
+    write.exec_driver_sql(f"ALTER SEQUENCE {sequence} RESTART WITH {next_id}")
+    return next_id
