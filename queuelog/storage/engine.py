@@ -74,8 +74,19 @@ def create_sqlite_engine(url: str) -> Engine:
     return engine
 
 
+def require_postgres_driver() -> None:
+    """PostgreSQL needs psycopg 3 (the `postgres` extra): say so in one line if it is missing."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise DatabaseUnavailable(
+            "PostgreSQL needs the psycopg driver: pip install 'queuelog[postgres]' (or psycopg[binary])"
+        ) from None
+
+
 def create_sync_engine(url: str) -> Engine:
     """A plain engine for migrations and the CLI."""
     if dialect_of(url) == "sqlite":
         return create_sqlite_engine(url)
+    require_postgres_driver()
     return create_engine(sync_url(url), pool_pre_ping=True)

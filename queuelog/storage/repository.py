@@ -30,7 +30,7 @@ from queuelog.model import (
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
-from queuelog.storage.engine import dialect_of
+from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.sqlite import SqliteDatabase, utcnow
 from queuelog.storage.statements import PRUNE_BATCH
@@ -56,6 +56,7 @@ class Repository:
     def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
         self._db: SqliteDatabase | PostgresDatabase
         if dialect_of(url) == "postgresql":
+            require_postgres_driver()
             from queuelog.storage.postgres import PostgresDatabase
 
             self._db = PostgresDatabase(url, self._publish)
