@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,14 @@ def tree_cpu_seconds(pid: int) -> float | None:
     return total
 
 
+def cpu_delta(before: dict[int, float] | None, after: dict[int, float] | None) -> float | None:
+    """CPU that processes used between two {pid: CPU seconds} snapshots; a process that
+    appeared meanwhile counts whole, one that exited meanwhile is lost (None: no snapshot)."""
+    if before is None or after is None:
+        return None
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 def percentile(samples: Sequence[float], p: float) -> float:
     """Linear-interpolated percentile (numpy's default); nan for no samples."""
     if not samples:
@@ -132,6 +140,8 @@ class ServerProcess:
     admin_key: str | None = None
     whole_tree: bool = False  # count the CPU of its child processes too (`serve --workers N`)
     database_url: str = ""
+    # PostgreSQL: {backend pid: CPU seconds} of the backends of its database (bench/_pg.py)
+    database_cpu: Callable[[], dict[int, float] | None] | None = None
 
     @property
     def url(self) -> str:
@@ -148,6 +158,15 @@ class ServerProcess:
 
     def memory(self) -> tuple[int, int] | None:
         return process_memory(self.process.pid)
+
+    def db_cpu_snapshot(self) -> dict[int, float] | None:
+        """CPU so far of each PostgreSQL backend of its database; None on SQLite (in-process)."""
+        if self.database_cpu is None:
+            return None
+        try:
+            return self.database_cpu()
+        except Exception:  # a figure goes on without this line
+            return None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench import _baseline_app as base
+from bench import _pg
 from bench._common import (
     ServerProcess,
     make_keys,
@@ -50,6 +54,14 @@ class Settings:
     rss_interval: float
     rss_window: float
     soak_rate: float  # requests/s per soak client, 0 = as fast as answers come
+    database: str = "sqlite"  # or "postgresql": where queuelog (and the baselines) keep jobs
+    postgres_url: str = _pg.DEFAULT_URL  # databases are created on this cluster
+    # Figure 4's peer on PostgreSQL, DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS (0 = no limit).
+    pgqueuer_configs: tuple[str, ...] = ("asyncpg:32:64", "asyncpg:64:0", "psycopg:32:64")
+
+    @property
+    def postgres(self) -> bool:
+        return self.database == "postgresql"
 
     @classmethod
     def make(cls, quick: bool, **overrides: Any) -> Settings:
@@ -82,6 +94,46 @@ class Settings:
 
 
 @dataclass
+class BaselineDb:
+    """Where a bare baseline keeps its jobs: a SQLite file, or a PostgreSQL database (its URL)."""
+
+    location: str
+    postgres: bool
+
+    @property
+    def app(self) -> str:
+        return "_baseline_pg_app:create_app" if self.postgres else "_baseline_app:create_app"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"BENCH_BASELINE_PG_URL" if self.postgres else "BENCH_BASELINE_DB": self.location}
+
+    def count(self, where: str = "") -> int:
+        if self.postgres:
+            return _pg.count(self.location, where)
+        uri = f"file:{self.location}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+            return int(conn.execute(f"SELECT count(*) FROM jobs {where}").fetchone()[0])
+
+    def maintain(self) -> None:
+        """PostgreSQL: VACUUM ANALYZE its table (see Context.maintain); nothing on SQLite."""
+        if self.postgres:
+            _pg.vacuum_analyze(self.location, ("jobs",))
+
+    def insert_pending(self, n: int) -> None:
+        """n pending no-op jobs, in one transaction (topping a queue up; not measured)."""
+        if self.postgres:
+            _pg.fill_pending(self.location, n)
+            return
+        with contextlib.closing(base.connect(self.location)) as db:
+            now = base.micros()
+            rows = [base.insert_params({"type": "noop", "payload": {"n": i}}, now) for i in range(n)]
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(base.INSERT_SQL, rows)
+            db.execute("COMMIT")
+
+
+@dataclass
 class Context:
     settings: Settings
     root: Path  # the run's temp directory
@@ -89,6 +141,7 @@ class Context:
     py_spy_path: str | None = None
     name: str = ""
     runner: asyncio.Runner | None = field(default=None, repr=False)
+    keep: bool = False  # --keep: keep PostgreSQL databases too
 
     def dir(self) -> Path:
         path = self.root / self.name
@@ -114,21 +167,68 @@ class Context:
         wait: bool = True,
     ) -> ServerProcess:
         """A fresh `queuelog serve`; with wait=False, call `ready` on it before use."""
-        db = sqlite_url(self.dir() / f"{name}.db")
+        db = self.database_url(name)
         server = start_queuelog(
             self.dir(), db, job_types=job_types, extra_args=extra_args, name=name, wait=False
         )
+        self.watch_database(server, db)
         self.server(server)
         return queuelog_ready(server) if wait else server
 
-    def baseline(self, db: Path, name: str = "baseline", wait: bool = True) -> ServerProcess:
-        """The bare Starlette baseline (`_baseline_app.py`) on database file `db`."""
-        env = {"BENCH_BASELINE_DB": str(db)}
-        return self.server(
-            start_uvicorn(self.dir(), "_baseline_app:create_app", env=env, name=name, wait=wait)
-        )
+    def database_url(self, what: str) -> str:
+        """A fresh database: a SQLite file in the figure's directory, or a new PostgreSQL
+        database on --postgres-url's cluster, dropped when the figure ends (unless --keep)."""
+        if not self.settings.postgres:
+            return sqlite_url(self.dir() / f"{what}.db")
+        base_url = self.settings.postgres_url
+        url = _pg.create_database(base_url, f"{self.name}_{what}")
+        if self.keep:
+            self.log(f"keeping PostgreSQL database {_pg.database_name(url)}")
+        else:
+            # Registered before the server's stop, so it runs after it (the stack unwinds LIFO).
+            self.stack.callback(self._drop, base_url, url)
+        return url
 
-    def pair(self, baseline_db: Path, job_types: str = "noop") -> tuple[ServerProcess, ServerProcess]:
+    def _drop(self, base_url: str, url: str) -> None:
+        try:
+            _pg.drop_database(base_url, url)
+        except Exception as exc:  # the run goes on; say what is left behind
+            self.log(f"could not drop {_pg.database_name(url)}: {type(exc).__name__}: {exc}")
+
+    def maintain(self, server: ServerProcess) -> None:
+        """On PostgreSQL, VACUUM ANALYZE queuelog's tables of `server` (nothing on SQLite).
+
+        Figures call it where a table was just filled or churned and nothing is measured
+        yet, on both sides of a line alike: it is what autovacuum does on any real server,
+        and some test clusters run with autovacuum off. Without statistics PostgreSQL may
+        plan a claim as "sort every pending row" (seen here on the bare baseline's table)."""
+        if self.settings.postgres:
+            _pg.vacuum_analyze(server.database_url)
+
+    def watch_database(self, server: ServerProcess, url: str) -> None:
+        """Let figures read the CPU of the PostgreSQL backends of `server`'s database."""
+        if url.startswith("postgres"):
+            server.database_cpu = functools.partial(
+                _pg.backend_cpu, self.settings.postgres_url, _pg.database_name(url)
+            )
+
+    def baseline_db(self, name: str = "baseline") -> BaselineDb:
+        """An empty database with the bare baseline's table (SQLite or PostgreSQL)."""
+        if self.settings.postgres:
+            url = self.database_url(name)
+            _pg.create_baseline_schema(url)
+            return BaselineDb(url, postgres=True)
+        path = self.dir() / f"{name}.db"
+        base.connect(str(path)).close()
+        return BaselineDb(str(path), postgres=False)
+
+    def baseline(self, db: BaselineDb, name: str = "baseline", wait: bool = True) -> ServerProcess:
+        """The bare Starlette baseline (`_baseline_app.py` / `_baseline_pg_app.py`) on `db`."""
+        server = self.server(start_uvicorn(self.dir(), db.app, env=db.env, name=name, wait=wait))
+        self.watch_database(server, db.location)
+        return server
+
+    def pair(self, baseline_db: BaselineDb, job_types: str = "noop") -> tuple[ServerProcess, ServerProcess]:
         """queuelog and the bare baseline, started side by side: (queuelog, baseline)."""
         queuelog = self.queuelog(job_types=job_types, wait=False)
         baseline = self.baseline(baseline_db, wait=False)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench._common import HttpConnection, ServerProcess, event_loop_runner
+from bench._common import HttpConnection, ServerProcess, cpu_delta, event_loop_runner
 
 QUANTILES = 1000
 
@@ -41,6 +41,7 @@ class Round:
     points: list[tuple[float, float]] = field(default_factory=list)
     server_cpu: float | None = None
     client_cpu: float | None = None
+    db_cpu: float | None = None  # PostgreSQL backends of the server's database
     errors: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     first_error: str = ""
@@ -71,12 +72,14 @@ def pool(rounds: Sequence[Round]) -> Round:
             counters[k] = counters.get(k, 0) + v
     server = [r.server_cpu for r in rounds]
     client = [r.client_cpu for r in rounds]
+    db = [r.db_cpu for r in rounds]
     return Round(
         requests=sum(r.requests for r in rounds),
         seconds=sum(r.seconds for r in rounds),
         points=[p for r in rounds for p in r.points],
         server_cpu=None if None in server else sum(x for x in server if x is not None),
         client_cpu=None if None in client else sum(x for x in client if x is not None),
+        db_cpu=None if None in db else sum(x for x in db if x is not None),
         errors=sum(r.errors for r in rounds),
         counters=counters,
         first_error=next((r.first_error for r in rounds if r.first_error), ""),
@@ -98,6 +101,8 @@ def round_summary(r: Round, ops: int | None = None) -> dict[str, Any]:
         "server_cpu_ms_per_op": round(r.server_cpu * 1000 / count, 4) if r.server_cpu and count else None,
         "client_cpu_s": round(r.client_cpu, 3) if r.client_cpu is not None else None,
         "client_cpu_share": round(r.client_cpu / r.seconds, 3) if r.client_cpu and r.seconds else None,
+        "db_cpu_s": round(r.db_cpu, 3) if r.db_cpu is not None else None,
+        "db_cpu_ms_per_op": round(r.db_cpu * 1000 / count, 4) if r.db_cpu is not None and count else None,
         "errors": r.errors,
         "counters": r.counters,
     }
@@ -228,11 +233,13 @@ def run_wrk(
     assert exe is not None
     command = [exe, "-t", str(threads), "-c", str(connections), "-d", f"{seconds}s", "--timeout", "30s"]
     command += ["-s", str(script_path), f"{server.url}{path}"]
+    db_before = server.db_cpu_snapshot()
     cpu_before = server.cpu_seconds()
     usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=False)
     usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_after = server.cpu_seconds()
+    db_after = server.db_cpu_snapshot()
     line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_WRK ")), None)
     if done.returncode != 0 or line is None:
         raise RuntimeError(
@@ -253,6 +260,7 @@ def run_wrk(
         server_cpu=cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None,
         client_cpu=(usage_after.ru_utime + usage_after.ru_stime)
         - (usage_before.ru_utime + usage_before.ru_stime),
+        db_cpu=cpu_delta(db_before, db_after),
         errors=errors,
         counters=counters,
         first_error=(bad[len("BENCH_BAD ") :] if bad else f"wrk errors: {error_counts}") if errors else "",
@@ -300,18 +308,21 @@ def run_python(
         await asyncio.gather(*(connection(started + seconds) for _ in range(connections)))
         return time.perf_counter() - started
 
+    db_before = server.db_cpu_snapshot()
     cpu_before = server.cpu_seconds()
     client_before = time.process_time()
     with event_loop_runner() as runner:
         elapsed = runner.run(main())
     client_cpu = time.process_time() - client_before
     cpu_after = server.cpu_seconds()
+    db_after = server.db_cpu_snapshot()
     return Round(
         requests=len(latencies),
         seconds=elapsed,
         points=[(x, 1.0) for x in latencies],
         server_cpu=cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None,
         client_cpu=client_cpu,
+        db_cpu=cpu_delta(db_before, db_after),
         errors=len(problems) + counters.get("bad", 0),
         counters=counters,
         first_error=problems[0] if problems else "",

@@ -5,10 +5,12 @@
     .venv/bin/python -m bench --only enqueue,claim    # some figures
     .venv/bin/python -m bench --only growth --growth-jobs 200000
     .venv/bin/python -m bench --only enqueue --py-spy /tmp/enqueue.svg
+    .venv/bin/python -m bench --database postgresql --quick   # the same figures on PostgreSQL
 
 Each figure starts its own servers (queuelog and its baseline) on 127.0.0.1 free ports with
-fresh SQLite files in a temp directory, drives a bounded load, and stops them. See
-bench/README.md for what each figure and baseline is.
+fresh SQLite files in a temp directory (with --database postgresql: fresh PostgreSQL
+databases, created and dropped on --postgres-url's cluster), drives a bounded load, and
+stops them. See bench/README.md for what each figure and baseline is.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import fig_batch, fig_dispatch, fig_e2e, fig_growth, fig_http, fig_rss
+from bench import _pg, fig_batch, fig_dispatch, fig_e2e, fig_growth, fig_http, fig_rss
 from bench._common import BENCH_DIR, Cleanup, event_loop_runner, machine_line, stderr
 from bench._context import Context, Settings
 from bench._loadgen import wrk_path
@@ -92,6 +94,14 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
         False,
     ),
 }
+# The baseline column on `--database postgresql` where it differs from SQLite's.
+POSTGRES_BASELINES = {
+    "enqueue": "bare Starlette + psycopg 3 async on PostgreSQL (8 conns), one INSERT",
+    "claim": "bare Starlette + psycopg 3 async on PostgreSQL, the same UPDATEs (SKIP LOCKED)",
+    "batch": "raw psycopg (sync) on PostgreSQL in this process, same batches (a ceiling)",
+    "e2e": "PgQueuer's worker on PostgreSQL (pgqueuer.run), best of its configs",
+    "dispatch": "bare Starlette + psycopg 3 on PostgreSQL, long poll (asyncio future)",
+}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -122,6 +132,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-wrk", action="store_true", help="use the Python load generator even if wrk is installed"
     )
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="where queuelog and the bare baselines keep their jobs (default sqlite); postgresql: "
+        "a fresh database per server on --postgres-url's cluster, dropped afterwards, and figure 4 "
+        "against PgQueuer instead of huey",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        metavar="URL",
+        default=_pg.DEFAULT_URL,
+        help="a database on the PostgreSQL cluster to use; the bench connects to it to create and "
+        f"drop its own databases (default {_pg.DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--pgqueuer-configs",
+        metavar="LIST",
+        help="figure 4's PgQueuer runs on PostgreSQL, comma-separated DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS "
+        "(driver asyncpg or psycopg; 0 = no limit); the best counts (default "
+        + ",".join(Settings.make(False).pgqueuer_configs)
+        + ")",
+    )
     sizes = parser.add_argument_group("sizes (defaults depend on --quick)")
     sizes.add_argument("--http-seconds", type=int, help="seconds per round, figures 1 and 2 (3 / 8)")
     sizes.add_argument(
@@ -141,6 +174,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--soak-rate", type=float, help="requests/s per soak client in figure 7, 0 = closed loop (25)"
     )
     args = parser.parse_args(argv)
+    if args.pgqueuer_configs:
+        for config in args.pgqueuer_configs.split(","):
+            parts = config.strip().split(":")
+            if (
+                len(parts) != 3
+                or parts[0] not in ("asyncpg", "psycopg")
+                or not all(p.isdigit() for p in parts[1:])
+            ):
+                parser.error(f"--pgqueuer-configs: {config!r} is not DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if names is not None:
         unknown = [n for n in names if n not in FIGURES]
@@ -191,6 +233,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings = Settings.make(args.quick, **overrides)
     if args.no_wrk:
         settings.use_wrk = False
+    settings.database = args.database
+    settings.postgres_url = args.postgres_url
+    if args.pgqueuer_configs:
+        settings.pgqueuer_configs = tuple(c.strip() for c in args.pgqueuer_configs.split(",") if c.strip())
     return settings
 
 
@@ -218,6 +264,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_from(args)
     machine = machine_line()
+    database = "SQLite"
+    if settings.postgres:
+        try:
+            version = _pg.server_version(settings.postgres_url)
+            database = f"PostgreSQL {version} ({_pg.settings_line(settings.postgres_url)})"
+        except Exception as exc:
+            stderr(f"cannot reach PostgreSQL at {settings.postgres_url}: {type(exc).__name__}: {exc}")
+            return 2
     started = time.perf_counter()
     figures: list[Figure] = []
     if not settings.use_wrk and not args.no_wrk:
@@ -225,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with Cleanup(keep=args.keep) as cleanup, event_loop_runner() as runner:
         for name in args.names:
             number, title, baseline, function, _ = FIGURES[name]
+            if settings.postgres:
+                baseline = POSTGRES_BASELINES.get(name, baseline)
             fig = Figure(name=name, number=number, title=title, baseline=baseline)
             figures.append(fig)
             stderr(f"... figure {number} ({name}): {title}")
@@ -237,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     py_spy_path=spy_path(args.py_spy, name, len(args.names) > 1),
                     name=name,
                     runner=runner,
+                    keep=args.keep,
                 )
                 try:
                     function(ctx, fig)
@@ -251,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = time.perf_counter() - started
     mode = "--quick" if args.quick else "full"
     client = f"wrk {wrk_path()}" if settings.use_wrk else "python load generator"
-    heading = f"python -m bench ({mode}; {machine}; {client}; {total:.0f} s)"
+    heading = f"python -m bench ({mode}; {database}; {machine}; {client}; {total:.0f} s)"
     print(format_table(heading, figures), flush=True)
     if args.json:
         path = Path(args.json)
@@ -261,10 +318,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "git": git_head(),
             "mode": mode,
             "machine": machine,
+            "database": database,
+            "load_average_at_end": list(os.getloadavg()),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "seconds": round(total, 1),
-            "settings": vars(settings) | {"huey_workers": list(settings.huey_workers)},
+            "settings": vars(settings)
+            | {
+                "huey_workers": list(settings.huey_workers),
+                "pgqueuer_configs": list(settings.pgqueuer_configs),
+            },
             "argv": list(sys.argv[1:] if argv is None else argv),
             "figures": [f.to_dict() for f in figures],
         }

@@ -12,6 +12,11 @@ The ceiling does the same phases in this process on stdlib sqlite3 (the baseline
 WAL, synchronous=NORMAL), sequentially, one transaction per batch of 100: executemany
 INSERT, `UPDATE ... WHERE id IN (SELECT ... LIMIT 100) RETURNING`, executemany guarded
 UPDATE. No HTTP, no JSON: it is the floor of the SQL, for context, not a target.
+
+On `--database postgresql` queuelog serves from a fresh PostgreSQL database and the ceiling
+runs the same phases on raw psycopg (`raw_ceiling_pg`); both tables get VACUUM ANALYZE
+between the enqueue and the claim phase (untimed), and the CPU of the PostgreSQL backends
+is shown per job.
 """
 
 from __future__ import annotations
@@ -25,15 +30,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import _baseline_app as base
+from bench import _baseline_pg_app as pg_app
+from bench import _pg
 from bench._api import COMPLETE_MANY, RESULT, Api, chunks, enqueue_many, job_input
 from bench._common import (
     HttpConnection,
     HttpError,
     ServerProcess,
     bearer,
+    cpu_delta,
     graphql_body,
     graphql_data,
     percentile,
+    process_cpu_seconds,
 )
 from bench._context import Context
 from bench._report import Figure, ms, num, ratio, rx
@@ -53,6 +62,7 @@ class Phase:
     calls: list[float] = field(default_factory=list)  # latency per call
     server_cpu: float | None = None
     client_cpu: float | None = None
+    db_cpu: float | None = None  # PostgreSQL backends (PostgreSQL runs only)
 
     @property
     def rate(self) -> float:
@@ -68,11 +78,13 @@ class Phase:
             "p99_call_ms": round(percentile(self.calls, 99) * 1000, 3),
             "server_cpu_s": self.server_cpu,
             "client_cpu_s": round(self.client_cpu, 3) if self.client_cpu is not None else None,
+            "db_cpu_s": round(self.db_cpu, 3) if self.db_cpu is not None else None,
         }
 
 
 async def measured(server: ServerProcess | None, work: Callable[[Phase], Awaitable[None]]) -> Phase:
     phase = Phase()
+    db_before = server.db_cpu_snapshot() if server else None
     cpu_before = server.cpu_seconds() if server else None
     client_before = time.process_time()
     started = time.perf_counter()
@@ -82,6 +94,8 @@ async def measured(server: ServerProcess | None, work: Callable[[Phase], Awaitab
     if server is not None and cpu_before is not None:
         after = server.cpu_seconds()
         phase.server_cpu = after - cpu_before if after is not None else None
+    if server is not None:
+        phase.db_cpu = cpu_delta(db_before, server.db_cpu_snapshot())
     return phase
 
 
@@ -175,8 +189,9 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
     with ctx.profile(queuelog):
         phases = {
             "enqueue": ctx.run(measured(queuelog, enqueue)),
-            "claim": ctx.run(measured(queuelog, claim)),
         }
+        ctx.maintain(queuelog)  # PostgreSQL: VACUUM ANALYZE, as the ceiling does between phases
+        phases["claim"] = ctx.run(measured(queuelog, claim))
         complete_bodies[:] = [
             [
                 graphql_body(
@@ -188,7 +203,7 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
         ]
         phases["complete"] = ctx.run(measured(queuelog, complete))
     ctx.log(", ".join(f"{k} {v.jobs} jobs in {v.seconds:.2f} s" for k, v in phases.items()))
-    ceiling = raw_ceiling(ctx, s.batch_jobs, s.batch_seconds)
+    ceiling = (raw_ceiling_pg if s.postgres else raw_ceiling)(ctx, s.batch_jobs, s.batch_seconds)
 
     titles = {
         "enqueue": f"enqueueJobs (100 a call), {len(workers)} conns",
@@ -213,6 +228,10 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
         q_cpu = q.server_cpu / q.jobs if q.server_cpu is not None and q.jobs else None
         c_cpu = c.server_cpu / c.jobs if c.server_cpu is not None and c.jobs else None
         fig.add("  server CPU per job, ms", ms(q_cpu), ms(c_cpu), rx(ratio(q_cpu, c_cpu)))
+        if q.db_cpu is not None and c.db_cpu is not None:
+            q_db = q.db_cpu / q.jobs if q.jobs else None
+            c_db = c.db_cpu / c.jobs if c.jobs else None
+            fig.add("  PostgreSQL CPU per job, ms", ms(q_db), ms(c_db), rx(ratio(q_db, c_db)))
         share = 100 * (q.client_cpu or 0) / q.seconds if q.seconds else None
         if share is not None and share > 60:
             fig.notes.append(f"{name}: the client used {share:.0f}% CPU; it may limit that rate")
@@ -294,6 +313,87 @@ def raw_ceiling(ctx: Context, jobs: int, seconds: float) -> dict[str, Phase]:
                 phase.jobs += len(part)
 
         timed("enqueue", enqueue)
+        timed("claim", claim)
+        timed("complete", complete)
+    return out
+
+
+def raw_ceiling_pg(ctx: Context, jobs: int, seconds: float) -> dict[str, Phase]:
+    """The same three phases on raw psycopg (sync) in this process, on a fresh PostgreSQL
+    database with the PostgreSQL baseline's table; one transaction per batch of 100:
+    executemany INSERT (psycopg pipelines it), `UPDATE ... WHERE id IN (SELECT ... LIMIT
+    100 FOR UPDATE SKIP LOCKED) RETURNING`, executemany guarded UPDATE. Its "server CPU" is
+    this process's; its PostgreSQL CPU that of its one backend."""
+    url = ctx.database_url("ceiling")
+    _pg.create_baseline_schema(url)
+    out: dict[str, Phase] = {}
+    with contextlib.closing(_pg.psycopg().connect(url, autocommit=False)) as db:
+        backend = db.info.backend_pid if _pg.is_local(url) else None
+        result = json.dumps(RESULT, separators=(",", ":"))
+        held: list[tuple[int, int]] = []
+
+        def timed(name: str, body: Callable[[Phase, float], None]) -> None:
+            phase = Phase()
+            cpu = time.process_time()
+            db_cpu = process_cpu_seconds(backend) if backend else None
+            started = time.perf_counter()
+            body(phase, started + seconds)
+            phase.seconds = time.perf_counter() - started
+            phase.server_cpu = time.process_time() - cpu
+            db_after = process_cpu_seconds(backend) if backend else None
+            phase.db_cpu = db_after - db_cpu if db_cpu is not None and db_after is not None else None
+            out[name] = phase
+
+        def enqueue(phase: Phase, deadline: float) -> None:
+            for ids in chunks(range(jobs), BATCH):
+                if time.perf_counter() > deadline:
+                    return
+                started = time.perf_counter()
+                rows = [
+                    (
+                        item["type"],
+                        json.dumps(item["payload"], separators=(",", ":"), ensure_ascii=False),
+                        0,
+                        3,
+                        None,
+                        base.PRODUCER,
+                    )
+                    for item in (job_input(i) for i in ids)
+                ]
+                with db.cursor() as cursor:
+                    cursor.executemany(pg_app.INSERT_SQL, rows)
+                db.commit()
+                phase.calls.append(time.perf_counter() - started)
+                phase.jobs += len(rows)
+
+        def claim(phase: Phase, deadline: float) -> None:
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                rows = db.execute(pg_app.CLAIM_MANY_SQL, (base.WORKER, BATCH)).fetchall()
+                db.commit()
+                phase.calls.append(time.perf_counter() - started)
+                if not rows:
+                    return
+                held.extend((row[0], row[3]) for row in rows)
+                phase.jobs += len(rows)
+
+        def complete(phase: Phase, deadline: float) -> None:
+            for part in chunks(held, BATCH):
+                if time.perf_counter() > deadline:
+                    return
+                started = time.perf_counter()
+                params = [(result, job_id, base.WORKER, attempt) for job_id, attempt in part]
+                with db.cursor() as cursor:
+                    cursor.executemany(pg_app.COMPLETE_SQL, params)
+                    done = cursor.rowcount
+                db.commit()
+                if done != len(part):
+                    raise RuntimeError(f"ceiling completed {done} of {len(part)}")
+                phase.calls.append(time.perf_counter() - started)
+                phase.jobs += len(part)
+
+        timed("enqueue", enqueue)
+        _pg.vacuum_analyze(url, ("jobs",))  # as queuelog's tables get between these phases
         timed("claim", claim)
         timed("complete", complete)
     return out

@@ -5,8 +5,9 @@ later (so that the claim is parked on the server) another connection sends one
 `enqueueJob`. The sample is the time from writing that enqueue request to receiving the
 claim's answer, which must be the job just enqueued. The baseline is the bare Starlette
 app's `/claim` long poll (an asyncio future that `/enqueue` resolves after its INSERT).
-Samples alternate between the two servers. The enqueue's own answer time is shown as
-context: a dispatch cannot beat the commit.
+Samples alternate between the two servers. On `--database postgresql` both run on
+PostgreSQL (the baseline is `_baseline_pg_app.py`, whose long poll is the same future).
+The enqueue's own answer time is shown as context: a dispatch cannot beat the commit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import re
 import time
 
-from bench import _baseline_app as base
 from bench._api import CLAIM, ENQUEUE
 from bench._common import HttpConnection, bearer, graphql_body, percentile
 from bench._context import Context
@@ -82,9 +82,7 @@ def _first_id(answer: bytes) -> str | None:
 
 def dispatch_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
-    baseline_db = ctx.dir() / "baseline.db"
-    base.connect(str(baseline_db)).close()
-    queuelog, baseline = ctx.pair(baseline_db)
+    queuelog, baseline = ctx.pair(ctx.baseline_db())
     keys = ctx.keys(queuelog, [("bench-producer", "producer"), ("bench-worker", "worker")])
     targets = {
         "queuelog": Target(

@@ -9,21 +9,22 @@
 w. `enqueueJob` on `queuelog serve --workers 2` against `--workers 1` (not a target; CPU
    is that of the whole process tree).
 
+On `--database postgresql` queuelog serves from a fresh PostgreSQL database and the
+baseline is `_baseline_pg_app.py` (Starlette + psycopg 3 async, the same statements on its
+own database); lines for the CPU of each side's PostgreSQL backends are added. Before each
+round of figure 2 both tables get VACUUM ANALYZE (Context.maintain).
+
 Load: wrk with a Lua script (one thread; for figure 2 one thread per connection, each
 holding its claimed job), or this process's asyncio client when wrk is missing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from bench import _baseline_app as base
 from bench._api import COMPLETE, ENQUEUE, RESULT, Api, enqueue_many
 from bench._common import HttpConnection, ServerProcess, bearer, graphql_body
 from bench._context import Context
@@ -95,11 +96,6 @@ def _check_once(server: ServerProcess, path: str, headers: dict[str, str], body:
     ctx.run(go())
 
 
-def _sqlite_count(db: Path, where: str = "") -> int:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
-        return int(conn.execute(f"SELECT count(*) FROM jobs {where}").fetchone()[0])
-
-
 def _rate_rows(
     fig: Figure,
     title: str,
@@ -130,6 +126,13 @@ def _rate_rows(
     q_cpu = q.server_cpu / q_ops if q.server_cpu is not None and q_ops else None
     b_cpu = b.server_cpu / b_ops if b.server_cpu is not None and b_ops else None
     fig.add(f"  server CPU per {op_name}, ms", ms(q_cpu), ms(b_cpu), rx(ratio(q_cpu, b_cpu)))
+    if q.db_cpu is not None and b.db_cpu is not None:
+        q_db = q.db_cpu / q_ops if q_ops else None
+        b_db = b.db_cpu / b_ops if b_ops else None
+        fig.add(f"  PostgreSQL CPU per {op_name}, ms", ms(q_db), ms(b_db), rx(ratio(q_db, b_db)))
+        q_all = q_cpu + q_db if q_cpu is not None and q_db is not None else None
+        b_all = b_cpu + b_db if b_cpu is not None and b_db is not None else None
+        fig.add("  server + PostgreSQL CPU, ms", ms(q_all), ms(b_all), rx(ratio(q_all, b_all)))
     fig.add(
         f"  client CPU ({client_name(ctx, threads)}), of wall",
         num(100 * (q.client_cpu or 0) / q.seconds, 0, "%"),
@@ -154,9 +157,7 @@ def per_round(q: list[Round], b: list[Round], key: Callable[[Round], float]) -> 
 
 def enqueue_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
-    work = ctx.dir()
-    baseline_db = work / "baseline.db"
-    base.connect(str(baseline_db)).close()
+    baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
     producer = ctx.keys(queuelog, [("bench-producer", "producer")])["bench-producer"]
     targets = {"queuelog": (queuelog, "/graphql", bearer(producer)), "baseline": (baseline, "/enqueue", {})}
@@ -197,7 +198,7 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         async with Api(queuelog.url, queuelog.admin_key) as api:
             return sum((await api.counts()).values())
 
-    stored_q, stored_b = ctx.run(stored()), _sqlite_count(baseline_db)
+    stored_q, stored_b = ctx.run(stored()), baseline_db.count()
     slack = s.enqueue_connections * (s.http_rounds + 1)
     for label, answered, count in (("queuelog", answered_q, stored_q), ("baseline", answered_b, stored_b)):
         if not answered <= count <= answered + slack:
@@ -218,8 +219,7 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
 def claim_complete_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
     work = ctx.dir()
-    baseline_db = work / "baseline.db"
-    base.connect(str(baseline_db)).close()
+    baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
     keys = ctx.keys(queuelog, [("bench-producer", "producer"), ("bench-worker", "worker")])
     claim_body = graphql_body(CLAIM_NOW).decode()
@@ -236,7 +236,7 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
 
     def pending(name: str) -> int:
         if name == "baseline":
-            return _sqlite_count(baseline_db, "WHERE status = 'pending'")
+            return baseline_db.count("WHERE status = 'pending'")
 
         async def go() -> int:
             async with Api(queuelog.url, queuelog.admin_key) as api:
@@ -250,17 +250,16 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         if need <= 0:
             return
         if name == "baseline":
-            with contextlib.closing(base.connect(str(baseline_db))) as db:
-                now = base.micros()
-                rows = [base.insert_params({"type": "noop", "payload": {"n": i}}, now) for i in range(need)]
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany(base.INSERT_SQL, rows)
-                db.execute("COMMIT")
+            baseline_db.insert_pending(need)
         else:
             ctx.run(enqueue_many(queuelog.url, keys["bench-producer"], need, batch=1000, connections=2))
 
     def load(name: str, seconds: int) -> Round:
         top_up(name, seconds)
+        if name == "baseline":
+            baseline_db.maintain()
+        else:
+            ctx.maintain(queuelog)
         server, claim_path, complete_path, headers = targets[name]
         if s.use_wrk:
             script = claim_complete_script(claim_path, claim_body, complete_path, complete_format, headers)
