@@ -169,21 +169,33 @@ FOR_UPDATE = {
 
 
 def _list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
+    """`jobs(...)`, newest first. With a status or type filter, the ORDER BY names those
+    columns before id: the same order (they are fixed), but one that only the filter's index
+    gives, so the planner walks that index instead of the primary key. Its statistics cannot
+    know that completed jobs are the oldest: walking ids newest first would read past every
+    pending job to find 20 completed ones, a page that grows with the queue."""
     filters = []
+    leading = []
     if by_creator and by_worker:
         filters.append("(created_by = %(name)s OR worker_id = %(name)s)")
     elif by_creator:
         filters.append("created_by = %(name)s")
     elif by_worker:
         filters.append("worker_id = %(name)s")
-    if status:
-        filters.append("status = %(status)s")
-    if job_type:
-        filters.append("type = %(type)s")
+    if not leading:  # ix_jobs_type_status, ix_jobs_type, ix_jobs_status
+        leading = [c for c, on in (("type", job_type), ("status", status)) if on]
+    for column, on in (("status", status), ("type", job_type)):
+        if on and column in leading:
+            # A range, not `=`: for an equality PostgreSQL drops the column from the ORDER BY
+            # (it is constant) and is back to walking the primary key.
+            filters.append(f"{column} >= %({column})s AND {column} <= %({column})s")
+        elif on:
+            filters.append(f"{column} = %({column})s")
     if after:
         filters.append("id < %(after)s")
     where = " WHERE " + " AND ".join(filters) if filters else ""
-    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY id DESC LIMIT %(limit)s"
+    order = ", ".join(f"{column} DESC" for column in [*leading, "id"])
+    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
 
 
 def _translations() -> dict[str, str]:
