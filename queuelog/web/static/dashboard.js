@@ -147,11 +147,21 @@ function openSocket() {
     { query: EVENTS_SUBSCRIPTION },
     {
       next: (message) => session === state.session && message.data && onEvent(message.data.jobEvents),
-      error: () => session === state.session && setLive(false),
+      // The client gave up (a close code it never retries): a new socket, a little later.
+      error: () => {
+        if (session !== state.session) return;
+        setLive(false);
+        setTimeout(() => session === state.session && reopenSocket(), POLL_MS);
+      },
       complete: () => {},
     },
   );
   if (state.detailId) followDetail(state.detailId);
+}
+
+function reopenSocket() {
+  closeSocket();
+  openSocket();
 }
 
 function closeSocket() {
@@ -209,7 +219,7 @@ function onEvent(event) {
   state.seen.set(job.id, seen);
   if (state.seen.size > 500) state.seen.delete(state.seen.keys().next().value);
   const row = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(job.id)}"]`);
-  if (row) row.replaceWith(jobRow(job));
+  if (row) keepingFocus(() => row.replaceWith(jobRow(job)));
   if (job.id === state.detailId && state.detail) renderTimeline(state.detail);
   refreshSoon();
 }
@@ -315,7 +325,7 @@ async function loadJobs() {
     row.append(empty);
     rows.push(row);
   }
-  $("jobs").tBodies[0].replaceChildren(...rows);
+  keepingFocus(() => $("jobs").tBodies[0].replaceChildren(...rows));
   state.nextCursor = jobs.pageInfo.hasNextPage ? jobs.pageInfo.endCursor : null;
   const page = state.cursors.length;
   $("jobs-summary").textContent = `${jobs.totalCount.toLocaleString("en")} matching`;
@@ -343,6 +353,16 @@ function jobRow(job) {
     cell(timeElement(job.updatedAt)),
   );
   return row;
+}
+
+// Rows are redrawn on every refresh: a keyboard user's focus stays on the same job's link.
+function keepingFocus(redraw) {
+  const focused = document.activeElement && document.activeElement.closest("#jobs tr[data-job-id]");
+  redraw();
+  if (focused && !focused.isConnected) {
+    const again = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(focused.dataset.jobId)}"] a`);
+    if (again) again.focus();
+  }
 }
 
 function changePage(cursors) {
@@ -397,6 +417,7 @@ async function loadDetail(id) {
   if (!job) {
     state.detail = null;
     ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
+    delete $("actions").dataset.signature;
     $("detail-payload").textContent = "";
     $("detail-result").textContent = "";
     $("detail-error-block").hidden = true;
@@ -458,12 +479,15 @@ function renderDetail(job) {
 }
 
 function renderActions(job) {
-  const buttons = [];
-  if (mayCancel() && job.status === "PENDING") buttons.push(actionButton("Cancel job", "cancelJob", job.id));
-  if (isAdmin() && (job.status === "FAILED" || job.status === "CANCELLED")) {
-    buttons.push(actionButton("Retry job", "retryJob", job.id));
-  }
-  $("actions").replaceChildren(...buttons);
+  const wanted = [];
+  if (mayCancel() && job.status === "PENDING") wanted.push(["Cancel job", "cancelJob"]);
+  if (isAdmin() && (job.status === "FAILED" || job.status === "CANCELLED")) wanted.push(["Retry job", "retryJob"]);
+  // The same buttons stay in place (and keep the focus) while the job does not change.
+  const signature = JSON.stringify([job.id, wanted]);
+  const actions = $("actions");
+  if (actions.dataset.signature === signature) return;
+  actions.dataset.signature = signature;
+  actions.replaceChildren(...wanted.map(([label, operation]) => actionButton(label, operation, job.id)));
 }
 
 function actionButton(label, operation, id) {

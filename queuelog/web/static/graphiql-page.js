@@ -64,6 +64,21 @@ async function useKey(key) {
   }
 }
 
+// CodeMirror's text areas carry no label: name them for screen readers (and axe).
+function labelEditors() {
+  for (const textarea of document.querySelectorAll("#graphiql .CodeMirror textarea:not([aria-label])")) {
+    const tools = textarea.closest(".graphiql-editor-tool");
+    let label = "GraphQL operation";
+    if (textarea.closest(".graphiql-response")) label = "Response";
+    else if (tools) {
+      const editors = [...tools.querySelectorAll(".graphiql-editor")];
+      label = editors.indexOf(textarea.closest(".graphiql-editor")) === 0 ? "Variables (JSON)" : "Headers (JSON)";
+    }
+    textarea.setAttribute("aria-label", label);
+  }
+}
+new MutationObserver(labelEditors).observe(document.getElementById("graphiql"), { childList: true, subtree: true });
+
 bindKeyForm(form, useKey);
 forget.addEventListener("click", () => {
   forgetStoredKey();
