@@ -81,6 +81,12 @@ def stored_time(value: int | datetime | None) -> datetime | None:
     return from_micros(int(value))
 
 
+def timestamp_value(backend: str, moment: datetime) -> int | datetime:
+    """The value to bind for a timestamp column of a `backend` database (see Server.timestamp)."""
+    assert moment.tzinfo is not None, "timestamps are aware (UTC)"
+    return moment if backend == "postgresql" else to_micros(moment)
+
+
 def _run(connection: Connection, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """`statement` with `params`; a list or tuple value is expanded (`WHERE id IN :ids`)."""
     clause = text(statement)
@@ -178,8 +184,7 @@ class Server:
     def timestamp(self, moment: datetime) -> int | datetime:
         """The value to bind for a timestamp column: `server.sql("... SET run_at = :t",
         t=server.timestamp(when))`."""
-        assert moment.tzinfo is not None, "timestamps are aware (UTC)"
-        return moment if self.backend == "postgresql" else to_micros(moment)
+        return timestamp_value(self.backend, moment)
 
     def make_key(self, name: str, *roles: str, max_priority: str | None = None) -> str:
         """Create a key directly in the server's database (as `queuelog keys create` does)."""

@@ -1,8 +1,9 @@
 """The `queuelog` command line (API.md section 6), run as real subprocesses.
 
-Attacked: `keys create/list/revoke`, `migrate` and `serve` on real SQLite files, and every
-way a user can misuse them (unknown commands, bad flags and values, unknown roles and
-priorities, unreachable or nonsense database URLs).
+Attacked: `keys create/list/revoke`, `migrate` and `serve` on real SQLite files and
+PostgreSQL databases (each such test runs on both), and every way a user can misuse them
+(unknown commands, bad flags and values, unknown roles and priorities, unreachable or
+nonsense database URLs; on a SQLite file, the misuse being the same on both).
 
 Proven:
 - `keys create` prints the key alone on the last line of stdout, the key works against a
@@ -23,10 +24,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,10 @@ from typing import Any
 import httpx
 import pytest
 from alembic.script import ScriptDirectory
+from conftest import Databases
+from sqlalchemy import inspect, text
 
+from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import alembic_config
 
 Server = Any  # conftest.Server
@@ -133,18 +136,26 @@ CREATE_CASES: list[tuple[str, list[str], str | None, str, str]] = [
 
 
 @pytest.fixture(scope="module")
-def key_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, dict[str, Result]]:
+def key_db(
+    backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Result, dict[str, Result]]]:
     """One database, migrated by the first `keys create`, then every CREATE_CASES key at once, then listed."""
     home = tmp_path_factory.mktemp("keys")
-    url = sqlite_url(home / "x.db")
+    made = Databases(backend, tmp_path_factory)
+    try:
+        yield create_and_list(made.fresh(migrated=False), home)
+    finally:
+        made.drop_all()
 
+
+def create_and_list(url: str, home: Path) -> tuple[Result, dict[str, Result]]:
     def create_args(name: str, roles: list[str], priority: str | None) -> list[str]:
         args = ["keys", "create", "--name", name, "--database-url", url]
         for role in roles:
             args += ["--role", role]
         return args + (["--max-priority", priority] if priority else [])
 
-    first = cli(*create_args("first", ["viewer"], None), cwd=home)  # migrates the fresh file
+    first = cli(*create_args("first", ["viewer"], None), cwd=home)  # migrates the fresh database
     results = dict(
         zip(
             [c[0] for c in CREATE_CASES],
@@ -190,8 +201,8 @@ def test_keys_list_never_shows_a_key_or_its_hash(key_db: tuple[Result, dict[str,
     assert "STATUS" in listing.stdout.splitlines()[0]
 
 
-def test_duplicate_name_is_refused(tmp_path: Path) -> None:
-    url = sqlite_url(tmp_path / "x.db")
+def test_duplicate_name_is_refused(tmp_path: Path, databases: Databases) -> None:
+    url = databases.fresh(migrated=False)
     key = created_key(
         cli("keys", "create", "--name", "dup", "--role", "worker", "--database-url", url, cwd=tmp_path)
     )
@@ -205,40 +216,53 @@ def test_duplicate_name_is_refused(tmp_path: Path) -> None:
 # --- migrate -------------------------------------------------------------------------------
 
 
-def schema_of(path: Path) -> tuple[set[str], list[str]]:
-    with sqlite3.connect(path) as conn:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        versions = [r[0] for r in conn.execute("SELECT version_num FROM alembic_version")]
+def schema_of(url: str) -> tuple[set[str], list[str]]:
+    engine = create_sync_engine(url)
+    try:
+        tables = set(inspect(engine).get_table_names())
+        with engine.connect() as connection:
+            versions = [r[0] for r in connection.execute(text("SELECT version_num FROM alembic_version"))]
+    finally:
+        engine.dispose()
     return tables, versions
+
+
+def blank_database(tmp_path: Path, databases: Databases) -> str:
+    """An empty database: on SQLite a file in `tmp_path`, to see what else is written there."""
+    return (
+        sqlite_url(tmp_path / "fresh.db")
+        if databases.backend == "sqlite"
+        else databases.fresh(migrated=False)
+    )
 
 
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 @pytest.mark.parametrize("via", ["flag", "env"])
-def test_migrate_creates_the_schema(tmp_path: Path, via: str) -> None:
-    path = tmp_path / "fresh.db"
+def test_migrate_creates_the_schema(tmp_path: Path, databases: Databases, via: str) -> None:
+    url = blank_database(tmp_path, databases)
     if via == "flag":
-        result = cli("migrate", "--database-url", sqlite_url(path), cwd=tmp_path)
+        result = cli("migrate", "--database-url", url, cwd=tmp_path)
     else:
-        result = cli("migrate", cwd=tmp_path, env={"QUEUELOG_DATABASE_URL": sqlite_url(path)})
+        result = cli("migrate", cwd=tmp_path, env={"QUEUELOG_DATABASE_URL": url})
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    tables, versions = schema_of(path)
+    tables, versions = schema_of(url)
     assert {"jobs", "job_events", "api_keys", "alembic_version"} <= tables
     assert versions == [HEAD]
     if via == "flag":  # a second run on a current database changes nothing
-        again = cli("migrate", "--database-url", sqlite_url(path), cwd=tmp_path)
+        again = cli("migrate", "--database-url", url, cwd=tmp_path)
         assert again.returncode == 0, again.stderr
-        assert schema_of(path) == (tables, versions)
+        assert schema_of(url) == (tables, versions)
     written = {p.name for p in tmp_path.iterdir()}
     assert written <= {"fresh.db", "fresh.db-wal", "fresh.db-shm"}, f"migrate wrote elsewhere: {written}"
 
 
-def test_keys_migrates_a_fresh_database(tmp_path: Path) -> None:
-    path = tmp_path / "fresh.db"
-    result = cli("keys", "list", "--database-url", sqlite_url(path), cwd=tmp_path)
+def test_keys_migrates_a_fresh_database(tmp_path: Path, databases: Databases) -> None:
+    url = blank_database(tmp_path, databases)
+    result = cli("keys", "list", "--database-url", url, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    tables, versions = schema_of(path)
+    tables, versions = schema_of(url)
     assert {"jobs", "job_events", "api_keys"} <= tables and versions == [HEAD]
 
 
@@ -298,7 +322,8 @@ MISUSE: list[tuple[str, list[str], str]] = [
     ("serve-port-abc", ["serve", "--port", "abc", "--database-url", DB], "--port"),
     ("serve-workers-0", ["serve", "--workers", "0", "--database-url", DB], "--workers"),
     ("serve-garbage-url", ["serve", "--database-url", "garbage"], "garbage"),
-    ("serve-postgres-not-yet", ["serve", "--database-url", PG_DOWN], "sqlite:///"),
+    ("serve-postgres-down", ["serve", "--database-url", PG_DOWN], "127.0.0.1"),
+    ("serve-postgres-down-password", ["serve", "--database-url", PG_DOWN_PASSWORD], "127.0.0.1"),
     ("serve-no-such-dir", ["serve", "--database-url", NO_DIR], "nonexistent-dir"),
 ]
 
@@ -325,9 +350,9 @@ def test_misuse_is_one_line_and_non_zero(
 
 
 def test_created_keys_work_on_a_server_and_revoke_cuts_them_off(
-    tmp_path: Path, start_server: Callable[..., Server]
+    tmp_path: Path, databases: Databases, start_server: Callable[..., Server]
 ) -> None:
-    url = sqlite_url(tmp_path / "x.db")
+    url = databases.fresh(migrated=False)  # the first `keys create` migrates it
 
     def run(*args: str) -> Result:
         return cli(*args, "--database-url", url, cwd=tmp_path)
@@ -371,9 +396,9 @@ def test_created_keys_work_on_a_server_and_revoke_cuts_them_off(
 
 
 def test_serve_prints_a_bootstrap_key_only_on_a_database_without_active_keys(
-    tmp_path: Path, start_server: Callable[..., Server]
+    tmp_path: Path, databases: Databases, start_server: Callable[..., Server]
 ) -> None:
-    url = sqlite_url(tmp_path / "x.db")
+    url = databases.fresh(migrated=False)  # `serve` migrates it
     first = start_server(database_url=url)  # fails unless a key is printed
     log = first.log()
     assert len(set(KEY_ANYWHERE.findall(log))) == 1

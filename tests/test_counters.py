@@ -5,7 +5,7 @@ are meant to come from counters kept in the same transaction as every transition
 keeps them, they must equal a full count of the jobs table. This module drives a real
 `queuelog serve` (short lease, immediate retries, short retention, frequent pruning) through
 a seeded random mix of every transition, over the public API only, and at checkpoints compares
-every key's view with the ground truth read straight from the SQLite file with stdlib sqlite3:
+every key's view with the ground truth read straight from the database (one snapshot):
 
     SELECT type, status, count(*) FROM jobs [WHERE <scope>] GROUP BY 1, 2
 
@@ -51,13 +51,11 @@ from __future__ import annotations
 
 import os
 import random
-import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -66,11 +64,13 @@ import httpx
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
-from conftest import Server, launch_server
+from conftest import Databases, Server, serving, timestamp_value
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
 
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import alembic_config
+from queuelog.storage.types import from_micros
 
 try:
     from hypothesis import HealthCheck, given, settings
@@ -186,15 +186,15 @@ def make_cast(server: Server) -> Cast:
     )
 
 
-def scope_of(actor: Actor) -> tuple[str, tuple[str, ...]]:
-    """The ground-truth WHERE clause of a key's view (API.md section 2)."""
+def scope_of(actor: Actor) -> tuple[str, dict[str, str]]:
+    """The ground-truth WHERE clause of a key's view (API.md section 2), and its parameters."""
     if actor.role in ("admin", "viewer"):
-        return "1 = 1", ()
+        return "1 = 1", {}
     if actor.role == "producer":
-        return "created_by = ?", (actor.name,)
+        return "created_by = :name", {"name": actor.name}
     if actor.role == "worker":
-        return "worker_id = ?", (actor.name,)
-    return "(created_by = ? OR worker_id = ?)", (actor.name, actor.name)
+        return "worker_id = :name", {"name": actor.name}
+    return "(created_by = :name OR worker_id = :name)", {"name": actor.name}
 
 
 STATUS_FILTERS: tuple[str | None, ...] = (None, *STATUSES)
@@ -228,25 +228,16 @@ class Truth:
     counts: dict[str, Counter[tuple[str, str]]]  # actor name -> (type, status) -> count
 
 
-def read_truth(database_url: str, actors: list[Actor]) -> Truth:
-    path = database_url.removeprefix("sqlite:///")
-    with closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as conn:
-        conn.execute("BEGIN")  # one snapshot for every query below
-        try:
-            rows = tuple(
-                conn.execute(
-                    "SELECT id, type, status, created_by, worker_id, attempt FROM jobs ORDER BY id"
-                ).fetchall()
+def read_truth(server: Server, actors: list[Actor]) -> Truth:
+    with server.snapshot() as sql:  # one snapshot for every query below
+        rows = tuple(sql("SELECT id, type, status, created_by, worker_id, attempt FROM jobs ORDER BY id"))
+        counts: dict[str, Counter[tuple[str, str]]] = {}
+        for actor in actors:
+            where, params = scope_of(actor)
+            grouped = sql(
+                f"SELECT type, status, count(*) FROM jobs WHERE {where} GROUP BY type, status", **params
             )
-            counts: dict[str, Counter[tuple[str, str]]] = {}
-            for actor in actors:
-                where, params = scope_of(actor)
-                grouped = conn.execute(
-                    f"SELECT type, status, count(*) FROM jobs WHERE {where} GROUP BY 1, 2", params
-                ).fetchall()
-                counts[actor.name] = Counter({(t, s): n for t, s, n in grouped})
-        finally:
-            conn.execute("COMMIT")
+            counts[actor.name] = Counter({(t, s): n for t, s, n in grouped})
     return Truth(rows, counts)
 
 
@@ -635,11 +626,13 @@ class Mix:
 
     def op_complete_one(self) -> None:
         roll = self.rng.random()
-        if roll < 0.12:  # late: the lease may have expired (CONFLICT) or not yet (done)
+        if roll < 0.12:  # late: the lease may have expired (CONFLICT), even long enough ago for
+            # the job to have failed for good and been pruned (NOT_FOUND), or not yet (done)
             late = self.take_abandoned()
             if late is not None:
                 worker, job_id, attempt = late
-                data = self.call(worker, COMPLETE, {"id": job_id, "attempt": attempt}, ("CONFLICT",))
+                variables = {"id": job_id, "attempt": attempt}
+                data = self.call(worker, COMPLETE, variables, ("CONFLICT", "NOT_FOUND"))
                 self.model.done["late complete ok" if data else "late complete refused"] += 1
             return
         taken = self.take_held()
@@ -734,7 +727,8 @@ class Mix:
                 return
             worker, job_id, attempt = late
             variables = {"id": job_id, "attempt": attempt, "lease": HELD_LEASE}
-            data = self.call(worker, HEARTBEAT, variables, ("CONFLICT",))
+            # Too late: its lease expired (CONFLICT), or it then failed for good and was pruned.
+            data = self.call(worker, HEARTBEAT, variables, ("CONFLICT", "NOT_FOUND"))
             if data is not None:
                 self.give_back(worker, job_id, attempt)
             self.model.done["rescued" if data else "rescue too late"] += 1
@@ -884,9 +878,9 @@ class Mix:
         actors = self.cast.everyone
         client = self.client()
         for _ in range(QUIET_TRIES):
-            before = read_truth(self.server.database_url, actors)
+            before = read_truth(self.server, actors)
             api = read_api(self.server, client, actors, self.where())
-            after = read_truth(self.server.database_url, actors)
+            after = read_truth(self.server, actors)
             if before.rows == after.rows:
                 break
             time.sleep(0.05)  # lease expiry or pruning ran meanwhile: take it again
@@ -958,10 +952,8 @@ def drain_early_type(mix: Mix, deadline_seconds: float = 15) -> None:
         for job in claimed["claimJobs"]:
             mix.call(worker, COMPLETE, {"id": job["id"]})
         time.sleep(0.2)  # an abandoned early job: its lease expires, then it is cancelled above
-    path = mix.server.database_url.removeprefix("sqlite:///")
     while True:
-        with closing(sqlite3.connect(path, timeout=30)) as conn:
-            left = conn.execute("SELECT count(*) FROM jobs WHERE type = 'early'").fetchone()[0]
+        ((left,),) = mix.server.sql("SELECT count(*) FROM jobs WHERE type = 'early'")
         if left == 0:
             break
         assert time.monotonic() < deadline, f"{left} early jobs were never pruned\n{mix.where()}"
@@ -1025,7 +1017,7 @@ def test_a_fresh_server_counts_nothing(start_server: Callable[..., Server]) -> N
 
 
 def test_counts_of_jobs_stored_before_the_upgrade(
-    start_server: Callable[..., Server], tmp_path_factory: pytest.TempPathFactory
+    start_server: Callable[..., Server], databases: Databases
 ) -> None:
     """A database written by the first revision, with jobs in every state, then `serve` (which
     migrates it to head): the counts start right and stay right as those jobs move on. Some
@@ -1033,8 +1025,8 @@ def test_counts_of_jobs_stored_before_the_upgrade(
     rounds of lease expiry and pruning act on rows it never counted itself."""
     seed = the_seed()
     rng = random.Random(seed)
-    path = tmp_path_factory.mktemp("upgrade") / "old.db"
-    url = f"sqlite:///{path}"
+    url = databases.fresh(migrated=False)
+    rows, long_leased = old_rows(rng)
     engine = create_sync_engine(url)
     try:
         config = alembic_config()
@@ -1044,13 +1036,15 @@ def test_counts_of_jobs_stored_before_the_upgrade(
         with engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, first)
+        insert = (
+            f"INSERT INTO jobs ({', '.join(OLD_COLUMNS)}) VALUES ({', '.join(f':{c}' for c in OLD_COLUMNS)})"
+        )
+        with engine.begin() as connection:
+            connection.execute(text(insert), [stored_row(databases.backend, row) for row in rows])
+            if databases.backend == "postgresql":  # ids were given: move the sequence past them
+                connection.execute(text("SELECT setval('jobs_id_seq', (SELECT max(id) FROM jobs))"))
     finally:
         engine.dispose()
-    rows, long_leased = old_rows(rng)
-    with closing(sqlite3.connect(path)) as conn, conn:
-        conn.executemany(
-            f"INSERT INTO jobs ({', '.join(OLD_COLUMNS)}) VALUES ({', '.join('?' * len(OLD_COLUMNS))})", rows
-        )
 
     server = start_server(database_url=url, env=SERVER_ENV, **SERVER_SETTINGS)
     cast = make_cast(server)
@@ -1077,6 +1071,18 @@ OLD_COLUMNS = (
     "claimed_at", "worker_id", "lease_expires_at", "run_at", "finished_at", "result", "error",
     "created_by", "created_at", "updated_at", "id",
 )  # fmt: skip
+
+
+OLD_TIMES = ("claimed_at", "lease_expires_at", "run_at", "finished_at", "created_at", "updated_at")
+
+
+def stored_row(backend: str, row: tuple[Any, ...]) -> dict[str, Any]:
+    """One row of `old_rows` as statement parameters, its times as `backend` stores them."""
+    values = dict(zip(OLD_COLUMNS, row, strict=True))
+    for column in OLD_TIMES:
+        if values[column] is not None:
+            values[column] = timestamp_value(backend, from_micros(values[column]))
+    return values
 
 
 def old_rows(rng: random.Random, count: int = 80) -> tuple[list[tuple[Any, ...]], set[str]]:
@@ -1116,13 +1122,12 @@ def old_rows(rng: random.Random, count: int = 80) -> tuple[list[tuple[Any, ...]]
 
 
 @pytest.fixture(scope="module")
-def counting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Cast, Model]]:
+def counting_server(
+    backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Server, Cast, Model]]:
     """One server for every hypothesis example, with one client-side model across them."""
-    server = launch_server(tmp_path_factory.mktemp("counters"), env=SERVER_ENV, **SERVER_SETTINGS)
-    try:
+    with serving(backend, tmp_path_factory, env=SERVER_ENV, **SERVER_SETTINGS) as server:
         yield server, make_cast(server), Model()
-    finally:
-        server.stop()
 
 
 OPERATION_NAMES = sorted(Mix.WEIGHTS)

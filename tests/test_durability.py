@@ -1,4 +1,4 @@
-"""Durability: `kill -9` the server and restart it on the same SQLite file.
+"""Durability: `kill -9` the server and restart it on the same database (SQLite or PostgreSQL).
 
 Attacked: the promise that an acknowledged write is a committed write (WAL with
 synchronous=NORMAL survives a process crash). Proven: every enqueue the server answered

@@ -15,17 +15,16 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 
 ALLOWED = "https://app.example"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
 @pytest.fixture(scope="module")
-def cors_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = launch_server(tmp_path_factory.mktemp("cors"), cors_origins=ALLOWED)
-    yield running
-    running.stop()
+def cors_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with serving(backend, tmp_path_factory, cors_origins=ALLOWED) as running:
+        yield running
 
 
 def preflight(server: Server, origin: str) -> httpx.Response:

@@ -35,6 +35,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from conftest import BACKENDS, REQUIRE_POSTGRES
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
@@ -71,13 +72,19 @@ def postgres_reason() -> str | None:
     return postgres_unavailable()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=BACKENDS)
 def new_database(
     request: pytest.FixtureRequest, tmp_path: Path, postgres_reason: str | None
 ) -> Iterator[Callable[[], Engine]]:
-    """A factory of engines on empty databases of one kind, all dropped after the test."""
+    """A factory of engines on empty databases of one kind, all dropped after the test
+    (the kinds of QUEUELOG_TEST_BACKENDS; PostgreSQL down: skipped, or failed when
+    QUEUELOG_TEST_REQUIRE_POSTGRES=1)."""
     kind = request.param
     if kind == "postgresql" and postgres_reason is not None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(
+                f"PostgreSQL comparison impossible: {postgres_reason} and QUEUELOG_TEST_REQUIRE_POSTGRES=1"
+            )
         pytest.skip(f"PostgreSQL comparison skipped: {postgres_reason}")
     engines: list[Engine] = []
     created: list[str] = []

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 
 LEASE_SECONDS = 2
 WAIT = 20.0  # bound for anything the tests wait for; a scenario past it has hung
@@ -180,24 +180,19 @@ JOB_TYPES = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """This module's server: short leases, failed attempts retried at once."""
-    running = launch_server(
-        tmp_path_factory.mktemp("server"),
-        job_types=JOB_TYPES,
-        lease_seconds=LEASE_SECONDS,
-        retry_base_seconds=0,
-    )
-    yield running
-    running.stop()
+    with serving(
+        backend, tmp_path_factory, job_types=JOB_TYPES, lease_seconds=LEASE_SECONDS, retry_base_seconds=0
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def patient_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def patient_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server with long leases, for tests that freeze it (SIGSTOP) for a moment."""
-    running = launch_server(tmp_path_factory.mktemp("server"), job_types="w_sized", lease_seconds=120)
-    yield running
-    running.stop()
+    with serving(backend, tmp_path_factory, job_types="w_sized", lease_seconds=120) as running:
+        yield running
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 
 from queuelog.client import AsyncClient
 from queuelog.worker import JobContext, Worker
@@ -58,14 +58,10 @@ class RecordingClient(AsyncClient):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = launch_server(
-        tmp_path_factory.mktemp("server"),
-        job_types="b_gate,b_quick,b_long,b_idle,b_stop",
-        lease_seconds=LEASE_SECONDS,
-    )
-    yield running
-    running.stop()
+def server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    types = "b_gate,b_quick,b_long,b_idle,b_stop"
+    with serving(backend, tmp_path_factory, job_types=types, lease_seconds=LEASE_SECONDS) as running:
+        yield running
 
 
 def enqueue(server: Server, type: str, count: int, payload: dict[str, Any] | None = None) -> list[str]:
