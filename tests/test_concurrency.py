@@ -6,7 +6,8 @@ identical requests (V-09: exactly one job for 20 concurrent enqueues with one ke
 poll (a waiting claim is woken by new work, many waiters share a few jobs, and a waiter whose
 client has gone away claims nothing) and a mixed load of producers and workers running at
 the same time. Every scenario runs against a single `queuelog serve` process and against
-`--workers 2` (two uvicorn processes on one SQLite file), and every count is checked exactly.
+`--workers 2` (two uvicorn processes on one database), on each backend, and every count is
+checked exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Server, launch_server
+from conftest import Server, serving
 
 DRAIN_JOBS = 500
 DRAIN_WORKERS = 16
@@ -137,18 +138,17 @@ def run_all(tasks: list[Callable[[], Any]], stop: threading.Event) -> list[Any]:
 
 
 @pytest.fixture(scope="module", params=[1, 2], ids=["one-process", "two-processes"])
-def any_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with one process, then one with two (`--workers 2`) on one SQLite file.
+def any_server(
+    request: pytest.FixtureRequest, backend: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """A server with one process, then one with two (`--workers 2`) on one database.
 
     Every test leaves no PENDING or RUNNING job behind, so that the next one's workers only
     ever see their own test's jobs.
     """
     workers: int = request.param
-    running = launch_server(tmp_path_factory.mktemp(f"server-{workers}p"), workers=workers)
-    try:
+    with serving(backend, tmp_path_factory, workers=workers) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def assert_queue_idle(admin: Caller) -> None:
@@ -438,3 +438,35 @@ def test_servers_really_run_the_requested_number_of_processes(any_server: Server
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     servers = [c for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert len(servers) == (0 if workers == 1 else workers), (workers, children)
+
+
+def test_a_page_and_its_total_count_come_from_one_snapshot(start_server: Callable[..., Server]) -> None:
+    """`jobs` reads its page and its totalCount in two statements: while jobs are being
+    enqueued, the two must still describe the same moment (one read transaction, one snapshot)."""
+    server = start_server()
+    target = 90  # fewer than a page: every job is on it
+    stop = threading.Event()
+
+    def produce(name: str) -> int:
+        with new_caller(server, name, "PRODUCER") as producer:
+            made = 0
+            while made < target // 2 and not stop.is_set():
+                producer.gql(ENQUEUE, {"input": {"type": "email"}})
+                made += 1
+            return made
+
+    def read_pages() -> list[tuple[int, int]]:
+        seen = []
+        with Caller(server.graphql_url, server.admin_key, "reader") as reader:
+            while not stop.is_set():
+                page = reader.gql("{ jobs(first: 100) { totalCount nodes { id } } }")["jobs"]
+                seen.append((page["totalCount"], len(page["nodes"])))
+                if page["totalCount"] >= target:
+                    return seen
+        return seen
+
+    made_a, made_b, seen = run_all([lambda: produce("snap-a"), lambda: produce("snap-b"), read_pages], stop)
+    assert made_a + made_b == target
+    assert len({total for total, _ in seen}) > 5, f"too few distinct moments were read: {seen}"
+    torn = [(total, listed) for total, listed in seen if total != listed]
+    assert not torn, f"totalCount and the page disagree (total, listed): {torn[:10]} of {len(seen)} reads"

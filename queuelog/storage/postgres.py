@@ -16,7 +16,8 @@ small payload (this server's id, then `kind:job_id:status` items) in the same tr
 is delivered exactly when the rows are visible. Every other server reads those jobs back
 and hands them to its subscriptions and waiting claims (listener.py).
 
-Reads run on a small pool of connections, on threads.
+Reads run on a small pool of connections, on threads, each in one read-only REPEATABLE READ
+transaction: all its statements see one snapshot, as a read on SQLite does.
 """
 
 from __future__ import annotations
@@ -312,6 +313,9 @@ class PostgresDatabase:
         connection = getattr(self._readers, "connection", None)
         if connection is None or connection.closed or connection.broken:
             connection = self._readers.connection = connect(self.url, autocommit=True)
+            # Each read sees one snapshot, as on SQLite (a page and its totalCount agree).
+            connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            connection.read_only = True
             with self._readers_lock:
                 self._all_readers.append(connection)
         return connection
