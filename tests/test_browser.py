@@ -7,8 +7,9 @@ Content-Security-Policy violation and no uncaught script error happened. A faili
 leaves a screenshot (its path is printed). axe-core (tests/vendor/, for the tests only)
 checks the pages for serious accessibility violations.
 
-Without playwright or /usr/bin/chromium these tests skip and say why, unless
-QUEUELOG_TEST_REQUIRE_BROWSER=1 (CI), where they fail.
+Without playwright or /usr/bin/chromium the browser tests skip and say why, unless
+QUEUELOG_TEST_REQUIRE_BROWSER=1 (CI), where they fail; the first test (headers, over plain
+HTTP) runs either way.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import DEFAULT_JOB_TYPES, Server, launch_server
 
@@ -61,8 +63,6 @@ def _missing_browser() -> str | None:
 MISSING = _missing_browser()
 if MISSING and REQUIRE_BROWSER:
     raise RuntimeError(f"{MISSING}, and QUEUELOG_TEST_REQUIRE_BROWSER=1")
-pytestmark = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
-
 if MISSING is None:
     from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
@@ -81,6 +81,8 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    if MISSING is not None:
+        pytest.skip(MISSING)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
@@ -265,6 +267,43 @@ def axe_violations(page: Page) -> list[dict[str, Any]]:
                 .filter(v => v.nodes.length);
         }"""
     )
+
+
+# ---- over plain HTTP --------------------------------------------------------------------
+
+
+def test_pages_and_assets_come_from_the_app_with_strict_headers(web: Server, tmp_path: Path) -> None:
+    for path in ("/", "/graphql"):
+        page = httpx.get(web.url + path, headers={"Accept": "text/html"}, timeout=10)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "script-src 'self';" in policy and "unsafe" not in policy
+        assert "form-action 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.headers["cache-control"] == "no-store"
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page.text), "no inline script"
+        assert not re.search(r"\bstyle=", page.text), "no inline style"
+        references = [r for r in re.findall(r'(?:src|href)="([^"]*)"', page.text) if r != "#"]
+        assert references and all(r.startswith("/") and not r.startswith("//") for r in references)
+        for reference in references:
+            assert httpx.get(web.url + reference, timeout=10).status_code == 200, reference
+
+    script = web.url + "/static/vendor/graphiql.min.js"
+    packed = httpx.get(script, headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert packed.headers["content-encoding"] == "gzip"
+    assert packed.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert int(packed.headers["content-length"]) < len(packed.content) / 2  # decoded by httpx
+    again = httpx.get(script, headers={"If-None-Match": packed.headers["etag"]}, timeout=10)
+    assert again.status_code == 304 and again.content == b""
+    for hidden in ("/static/../pages.py", "/static/vendor/licenses/react-LICENSE", "/static/nothing.js"):
+        assert httpx.get(web.url + hidden, timeout=10).status_code == 404, hidden
+
+    off = launch_server(tmp_path, graphiql=False)
+    try:
+        dashboard = httpx.get(off.url + "/", timeout=10).text
+        assert 'href="/graphql"' not in dashboard and 'name="key"' in dashboard
+    finally:
+        off.stop()
 
 
 # ---- GraphiQL ---------------------------------------------------------------------------

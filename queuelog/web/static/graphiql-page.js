@@ -58,6 +58,12 @@ async function useKey(key) {
     showMessage(message, `Using the key of ${data.me.name} (${data.me.roles.join(", ")})`);
     render(key);
   } catch (error) {
+    if (error.code !== "UNAUTHENTICATED") {
+      storeKey(key); // kept: the server may be back in a moment
+      render(key);
+      showMessage(message, `The key could not be checked: ${error.plain}`, "error");
+      return;
+    }
     forgetStoredKey();
     render("");
     showMessage(message, `This key cannot be used: ${error.plain}`, "error");
