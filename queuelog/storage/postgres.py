@@ -58,6 +58,12 @@ CONNECT_TIMEOUT_SECONDS = 5
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
 DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
+# An operation that meets a unique violation runs again, at most this many times in all. Only
+# idempotency keys can collide (ids come from a sequence, counters are upserts), and each
+# collision is a key another transaction has committed since the operation looked: the next
+# run finds that job. So a run of collisions is at most as long as the batch has keys that
+# other servers insert at that very moment; the bound only stops a loop that would not end.
+UNIQUE_VIOLATION_ATTEMPTS = 64
 
 
 class MicrosLoader(Loader):
@@ -268,30 +274,37 @@ class PostgresDatabase:
 
     def _run_one(self, raw: psycopg.Connection[Any], tx: WriteTx, operation: Operation) -> tuple[Any, Any]:
         """One operation in its savepoint: (value, None) or (None, the exception)."""
-        for attempt in (1, 2):
+        raw.execute("SAVEPOINT op")
+        for attempt in range(1, UNIQUE_VIOLATION_ATTEMPTS + 1):
             mark = tx.mark()
-            raw.execute("SAVEPOINT op")
             try:
                 value = operation(tx)
             except pg_errors.UniqueViolation as exc:
-                # Another server inserted the same idempotency key after this operation looked:
-                # run it once more, and it finds that job.
-                raw.execute("ROLLBACK TO SAVEPOINT op")
-                tx.forget_since(mark)
-                if attempt == 2:
+                # Another server inserted one of its idempotency keys after this operation
+                # looked (a batch may meet several, one after the other): run it again, and
+                # it finds that job.
+                self._undo(raw, tx, mark)
+                if attempt == UNIQUE_VIOLATION_ATTEMPTS:
+                    raw.execute("RELEASE SAVEPOINT op")
                     return None, exc
             except RETRIED_ERRORS:
                 raise  # the transaction is lost: the whole batch runs again
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 raise
             except Exception as exc:
-                raw.execute("ROLLBACK TO SAVEPOINT op")
-                tx.forget_since(mark)
+                self._undo(raw, tx, mark)
+                raw.execute("RELEASE SAVEPOINT op")
                 return None, exc
             else:
                 raw.execute("RELEASE SAVEPOINT op")
                 return value, None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _undo(raw: psycopg.Connection[Any], tx: WriteTx, mark: tuple[int, int]) -> None:
+        """Back to the operation's savepoint (kept, for another run), forgetting its events."""
+        raw.execute("ROLLBACK TO SAVEPOINT op")
+        tx.forget_since(mark)
 
     def _rollback(self) -> None:
         if self._writer is None:
