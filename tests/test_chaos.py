@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
-from conftest import POSTGRES_URL, Server, launch_server
+from conftest import POSTGRES_URL, Server
 from test_scale_out import (
     SERVERS,
     Cluster,
@@ -632,11 +632,18 @@ class Partition:
     def heal(self) -> None:
         self._loop.call_soon_threadsafe(setattr, self, "open", True)
 
-    def close(self) -> None:
-        self._call(self._cut())
+    async def _shutdown(self) -> None:
+        await self._cut()  # every pipe ends: its connections are gone
         self._server.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=5)
+
+    def close(self) -> None:
+        self._call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        self._loop.close()
 
 
 @pytest.fixture
@@ -653,17 +660,10 @@ def behind_a_proxy(
     start_cluster: Callable[..., Cluster], database_url: str, partition: Partition, **settings: Any
 ) -> tuple[Cluster, Server, Server]:
     """Server 1 reaching PostgreSQL through `partition`, server 2 directly: (cluster, 1, 2)."""
-    cluster = start_cluster(count=1, **settings)
-    (direct,) = cluster.servers
+    cluster = start_cluster(count=0, **settings)
     parts = urlsplit(database_url)
     through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{partition.listen_port}").geturl()
-    proxied = launch_server(
-        cluster.tmp.mktemp("server"),
-        database_url=through_proxy,
-        admin_key=cluster.admin_key,
-        **cluster.settings,
-    )
-    cluster.servers.append(proxied)  # stopped with the others
+    proxied, direct = cluster.launch([through_proxy, database_url])
     return cluster, proxied, direct
 
 
