@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gzip
 import hashlib
@@ -53,11 +54,16 @@ CONTENT_TYPES = {
 GZIP_MIN_BYTES = 1024
 
 
+def dashboard_on(settings: Settings) -> bool:
+    """QUEUELOG_DASHBOARD (API.md section 5); on where Settings has no such field yet."""
+    return bool(getattr(settings, "dashboard", True))
+
+
 def _page(name: str, settings: Settings) -> str:
     """A template, with links to the pages that are on (the page itself marked current)."""
     links = []
     for href, title, on in (
-        ("/", "Dashboard", getattr(settings, "dashboard", True)),
+        ("/", "Dashboard", dashboard_on(settings)),
         ("/graphql", "GraphiQL", settings.graphiql),
     ):
         if on:
@@ -94,25 +100,26 @@ class Assets:
         }
         self.loaded: dict[str, Asset] = {}
 
-    def get(self, name: str) -> Asset | None:
-        asset = self.loaded.get(name)
-        if asset is None and name in self.paths:
-            path = self.paths[name]
-            body = path.read_bytes()
-            packed = gzip.compress(body, 6, mtime=0) if len(body) >= GZIP_MIN_BYTES else None
-            asset = Asset(
-                body,
-                packed if packed is not None and len(packed) < len(body) else None,
-                '"' + hashlib.sha256(body).hexdigest()[:32] + '"',
-                CONTENT_TYPES[path.suffix],
-            )
-            self.loaded[name] = asset
+    def load(self, name: str) -> Asset:
+        path = self.paths[name]
+        body = path.read_bytes()
+        packed = gzip.compress(body, 6, mtime=0) if len(body) >= GZIP_MIN_BYTES else None
+        asset = Asset(
+            body,
+            packed if packed is not None and len(packed) < len(body) else None,
+            '"' + hashlib.sha256(body).hexdigest()[:32] + '"',
+            CONTENT_TYPES[path.suffix],
+        )
+        self.loaded[name] = asset
         return asset
 
     async def endpoint(self, request: Request) -> Response:
-        asset = self.get(request.path_params["name"])
-        if asset is None:
+        name = request.path_params["name"]
+        if name not in self.paths:
             return Response("Not Found", status_code=404, media_type="text/plain")
+        # Off the event loop: gzipping GraphiQL's bundle takes a few hundred milliseconds,
+        # which waiting claims and heartbeats on this loop must not feel.
+        asset = self.loaded.get(name) or await asyncio.to_thread(self.load, name)
         headers = {
             "ETag": asset.etag,
             "Cache-Control": "no-cache",
@@ -132,7 +139,7 @@ class Assets:
 def routes(settings: Settings) -> list[BaseRoute]:
     """`/static/...` whenever a page is on, and the dashboard at `/` unless QUEUELOG_DASHBOARD
     is off. GraphiQL itself stays at GET /graphql (see graphiql_page)."""
-    dashboard = getattr(settings, "dashboard", True)
+    dashboard = dashboard_on(settings)
     if not (dashboard or settings.graphiql):
         return []
     assets = Assets(STATIC)

@@ -29,10 +29,10 @@ const state = {
   me: null,
   session: 0, // bumped on every sign-in and sign-out: late answers of an old session are dropped
   socket: null,
-  live: false,
   timers: [],
   pollTimer: null,
   cursors: [null], // the `after` of each page up to the current one
+  nextCursor: null,
   jobsRequest: 0,
   detailId: null,
   detail: null,
@@ -116,6 +116,8 @@ function signOut(message, kind = "error") {
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
   $("jobs").tBodies[0].replaceChildren();
+  $("status-filter").value = "";
+  $("type-filter").replaceChildren(new Option("any", ""));
   $("detail").hidden = true;
   $("app").hidden = true;
   $("forget").hidden = true;
@@ -173,7 +175,6 @@ function closeSocket() {
 }
 
 function setLive(live) {
-  state.live = live;
   const badge = $("live");
   badge.dataset.live = live ? "live" : "reconnecting";
   badge.textContent = live ? "Live" : `Reconnecting… (refreshing every ${POLL_MS / 1000} s)`;
