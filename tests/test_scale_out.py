@@ -14,8 +14,8 @@ Proven here:
 - one idempotency key enqueued concurrently through all three servers, single and batched,
   again and again: one job per key and producer, every answer carries its id, exactly one
   answer says `created`; different input for a used key is CONFLICT, also while two inputs race;
-  and (xfail SO-6) a keyed batch whose insert meets two other servers' inserts of its keys
-  answers those jobs rather than INTERNAL_SERVER_ERROR;
+  and a keyed batch whose insert meets two other servers' inserts of its keys answers those
+  jobs (SO-6: it answered INTERNAL_SERVER_ERROR);
 - events cross processes, with LISTEN/NOTIFY and with the job_events tail (`--event-feed
   poll`): a jobEvents / jobUpdated subscriber on server 1 follows a job enqueued on server 2
   and claimed and completed on server 3; `statuses:` filters apply to the status as of each
@@ -29,8 +29,7 @@ Proven here:
   once: every expired job's retry_count goes up by exactly one, pruned jobs are counted out
   once.
 
-SO-n are the bugs these tests found (/tmp/scaleout_bugs.md): SO-1 and SO-3 are fixed, SO-6
-is open (its test is a strict xfail).
+SO-n are the bugs these tests found (/tmp/scaleout_bugs.md); those tested here are fixed.
 The helpers (fresh databases, clusters of servers, keys, SQL, the figures file) are shared
 with test_chaos.py.
 """
@@ -853,11 +852,6 @@ LOCK_WAITERS = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SO-6 (/tmp/scaleout_bugs.md): a keyed enqueueJobs whose INSERT meets a second concurrent "
-    "insert of one of its keys answers INTERNAL_SERVER_ERROR",
-)
 def test_a_keyed_batch_racing_two_other_inserts_of_its_keys_answers_them(
     start_cluster: Callable[..., Cluster], pg_database: str
 ) -> None:
