@@ -118,7 +118,16 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
     async def handle_subscribe(self, message: Any) -> None:
         # Every operation reads the keys generation now (as every HTTP request does): a key
         # revoked by any process runs nothing more, from the very next operation.
-        if await self.key_revoked(read_now=True):
+        try:
+            revoked = await self.key_revoked(read_now=True)
+        except DatabaseUnavailable as exc:
+            # An outage refuses this operation, as HTTP answers 503; the socket and its other
+            # subscriptions stay.
+            log.warning("websocket operation refused: %s", exc.message)
+            error = {"message": exc.message, "extensions": {"code": exc.code}}
+            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            return
+        if revoked:
             await self.end_if_key_revoked()
             return
         limit = self.max_subscriptions_per_connection
@@ -243,7 +252,8 @@ class State:
 async def end_revoked_sockets_forever(services: Services) -> None:
     """Websockets whose key was revoked (by any process) end even when idle: the keys
     generation is read every KEY_WATCH_SECONDS, and each open socket checked when it moves."""
-    generation = await services.authenticator.refresh()
+    generation: int | None = None
+    unavailable = False
     while True:
         await asyncio.sleep(KEY_WATCH_SECONDS)
         if not services.sockets:
@@ -254,6 +264,11 @@ async def end_revoked_sockets_forever(services: Services) -> None:
                 generation = current
                 for socket in list(services.sockets):
                     await socket.end_if_key_revoked()
+            unavailable = False
+        except DatabaseUnavailable as exc:
+            if not unavailable:  # one line per outage
+                log.warning("checking open websockets for revoked keys: %s", exc.message)
+            unavailable = True
         except Exception:
             log.exception("checking open websockets for revoked keys failed; trying again")
 

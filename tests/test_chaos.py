@@ -14,9 +14,9 @@ running at once:
 
 And, with one server cut off from PostgreSQL for a moment (its connections go through a TCP
 proxy the test cuts and heals: a network partition, or what a restart does to one server):
-its websocket subscribers still hear of jobs finished meanwhile on another server (xfail
-SO-4 with LISTEN/NOTIFY; passes with the job_events tail), and an operation sent over a
-websocket while the database is unreachable fails alone, leaving the socket open (xfail SO-5).
+its websocket subscribers still hear of jobs finished meanwhile on another server (with
+LISTEN/NOTIFY and with the job_events tail), and an operation sent over a websocket while
+the database is unreachable fails alone, leaving the socket open.
 
 Whatever happens, at the end: every job whose enqueue was acknowledged exists once and is
 COMPLETED exactly once (one COMPLETED event, its own result), no completion was acknowledged
@@ -695,14 +695,7 @@ COMPLETED_EVENTS = "subscription { jobEvents(statuses: [COMPLETED]) { kind job {
 @pytest.mark.parametrize(
     "feed",
     [
-        pytest.param(
-            "notify",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="SO-4 (/tmp/scaleout_bugs.md): NOTIFYs sent while a server's LISTEN connection is "
-                "down are lost, so its subscribers never hear of jobs finished meanwhile on other servers",
-            ),
-        ),
+        "notify",
         "poll",
     ],
 )
@@ -774,11 +767,6 @@ def test_subscribers_hear_of_jobs_finished_elsewhere_while_their_server_was_cut_
     assert sorted(events) == sorted(("COMPLETED", job_id) for job_id in ids), outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SO-5 (/tmp/scaleout_bugs.md): DatabaseUnavailable from the key check of a websocket "
-    "operation is not caught; uvicorn drops the whole connection",
-)
 def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocket_open(
     start_cluster: Callable[..., Cluster], pg_database: str, partition: Partition
 ) -> None:

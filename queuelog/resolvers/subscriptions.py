@@ -32,8 +32,8 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         if current.status.is_terminal:
             return
         async for event in updates:
-            if event.job.updated_at < current.updated_at:
-                continue  # committed before our read; already delivered
+            if event.job.updated_at < current.updated_at or event.job == current:
+                continue  # committed before our read, or a state already delivered
             if not scope.allows(event.job):
                 return
             current = event.job

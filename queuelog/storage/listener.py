@@ -7,9 +7,12 @@ jobs read back in one statement, then delivered as events: each job as it is now
 its status as of the event (what `jobEvents(statuses:)` filters on). The terminal state
 of a job is never missed.
 
-While the connection is down (PostgreSQL restarting) the listener reconnects with a short
-back-off; notifications sent meanwhile are lost, which is why long-polling claims also
-re-check the database on their own timer.
+While the connection is down (PostgreSQL restarting, a network cut) the listener reconnects
+with a short back-off. Notifications sent meanwhile are lost, so once it LISTENs again it
+catches up from `job_events`: every event after the last id it knew of while connected
+(read every CHECKPOINT_SECONDS) is read and delivered like a notified one. Around an outage
+a subscriber may thus get an event twice (one it had already had, or one of this server's
+own); it never misses one. Long-polling claims also re-check the database on their own timer.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,10 +30,17 @@ from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import KINDS, STATUSES, RemoteEvent, events_as_of
 from queuelog.storage.postgres import EVENTS_CHANNEL, PostgresDatabase, connect
+from queuelog.storage.postgres_statements import MAX_EVENT_ID
 
 log = logging.getLogger("queuelog.storage")
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
 NOTIFY_WAIT_SECONDS = 0.5
+CHECKPOINT_SECONDS = 1.0
+
+
+def _newest_event_id(connection: psycopg.Connection[Any]) -> int:
+    row = connection.execute(MAX_EVENT_ID).fetchone()
+    return row[0] if row is not None and row[0] is not None else 0
 
 
 def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
@@ -51,6 +62,7 @@ class PostgresListener:
         self._reading: asyncio.Task[None] | None = None
         self._stop = threading.Event()
         self._listening = threading.Event()
+        self._checkpoint: int | None = None  # the newest event id known while connected
         self._thread = threading.Thread(target=self._listen_forever, name="queuelog-pg-listen", daemon=True)
         self._thread.start()
 
@@ -65,6 +77,10 @@ class PostgresListener:
             try:
                 with connect(self._db.url, autocommit=True) as connection:
                     connection.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    latest = _newest_event_id(connection)
+                    if self._checkpoint is not None and latest > self._checkpoint:
+                        self._loop.call_soon_threadsafe(self._catch_up, self._checkpoint, latest)
+                    self._checkpoint = latest
                     self._listening.set()
                     failures = 0
                     self._receive(connection)
@@ -79,11 +95,15 @@ class PostgresListener:
                 self._stop.wait(delay)
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
+        checked = time.monotonic()
         while not self._stop.is_set():
             for notify in connection.notifies(timeout=NOTIFY_WAIT_SECONDS):
                 origin, pairs = parse_payload(notify.payload)
                 if origin != self._db.origin and pairs:
                     self._loop.call_soon_threadsafe(self._received, pairs)
+            if time.monotonic() - checked >= CHECKPOINT_SECONDS:
+                self._checkpoint = _newest_event_id(connection)
+                checked = time.monotonic()
 
     # --- on the event loop ------------------------------------------------------------------
 
@@ -103,6 +123,26 @@ class PostgresListener:
             events = events_as_of(items, jobs)
             if events:
                 self._deliver(events)
+
+    def _catch_up(self, after: int, through: int) -> None:
+        self._loop.create_task(self._read_events(after, through))
+
+    async def _read_events(self, after: int, through: int) -> None:
+        """Deliver the events committed while this listener was not listening."""
+        try:
+            while after < through:
+                rows = await self._db.read(ops.events_after, after)
+                if not rows:
+                    return
+                items = [
+                    (KINDS[kind], job_id, STATUSES[status])
+                    for event_id, job_id, kind, status in rows
+                    if event_id <= through and kind in KINDS and status in STATUSES
+                ]
+                after = rows[-1][0]
+                self._received(items)
+        except Exception as exc:
+            log.warning("could not catch up on events after reconnecting: %s", exc)
 
     async def close(self) -> None:
         self._stop.set()
