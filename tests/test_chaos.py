@@ -54,7 +54,9 @@ from conftest import POSTGRES_URL, Server
 from test_scale_out import (
     SERVERS,
     Cluster,
+    JobLines,
     Key,
+    capture_job_lines,
     check_drained,
     cluster_starter,
     fresh_postgres_database,
@@ -70,6 +72,7 @@ from websockets.exceptions import ConnectionClosed
 from queuelog.client import AsyncClient, ServerError, ServerUnreachable
 from queuelog.errors import Conflict
 from queuelog.model import Role
+from queuelog.worker import JobContext, Worker
 
 CHAOS_JOBS = 3000
 WORKERS = 24
@@ -811,3 +814,72 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
     outcome = run(scenario())
     print(outcome)
     assert outcome == {"the operation": "error", "the subscription": "COMPLETED"}, outcome
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SO-7 (/tmp/scaleout_bugs.md): the worker SDK takes the server's 'database unavailable' "
+    "answer (503 / INTERNAL_SERVER_ERROR) as a refusal and drops the completion",
+)
+def test_a_worker_reports_a_job_it_finished_while_the_database_was_unreachable(
+    start_cluster: Callable[..., Cluster], pg_database: str, partition: Partition
+) -> None:
+    """An SDK worker's handlers finish while its server is cut off from PostgreSQL (503s);
+    once the server reaches the database again the worker's reports get through: the jobs
+    end COMPLETED with their results, run once, without waiting for their lease to expire."""
+    cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition)
+    (producer,) = make_keys(pg_database, Role.PRODUCER, ["producer"])
+    (worker_key,) = make_keys(pg_database, Role.WORKER, ["worker"])
+    jobs = 4
+    release = threading.Event()
+    started: Counter[str] = Counter()
+
+    def handle(job: JobContext) -> dict[str, Any]:  # a sync handler: runs on a thread
+        started[job.id] += 1
+        release.wait(60)
+        return {"done": job.payload["n"]}
+
+    async def scenario(lines: JobLines) -> dict[str, Any]:
+        async with httpx.AsyncClient(timeout=30) as http, AsyncClient(one.url, producer.secret) as producing:
+            enqueued = await producing.enqueue_many(
+                [{"type": "report", "payload": {"n": n}} for n in range(jobs)]
+            )
+            worker = Worker(one.url, worker_key.secret, {"report": handle}, concurrency=jobs)
+            running = asyncio.create_task(worker.run())
+            try:
+
+                async def all_started() -> bool:
+                    return len(started) == jobs
+
+                await wait_until(all_started, 30, "the worker runs every job")
+                await cut_off(http, partition, one)
+                release.set()  # the handlers return; their reports meet the outage
+                await asyncio.sleep(1.5)
+                await reconnect(http, partition, one)
+
+                async def all_completed() -> bool:
+                    rows = await asyncio.to_thread(
+                        sql, pg_database, "SELECT count(*) FROM jobs WHERE status = 'completed'"
+                    )
+                    return rows[0][0] == jobs
+
+                with contextlib.suppress(pytest.fail.Exception):
+                    await wait_until(all_completed, 20, "every job COMPLETED")
+            finally:
+                release.set()
+                worker.stop()
+                await asyncio.wait_for(running, 30)
+        rows = sql(pg_database, "SELECT id, status, attempt, result::jsonb ->> 'done' FROM jobs ORDER BY id")
+        return {
+            "jobs": [(str(i), status, attempt, done) for i, status, attempt, done in rows],
+            "enqueued": [e.job.id for e in enqueued],
+            "outcomes": Counter(line["outcome"] for line in lines.outcomes),
+        }
+
+    with capture_job_lines() as lines:
+        outcome = run(scenario(lines))
+    print(outcome)
+    expected = [(job_id, "completed", 1, str(n)) for n, job_id in enumerate(outcome["enqueued"])]
+    assert outcome["jobs"] == expected, outcome
+    assert outcome["outcomes"] == {"completed": jobs}, outcome
+    assert set(started.values()) == {1}
