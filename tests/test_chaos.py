@@ -15,8 +15,9 @@ running at once:
 And, with one server cut off from PostgreSQL for a moment (its connections go through a TCP
 proxy the test cuts and heals: a network partition, or what a restart does to one server):
 its websocket subscribers still hear of jobs finished meanwhile on another server (with
-LISTEN/NOTIFY and with the job_events tail), and an operation sent over a websocket while
-the database is unreachable fails alone, leaving the socket open.
+LISTEN/NOTIFY and with the job_events tail: SO-4, fixed), an operation sent over a websocket
+while the database is unreachable fails alone, leaving the socket open (SO-5, fixed), and an
+SDK worker whose jobs finish meanwhile reports them once the database is back (xfail SO-7).
 
 Whatever happens, at the end: every job whose enqueue was acknowledged exists once and is
 COMPLETED exactly once (one COMPLETED event, its own result), no completion was acknowledged
@@ -662,12 +663,14 @@ def partition(pg_database: str) -> Iterator[Partition]:
 def behind_a_proxy(
     start_cluster: Callable[..., Cluster], database_url: str, partition: Partition, **settings: Any
 ) -> tuple[Cluster, Server, Server]:
-    """Server 1 reaching PostgreSQL through `partition`, server 2 directly: (cluster, 1, 2)."""
+    """Server 1 reaching PostgreSQL through `partition`, server 2 directly: (cluster, 1, 2).
+    With `alone=True`, server 1 only: (cluster, 1, 1)."""
+    alone = settings.pop("alone", False)
     cluster = start_cluster(count=0, **settings)
     parts = urlsplit(database_url)
     through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{partition.listen_port}").geturl()
-    proxied, direct = cluster.launch([through_proxy, database_url])
-    return cluster, proxied, direct
+    launched = cluster.launch([through_proxy] if alone else [through_proxy, database_url])
+    return cluster, launched[0], launched[-1]
 
 
 async def cut_off(http: httpx.AsyncClient, partition: Partition, server: Server) -> int:
@@ -743,13 +746,13 @@ def test_subscribers_hear_of_jobs_finished_elsewhere_while_their_server_was_cut_
             await asyncio.sleep(1.0)
             await reconnect(http, partition, one)
 
-            # Everything that arrives within 10 s (far more than enough: it takes well under a
+            # Everything that arrives within 6 s (far more than enough: it takes well under a
             # second), in one pass.
-            terminal = {job_id: "nothing within 10 s" for job_id in ids}
+            terminal = {job_id: "nothing within 6 s" for job_id in ids}
             events: list[tuple[str, str]] = []
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 6
             with contextlib.suppress(TimeoutError):
-                while len(events) < WATCHED_JOBS or "nothing within 10 s" in terminal.values():
+                while len(events) < WATCHED_JOBS or "nothing within 6 s" in terminal.values():
                     message = await socket.recv(max(0.0, deadline - time.monotonic()))
                     data = (message.get("payload") or {}).get("data") or {}
                     if "jobUpdated" in data:
@@ -776,8 +779,8 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
     """Server 1 is cut off from PostgreSQL while a websocket to it holds a jobUpdated
     subscription. An operation sent then fails (the database does not answer), alone: the
     socket stays open, and once server 1 reaches the database again the subscription goes on
-    (the job's completion on server 2 reaches it)."""
-    cluster, one, two = behind_a_proxy(start_cluster, pg_database, partition, event_feed="poll")
+    (the job's completion reaches it)."""
+    cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition, alone=True)
     (producer,) = make_keys(pg_database, Role.PRODUCER, ["producer"])
     (worker,) = make_keys(pg_database, Role.WORKER, ["worker"])
 
@@ -785,8 +788,8 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
         outcome: dict[str, Any] = {}
         async with (
             httpx.AsyncClient(timeout=30) as http,
-            AsyncClient(two.url, producer.secret) as producing,
-            AsyncClient(two.url, worker.secret) as working,
+            AsyncClient(one.url, producer.secret) as producing,
+            AsyncClient(one.url, worker.secret) as working,
             open_socket(one, cluster.admin_key) as socket,
         ):
             job = await producing.enqueue("report")
@@ -803,7 +806,12 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
             except ConnectionClosed as closed:
                 outcome["the operation"] = f"socket closed: {closed}"
             await reconnect(http, partition, one)
-            await working.complete(held.id, held.attempt)
+            for _ in range(50):  # the first write may still meet the connection the cut broke
+                try:
+                    await working.complete(held.id, held.attempt)
+                    break
+                except RETRIED:
+                    await asyncio.sleep(0.1)
             try:
                 update = (await socket.data("job", 15))["jobUpdated"]
                 outcome["the subscription"] = update["status"]
@@ -827,7 +835,7 @@ def test_a_worker_reports_a_job_it_finished_while_the_database_was_unreachable(
     """An SDK worker's handlers finish while its server is cut off from PostgreSQL (503s);
     once the server reaches the database again the worker's reports get through: the jobs
     end COMPLETED with their results, run once, without waiting for their lease to expire."""
-    cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition)
+    cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition, alone=True)
     (producer,) = make_keys(pg_database, Role.PRODUCER, ["producer"])
     (worker_key,) = make_keys(pg_database, Role.WORKER, ["worker"])
     jobs = 4
