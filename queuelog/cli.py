@@ -269,12 +269,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
         )
     base = f"http://{args.host}:{args.port}"
     print(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
+    if settings.dashboard:
+        print(f"Dashboard: open {base}/ and enter a key", flush=True)
     if settings.graphiql:
-        print(
-            f"GraphiQL: open {base}/graphql and add the header "
-            '{"Authorization": "Bearer <key>"} in its Headers tab',
-            flush=True,
-        )
+        print(f"GraphiQL: open {base}/graphql and enter a key in its key box", flush=True)
     os.environ.update(settings.to_env())
     uvicorn.run(
         "queuelog.app:create_app_from_env",

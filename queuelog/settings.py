@@ -40,6 +40,7 @@ class Settings:
     max_aliases: int = 30
     max_tokens: int = 2000
     graphiql: bool = True
+    dashboard: bool = True
     cors_origins: tuple[str, ...] = ()
     # How a server hears other server processes' events (Scaling out in the README):
     # auto = notify on PostgreSQL, local on SQLite (poll with `serve --workers N`).

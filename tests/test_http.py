@@ -63,6 +63,18 @@ def test_graphiql_can_be_turned_off(start_server: Callable[..., Server]) -> None
     assert server.gql("{ me { name } }").ok()["me"]["name"] == "admin", "POST still works"
 
 
+def test_the_dashboard_is_served_at_the_root_and_can_be_turned_off(
+    server: Server, start_server: Callable[..., Server]
+) -> None:
+    page = httpx.get(server.url + "/", headers={"Accept": BROWSER_ACCEPT}, timeout=10)
+    assert page.status_code == 200 and 'name="key"' in page.text
+    off = start_server(dashboard=False)
+    response = httpx.get(off.url + "/", headers={"Accept": BROWSER_ACCEPT}, timeout=10)
+    assert response.status_code == 404
+    assert 'name="key"' not in response.text
+    assert off.gql("{ me { name } }").ok()["me"]["name"] == "admin", "the API still works"
+
+
 def test_no_origin_is_granted_by_default(server: Server) -> None:
     assert "access-control-allow-origin" not in preflight(server, ALLOWED).headers
     response = post_from(server, ALLOWED)

@@ -55,8 +55,8 @@ GZIP_MIN_BYTES = 1024
 
 
 def dashboard_on(settings: Settings) -> bool:
-    """QUEUELOG_DASHBOARD (API.md section 5); on where Settings has no such field yet."""
-    return bool(getattr(settings, "dashboard", True))
+    """QUEUELOG_DASHBOARD (API.md section 5)."""
+    return settings.dashboard
 
 
 def _page(name: str, settings: Settings) -> str:
