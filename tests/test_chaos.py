@@ -17,7 +17,7 @@ proxy the test cuts and heals: a network partition, or what a restart does to on
 its websocket subscribers still hear of jobs finished meanwhile on another server (with
 LISTEN/NOTIFY and with the job_events tail: SO-4, fixed), an operation sent over a websocket
 while the database is unreachable fails alone, leaving the socket open (SO-5, fixed), and an
-SDK worker whose jobs finish meanwhile reports them once the database is back (xfail SO-7).
+SDK worker whose jobs finish meanwhile reports them once the database is back.
 
 Whatever happens, at the end: every job whose enqueue was acknowledged exists once and is
 COMPLETED exactly once (one COMPLETED event, its own result), no completion was acknowledged
@@ -824,11 +824,6 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
     assert outcome == {"the operation": "error", "the subscription": "COMPLETED"}, outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SO-7 (/tmp/scaleout_bugs.md): the worker SDK takes the server's 'database unavailable' "
-    "answer (503 / INTERNAL_SERVER_ERROR) as a refusal and drops the completion",
-)
 def test_a_worker_reports_a_job_it_finished_while_the_database_was_unreachable(
     start_cluster: Callable[..., Cluster], pg_database: str, partition: Partition
 ) -> None:
@@ -871,8 +866,8 @@ def test_a_worker_reports_a_job_it_finished_while_the_database_was_unreachable(
                     )
                     return rows[0][0] == jobs
 
-                with contextlib.suppress(pytest.fail.Exception):
-                    await wait_until(all_completed, 20, "every job COMPLETED")
+                with contextlib.suppress(pytest.fail.Exception):  # the worker's back-off: seconds
+                    await wait_until(all_completed, 10, "every job COMPLETED")
             finally:
                 release.set()
                 worker.stop()
