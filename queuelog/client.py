@@ -78,6 +78,13 @@ _COMPLETE_MANY_REJECTED_BODY_START = (
 )
 
 
+def _first_message(content: bytes) -> str:
+    try:
+        return str(decode_json(content)["errors"][0]["message"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return "service unavailable"
+
+
 def encode_json(value: Any) -> bytes:
     """A request body as httpx's `json=` would send it: compact UTF-8, NaN and Infinity refused."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
@@ -410,6 +417,8 @@ class AsyncClient:
             status, content = response.status_code, response.content
         if status >= 500 and status != 503:
             raise ServerUnreachable(f"HTTP {status} from {self.url}")
+        if status == 503:  # the server is up, its database is not: try again, like unreachable
+            raise ServerUnreachable(f"HTTP 503 from {self.url}: {_first_message(content)}")
         try:
             answer = decode_json(content)
         except ValueError:

@@ -91,7 +91,7 @@ class CompiledRequests:
         await send(
             {
                 "type": "http.response.start",
-                "status": 200,
+                "status": 503 if context.database_unavailable else 200,
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(payload)).encode()),

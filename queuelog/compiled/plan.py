@@ -50,7 +50,7 @@ from queuelog.compiled.output import (
     location_of,
     plan_value,
 )
-from queuelog.errors import QueuelogError
+from queuelog.errors import DatabaseUnavailable, QueuelogError
 from queuelog.schema.extensions import INTERNAL_MESSAGE, MAX_ERRORS
 
 log = logging.getLogger("queuelog.errors")
@@ -254,6 +254,8 @@ async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> d
         try:
             result = await plan.resolver(info, **kwargs)
         except QueuelogError as refusal:
+            if isinstance(refusal, DatabaseUnavailable):
+                context.database_unavailable = True
             errors.append(FieldError(refusal.message, refusal.code, path, plan.location))
             data = _null_root(plan)
         except Exception:

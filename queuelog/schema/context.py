@@ -36,6 +36,9 @@ class RequestContext:
     key_generation: Callable[[], int] | None = None
     read_key_generation: Callable[[], Awaitable[int]] | None = None
     checked_generation: int | None = None
+    # Set when an operation met a database outage: the HTTP answer is then 503 (as /healthz
+    # answers), which clients take as "try again", not as a refusal.
+    database_unavailable: bool = False
 
     async def ensure_key_still_valid(self, read_now: bool = False) -> None:
         """For websockets: a key revoked after connection_init, by any process, runs nothing

@@ -46,8 +46,13 @@ def log_errors(errors: list[GraphQLError], execution_context: ExecutionContext |
                 )
             continue
         if isinstance(error.original_error, DatabaseUnavailable):
-            # An outage, not a bug: /healthz reports it too; one line per failed request.
+            # An outage, not a bug: /healthz reports it too; one line per failed request, and
+            # the answer is 503 (see RequestContext.database_unavailable).
             errors_log.warning("database unavailable (operation %s, path %s)", operation, path)
+            context = getattr(execution_context, "context", None)
+            response = getattr(context, "response", None)
+            if response is not None and hasattr(response, "status_code"):
+                response.status_code = 503
             continue
         errors_log.error(
             "unexpected error (operation %s, path %s): %s",
