@@ -667,7 +667,7 @@ def test_three_servers_and_24_sdk_workers_complete_3000_jobs_each_exactly_once(
 
 # --- one idempotency key through three servers at once -----------------------------------------
 
-IDEMPOTENCY_ROUNDS = 8
+IDEMPOTENCY_ROUNDS = 6
 SENDS_PER_SERVER = 6
 
 
@@ -1164,8 +1164,8 @@ def test_a_revoked_key_is_refused_at_once_by_every_server(
 
 # --- lease expiry and pruning by every process at once ------------------------------------------
 
-EXPIRING_JOBS = 300
-PRUNED_JOBS = 300
+EXPIRING_JOBS = 150
+PRUNED_JOBS = 150
 
 
 def test_lease_expiry_and_pruning_by_three_processes_handle_each_job_once(
