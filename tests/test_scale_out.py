@@ -25,11 +25,14 @@ Proven here:
   its websocket on another server right after the revoke is refused (SO-1), the next HTTP
   request on every server is 401 UNAUTHENTICATED, its open subscription ends (4403), and
   nothing is stored;
+- (xfail SO-8) an event made on another server right after a revoke does not reach the
+  revoked key's open subscription;
 - lease expiry and pruning run by three processes at once (and by claims) handle each job
   once: every expired job's retry_count goes up by exactly one, pruned jobs are counted out
   once.
 
-SO-n are the bugs these tests found (/tmp/scaleout_bugs.md); those tested here are fixed.
+SO-n are the bugs these tests found (/tmp/scaleout_bugs.md); those tested here are fixed but
+SO-8 (a strict xfail).
 The helpers (fresh databases, clusters of servers, keys, SQL, the figures file) are shared
 with test_chaos.py.
 """
@@ -1160,6 +1163,57 @@ def test_a_revoked_key_is_refused_at_once_by_every_server(
     assert sql(pg_database, "SELECT count(*) FROM jobs") == [(3 + sentinels,)]  # "before" x3, sentinels
     revoked = "SELECT name FROM api_keys WHERE revoked_at IS NOT NULL ORDER BY name"
     assert sql(pg_database, revoked) == [("doomed",), ("doomed-2",)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="SO-8 (/tmp/scaleout_bugs.md): on PostgreSQL events are checked against the keys generation "
+    "cached up to 0.5 s, so one from another server right after a revoke reaches the revoked key",
+)
+def test_an_event_from_another_server_right_after_a_revoke_is_not_delivered(
+    start_cluster: Callable[..., Cluster], pg_database: str
+) -> None:
+    """A VIEWER key watches jobEvents on server 2. It is revoked (the CLI's code, in this
+    process) and at once an admin enqueues a job on server 1: server 2 hears of it within
+    milliseconds. The revoked key must not receive it ("run nothing more", at once). Four
+    keys, one after the other."""
+    cluster = start_cluster(count=2)
+    one, two = cluster.servers
+    keys = make_keys(pg_database, Role.VIEWER, [f"watcher-{i}" for i in range(4)])
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def enqueue(marker: str) -> str:
+                answer = await graphql(http, one, cluster.admin_key, ENQUEUE_MARKED, {"marker": marker})
+                return answer.ok()["enqueueJob"]["job"]["id"]
+
+            for key in keys:
+                async with open_socket(two, key.secret) as socket:
+                    await socket.subscribe("events", "subscription { jobEvents { kind job { id } } }")
+                    await until_live(socket, "events", lambda: enqueue("sentinel"))
+                    engine = create_sync_engine(pg_database)
+                    try:
+                        await asyncio.to_thread(key_admin.revoke_key, engine, key.name)
+                    finally:
+                        engine.dispose()
+                    secret = await enqueue(f"after-revoking-{key.name}")
+                    try:
+                        while True:
+                            message = await socket.message_for("events", EVENT_DEADLINE)
+                            if message["type"] != "next":
+                                outcomes.append(message["type"])
+                                break
+                            if message["payload"]["data"]["jobEvents"]["job"]["id"] == secret:
+                                outcomes.append("delivered after the revoke")
+                                break
+                    except ConnectionClosed:
+                        outcomes.append("closed")
+        return outcomes
+
+    outcomes = run(scenario())
+    assert "delivered after the revoke" not in outcomes, outcomes
 
 
 # --- lease expiry and pruning by every process at once ------------------------------------------
