@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from queuelog.model import EventKind, Job, JobEvent, JobStatus
@@ -84,10 +84,17 @@ class OwnEvents:
 
 
 class EventTail:
-    def __init__(self, db: Any, own: OwnEvents, deliver: Callable[[Sequence[JobEvent]], None]) -> None:
+    def __init__(
+        self,
+        db: Any,
+        own: OwnEvents,
+        deliver: Callable[[Sequence[JobEvent]], None],
+        before_delivery: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
         self._db = db
         self._own = own
         self._deliver = deliver
+        self._before_delivery = before_delivery  # as in listener.py: the keys generation
         self._high = 0  # the highest event id handled
         self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
         self._task: asyncio.Task[None] | None = None
@@ -130,6 +137,8 @@ class EventTail:
             del self._holes[event_id]
         self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
         if items:
+            if self._before_delivery is not None:
+                await self._before_delivery()
             jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
             events = events_as_of(items, jobs)
             if events:

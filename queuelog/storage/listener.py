@@ -21,7 +21,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -54,9 +54,17 @@ def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
 
 
 class PostgresListener:
-    def __init__(self, db: PostgresDatabase, deliver: Callable[[Sequence[JobEvent]], None]) -> None:
+    def __init__(
+        self,
+        db: PostgresDatabase,
+        deliver: Callable[[Sequence[JobEvent]], None],
+        before_delivery: Callable[[], Awaitable[Any]],
+    ) -> None:
         self._db = db
         self._deliver = deliver
+        # Run before each delivery: the keys generation is read, so that a key revoked before
+        # these events committed (on any server) gets none of them.
+        self._before_delivery = before_delivery
         self._loop = asyncio.get_running_loop()
         self._pending: list[RemoteEvent] = []
         self._reading: asyncio.Task[None] | None = None
@@ -116,6 +124,7 @@ class PostgresListener:
         while self._pending:
             items, self._pending = self._pending, []
             try:
+                await self._before_delivery()
                 jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
             except Exception as exc:
                 log.warning("could not read back %d events from other servers: %s", len(items), exc)

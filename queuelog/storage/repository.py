@@ -90,12 +90,12 @@ class Repository:
         if feed == "notify":
             from queuelog.storage.listener import PostgresListener
 
-            listener = PostgresListener(self._db, self._publish_remote)  # type: ignore[arg-type]
+            listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
             self._feed = listener
             await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
         elif feed == "poll":
             self._db.own_events = OwnEvents()
-            tail = EventTail(self._db, self._db.own_events, self._publish_remote)
+            tail = EventTail(self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation)
             self._feed = tail
             await tail.start()
 
