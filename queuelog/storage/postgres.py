@@ -286,11 +286,11 @@ class PostgresDatabase:
                 raw.rollback()
                 return [(future, None, exc)], []
         # The side tables and the notification need no answer: one round trip for them all.
+        # Always NOTIFY, even where this server polls: replicas that LISTEN hear it too.
         with raw.pipeline():
             ops.write_side_effects(tx)
-            if self.own_events is None:
-                for payload in notify_payloads(self.origin, tx.events):
-                    raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
+            for payload in notify_payloads(self.origin, tx.events):
+                raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
         if self.own_events is not None:
             self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure
         raw.commit()
