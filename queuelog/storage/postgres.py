@@ -158,6 +158,10 @@ class PgConnection:
 _RETURNING_ID = {sql for sql, pg in FOR_SQLITE.items() if pg.rstrip().endswith("RETURNING id")}
 
 
+def _first_row(connection: PgConnection, sql: str, parameters: Any) -> Any:
+    return connection.execute(sql, parameters).fetchone()
+
+
 def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
     """`origin kind:id:status ...`, split to stay under PostgreSQL's payload limit."""
     payloads, current = [], [origin]
@@ -357,9 +361,11 @@ class PostgresDatabase:
                 self._all_readers.append(connection)
         return connection
 
-    def _run_read(self, function: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _run_read(self, function: Callable[..., T], args: tuple[Any, ...], one_statement: bool = False) -> T:
         try:
             raw = self._reader()
+            if one_statement:  # a statement of its own is a snapshot already: no BEGIN, no COMMIT
+                return function(PgConnection(raw, locking=False), *args)
             with raw.transaction():
                 return function(PgConnection(raw, locking=False), *args)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -372,7 +378,11 @@ class PostgresDatabase:
         return await loop.run_in_executor(self._read_threads, self._run_read, function, args)
 
     async def read_one(self, sql: str, parameters: Any = ()) -> Any:
-        return await self.read(lambda connection: connection.execute(sql, parameters).fetchone())
+        """The first row of one statement (every request's key checks: one round trip)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._read_threads, self._run_read, _first_row, (sql, parameters), True
+        )
 
     async def close(self) -> None:
         await self._idle.wait()
