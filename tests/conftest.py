@@ -51,6 +51,41 @@ DEFAULT_JOB_TYPES = "email,report,resize,noop"
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("QUEUELOG_TEST_REQUIRE_POSTGRES") == "1"
 BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
+# On PostgreSQL, by default, the modules whose outcome depends on the database; the modules
+# below test transport, the SDK and the pages, whose PostgreSQL runs add minutes and no
+# storage path: QUEUELOG_TEST_POSTGRES_SCOPE=all runs them on PostgreSQL too.
+POSTGRES_SCOPE = os.environ.get("QUEUELOG_TEST_POSTGRES_SCOPE", "storage")
+TRANSPORT_MODULES = frozenset(
+    {
+        "test_http",
+        "test_client",
+        "test_worker",
+        "test_worker_batching",
+        "test_worker_transport",
+        "test_bad_input",
+        "test_logging",
+        "test_sanitize",
+        "test_examples",
+        "test_job_fields",
+        "test_browser",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if POSTGRES_SCOPE == "all":
+        return
+    kept, deselected = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        module = getattr(getattr(item, "module", None), "__name__", "").rsplit(".", 1)[-1]
+        if params.get("backend") == "postgresql" and module in TRANSPORT_MODULES:
+            deselected.append(item)
+        else:
+            kept.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 STARTUP_TIMEOUT = 30.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
 
