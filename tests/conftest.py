@@ -51,43 +51,6 @@ DEFAULT_JOB_TYPES = "email,report,resize,noop"
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("QUEUELOG_TEST_REQUIRE_POSTGRES") == "1"
 BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
-# On PostgreSQL, by default, the modules that exercise storage (CI's time budget: both
-# halves of everything take ~16 min); QUEUELOG_TEST_POSTGRES_SCOPE=all runs every module on
-# PostgreSQL too. Modules that only run on PostgreSQL (scale-out, chaos, plans, copy) run.
-POSTGRES_SCOPE = os.environ.get("QUEUELOG_TEST_POSTGRES_SCOPE", "storage")
-STORAGE_MODULES = frozenset(
-    {
-        "test_lifecycle",
-        "test_counters",
-        "test_concurrency",
-        "test_durability",
-        "test_subscriptions",
-        "test_unstorable_text",
-        "test_migrations",
-        "test_event_feed",
-        "test_postgres_plans",
-    }
-)
-
-
-def _exercises_storage(module: str, path: str) -> bool:
-    return module in STORAGE_MODULES or "/security/" in path
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if POSTGRES_SCOPE == "all":
-        return
-    kept, deselected = [], []
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        module = getattr(getattr(item, "module", None), "__name__", "").rsplit(".", 1)[-1]
-        if params.get("backend") == "postgresql" and not _exercises_storage(module, str(item.path)):
-            deselected.append(item)
-        else:
-            kept.append(item)
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = kept
 STARTUP_TIMEOUT = 30.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
 

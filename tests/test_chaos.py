@@ -27,9 +27,9 @@ fails (refused connections, 503s, lost answers): enqueues with the same idempote
 completions with the same attempt (the fencing token), so a retry never does anything twice.
 
 Figures (jobs/s, runs, duplicates, lost, what was refused) go to /tmp/chaos_figures.md;
-no assertion depends on timing beyond generous deadlines. The PostgreSQL scenario restarts
-the cluster serving QUEUELOG_TEST_POSTGRES_URL (local, via pg_ctlcluster), so it disturbs
-anything else using that cluster for a few seconds; it skips, saying why, when it cannot.
+no assertion depends on timing beyond generous deadlines. The PostgreSQL scenario stops and
+starts a cluster of its own, made for it with Debian's pg_createcluster (root only) and
+dropped after, so nothing else notices; it skips, saying why, when it cannot.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 import httpx
 import psycopg
 import pytest
-from conftest import POSTGRES_URL, Server
+from conftest import Server, free_port
 from test_scale_out import (
     SERVERS,
     Cluster,
@@ -465,8 +465,16 @@ def test_a_server_killed_mid_drain_loses_nothing_and_completes_each_job_once(
 
 @dataclass
 class PostgresCluster:
+    """A PostgreSQL cluster of this test's own (Debian's pg_createcluster), so that stopping
+    it disturbs nothing else: the suite's other PostgreSQL tests run meanwhile (pytest -n)."""
+
     version: str
     name: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/queuelog_chaos"
 
     def ctl(self, action: str) -> None:
         command = ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action]
@@ -476,36 +484,38 @@ class PostgresCluster:
         command = ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, "status"]
         return subprocess.run(command, capture_output=True, timeout=60).returncode == 0
 
+    def drop(self) -> None:
+        command = ["pg_dropcluster", "--stop", self.version, self.name]
+        subprocess.run(command, capture_output=True, timeout=120)
 
-def postgres_cluster() -> PostgresCluster | str:
-    """The local cluster serving POSTGRES_URL, or why it cannot be restarted from here."""
-    parts = urlsplit(POSTGRES_URL)
-    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
-        return f"PostgreSQL at {parts.hostname} is not local"
-    if shutil.which("pg_lsclusters") is None or shutil.which("pg_ctlcluster") is None:
-        return "pg_lsclusters/pg_ctlcluster not found"
+
+def postgres_version() -> str:
+    """The installed PostgreSQL version to make a private cluster with, or why there is none."""
+    if shutil.which("pg_createcluster") is None or shutil.which("pg_ctlcluster") is None:
+        return "pg_createcluster/pg_ctlcluster not found (Debian's postgresql-common)"
     if os.geteuid() != 0:
-        return "restarting PostgreSQL needs root"
-    listed = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True, timeout=30)
-    for line in listed.stdout.splitlines():
-        version, name, port, status, *_ = line.split()
-        if int(port) == (parts.port or 5432) and status == "online":
-            return PostgresCluster(version, name)
-    return f"no online local cluster on port {parts.port or 5432}"
+        return "making and restarting a PostgreSQL cluster needs root"
+    versions = sorted(os.listdir("/usr/lib/postgresql"), key=lambda v: int(v.split(".")[0]))
+    return versions[-1] if versions else "no PostgreSQL server under /usr/lib/postgresql"
 
 
 @pytest.fixture
-def postgres(pg_database: str) -> Iterator[PostgresCluster]:
-    """The PostgreSQL cluster of this test's database, started again after the test whatever
-    happened (other tests and people use it)."""
-    found = postgres_cluster()
-    if isinstance(found, str):
-        pytest.skip(f"cannot restart PostgreSQL: {found}")
+def postgres() -> Iterator[PostgresCluster]:
+    """A fresh cluster on a free port, trusting local TCP, with one database; dropped after."""
+    version = postgres_version()
+    if not version[0].isdigit():
+        pytest.skip(f"cannot restart PostgreSQL: {version}")
+    cluster = PostgresCluster(version, f"queuelog_chaos_{os.getpid()}", free_port())
+    create = ["pg_createcluster", "-p", str(cluster.port), version, cluster.name, "--", "--auth=trust"]
+    subprocess.run(create, check=True, capture_output=True, timeout=120)
     try:
-        yield found
+        cluster.ctl("start")
+        admin = cluster.url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as connection:
+            connection.execute("CREATE DATABASE queuelog_chaos")
+        yield cluster
     finally:
-        if not found.running():
-            found.ctl("start")
+        cluster.drop()
 
 
 async def health(http: httpx.AsyncClient, url: str) -> int | None:
@@ -566,10 +576,11 @@ def restart_postgres(postgres: PostgresCluster) -> Fault:
 
 
 def test_drain_while_postgresql_restarts_loses_nothing(
-    start_cluster: Callable[..., Cluster], pg_database: str, postgres: PostgresCluster
+    postgres: PostgresCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    cluster = start_cluster(**SERVE_FLAGS)
-    state, elapsed = drain(cluster, pg_database, fault=restart_postgres(postgres))
+    with contextlib.contextmanager(cluster_starter)(postgres.url, tmp_path_factory) as start_cluster:
+        cluster = start_cluster(**SERVE_FLAGS)
+        state, elapsed = drain(cluster, postgres.url, fault=restart_postgres(postgres))
     duplicates, lost = assert_exactly_once(state)
     assert state.ledger.refused  # the outage was seen, and got through
     figures("chaos: PostgreSQL stopped and started", state, elapsed, duplicates, lost)
