@@ -17,11 +17,13 @@ psycopg (3) is imported here only: the SQLite run never needs it.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -132,21 +134,19 @@ def fill_pending(url: str, n: int) -> None:
 
 # --- figure 6: filling queuelog's own tables fast ---------------------------------------------
 
-# queuelog's job_counts recounted from its jobs: the statements of migration 0002's BACKFILL
-# (queuelog/storage/migrations/versions/0002_counters.py), copied: the bench never imports
-# queuelog.
-BACKFILL = [
-    "INSERT INTO job_counts (scope, name, type, status, n)"
-    " SELECT '*', '', type, status, count(*) FROM jobs GROUP BY type, status",
-    "INSERT INTO job_counts (scope, name, type, status, n)"
-    " SELECT 'p', created_by, type, status, count(*) FROM jobs GROUP BY created_by, type, status",
-    "INSERT INTO job_counts (scope, name, type, status, n)"
-    " SELECT 'w', worker_id, type, status, count(*) FROM jobs WHERE worker_id IS NOT NULL"
-    " GROUP BY worker_id, type, status",
-    "INSERT INTO job_counts (scope, name, type, status, n)"
-    " SELECT 's', created_by, type, status, count(*) FROM jobs WHERE worker_id = created_by"
-    " GROUP BY created_by, type, status",
-]
+# queuelog's job_counts recounted from its jobs: the statements of migration 0002's BACKFILL,
+# read from the migration's source (the bench never imports queuelog: see bench/README.md).
+MIGRATION_0002 = Path(__file__).resolve().parents[1] / "queuelog/storage/migrations/versions/0002_counters.py"
+
+
+def _assigned_list(path: Path, name: str) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise LookupError(f"{name} is not assigned in {path}")
+
+
+BACKFILL = _assigned_list(MIGRATION_0002, "BACKFILL")
 # New jobs g = 0 .. n-1 (job index i = start + g, type types[i % len(types)], payload as
 # bench/_api.py's job_input(i)); the first `completed` of them COMPLETED by the worker that
 # completed the API-filled ones (claimed 1 ms, finished 2 ms after creation, attempt 1, the

@@ -42,15 +42,13 @@ from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
+from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
 from queuelog.storage.postgres_statements import FOR_SQLITE, FOR_UPDATE
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.types import from_micros
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
-Operation = Callable[[WriteTx], Any]
-Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
-Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
 
 EVENTS_CHANNEL = "queuelog_events"
 NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
@@ -178,16 +176,13 @@ def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
     return payloads
 
 
-class PostgresDatabase:
+class PostgresDatabase(GroupCommit):
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+        super().__init__(on_commit)
         self.url = url
         self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
-        self._on_commit = on_commit
         self._writer: psycopg.Connection[Any] | None = connect(url, autocommit=False)
-        self._queue: Batch = []
         self._busy = False
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="queuelog-pg-writer")
         self._read_threads = ThreadPoolExecutor(READ_CONNECTIONS, thread_name_prefix="queuelog-pg-reader")
         self._readers = threading.local()
@@ -198,17 +193,10 @@ class PostgresDatabase:
 
     # --- writes ------------------------------------------------------------------------------
 
-    async def write(self, operation: Callable[[WriteTx], T]) -> T:
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((operation, future))
-        self._schedule()
-        return await future
-
     def _schedule(self) -> None:
         if self._busy or not self._queue:
             return
-        batch = [(op, future) for op, future in self._queue if not future.cancelled()]
-        self._queue = []
+        batch = self._take()
         if not batch:
             return
         self._busy = True
@@ -216,21 +204,13 @@ class PostgresDatabase:
         done = asyncio.get_running_loop().run_in_executor(self._write_thread, self._commit, batch)
         done.add_done_callback(self._batch_done)
 
+    def _working(self) -> bool:
+        return self._busy
+
     def _batch_done(self, done: asyncio.Future[tuple[list[Outcome], list[JobEvent]]]) -> None:
         self._busy = False
         outcomes, events = done.result()  # _commit catches everything
-        for future, value, exc in outcomes:
-            if future.done():
-                continue
-            if exc is None:
-                future.set_result(value)
-            else:
-                future.set_exception(exc)
-        if events:
-            self._on_commit(events)
-        self._schedule()
-        if not self._busy:
-            self._idle.set()
+        self._settle(outcomes, events)
 
     def _writer_connection(self) -> psycopg.Connection[Any]:
         if self._writer is None or self._writer.closed or self._writer.broken:
@@ -246,17 +226,17 @@ class PostgresDatabase:
                 log.info("write batch %s (%d operations); running it again", type(exc).__name__, len(batch))
                 self._rollback()
                 if attempt == BATCH_ATTEMPTS - 1:
-                    return [(future, None, exc) for _, future in batch], []
+                    return all_failed(batch, exc), []
             except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable) as exc:
                 # The connection is gone (PostgreSQL restarting, network): nothing of this batch
                 # is acknowledged; the next batch reconnects.
                 log.warning("PostgreSQL unavailable for a write batch: %s", type(exc).__name__)
                 self._drop_writer()
                 failure = DatabaseUnavailable("the database is unavailable; try again")
-                return [(future, None, failure) for _, future in batch], []
+                return all_failed(batch, failure), []
             except Exception as exc:
                 self._rollback()
-                return [(future, None, exc) for _, future in batch], []
+                return all_failed(batch, exc), []
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit_once(
@@ -385,7 +365,7 @@ class PostgresDatabase:
         )
 
     async def close(self) -> None:
-        await self._idle.wait()
+        await self._drained()
         self._write_thread.shutdown(wait=True)
         self._read_threads.shutdown(wait=True)
         self._drop_writer()

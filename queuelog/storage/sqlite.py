@@ -34,14 +34,12 @@ from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS
 from queuelog.storage.event_tail import OwnEvents
+from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.write_lock import WriteLock
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
-Operation = Callable[[WriteTx], Any]
-Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
-Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
 
 
 def utcnow() -> datetime:
@@ -73,30 +71,21 @@ def connect(path: str) -> sqlite3.Connection:
     return connection
 
 
-class SqliteDatabase:
+class SqliteDatabase(GroupCommit):
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+        super().__init__(on_commit)
         path = database_path(url)
         self._writer = connect(path)
         self._reader = connect(path)
         self._reader.execute("PRAGMA query_only=ON")
         self._lock = WriteLock(url)
-        self._on_commit = on_commit
-        self._queue: list[tuple[Operation, asyncio.Future[Any]]] = []
         self._flush_scheduled = False
         self._in_thread = False
         self._thread: ThreadPoolExecutor | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
         # Set when an event tail runs (`serve --workers N`): the ids of this process's events.
         self.own_events: OwnEvents | None = None
 
     # --- writes ------------------------------------------------------------------------------
-
-    async def write(self, operation: Callable[[WriteTx], T]) -> T:
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((operation, future))
-        self._schedule()
-        return await future
 
     def _schedule(self) -> None:
         if not self._flush_scheduled and not self._in_thread and self._queue:
@@ -104,10 +93,12 @@ class SqliteDatabase:
             self._idle.clear()
             asyncio.get_running_loop().call_soon(self._flush)
 
+    def _working(self) -> bool:
+        return self._flush_scheduled or self._in_thread
+
     def _flush(self) -> None:
         self._flush_scheduled = False
-        batch = [(op, future) for op, future in self._queue if not future.cancelled()]
-        self._queue = []
+        batch = self._take()
         if not batch:
             self._idle.set()
             return
@@ -166,22 +157,8 @@ class SqliteDatabase:
                     connection.execute("ROLLBACK")
                 except sqlite3.Error:  # pragma: no cover - the connection is already broken
                     log.exception("rollback failed")
-            return [(future, None, exc) for _, future in batch], []
+            return all_failed(batch, exc), []
         return outcomes, tx.events
-
-    def _settle(self, outcomes: list[Outcome], events: list[JobEvent]) -> None:
-        for future, value, exc in outcomes:
-            if future.done():
-                continue
-            if exc is None:
-                future.set_result(value)
-            else:
-                future.set_exception(exc)
-        if events:
-            self._on_commit(events)
-        self._schedule()
-        if not self._flush_scheduled and not self._in_thread:
-            self._idle.set()
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -205,7 +182,7 @@ class SqliteDatabase:
         return self._reader.execute(sql, parameters).fetchone()
 
     async def close(self) -> None:
-        await self._idle.wait()
+        await self._drained()
         if self._thread is not None:
             self._thread.shutdown(wait=True)
         self._writer.close()
