@@ -43,7 +43,7 @@ from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.postgres_statements import FOR_SQLITE, FOR_UPDATE
+from queuelog.storage.postgres_statements import AT_ONCE, FOR_SQLITE, FOR_UPDATE
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.types import from_micros
 
@@ -139,11 +139,20 @@ class PgConnection:
         return Result(rows, cursor.rowcount, lastrowid)
 
     def executemany(self, sql: str, parameters: Iterable[Any]) -> Result:
+        rows = list(parameters)
+        at_once = AT_ONCE.get(sql)
+        if at_once is not None and len(rows) > 1:
+            cursor = self.raw.execute(at_once.sql, at_once.parameters(rows), binary=True)
+            return Result([], cursor.rowcount)
         cursor = self.raw.cursor(binary=True)
-        cursor.executemany(self._sql(sql), list(parameters))
+        cursor.executemany(self._sql(sql), rows)
         return Result([], cursor.rowcount)
 
     def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> list[int]:
+        at_once = AT_ONCE.get(sql)
+        if at_once is not None:
+            cursor = self.raw.execute(at_once.sql, at_once.parameters(rows), binary=True)
+            return sorted(row[0] for row in cursor.fetchall())  # rising in the rows' order
         cursor = self.raw.cursor(binary=True)
         cursor.executemany(self._sql(sql), rows, returning=True)
         ids = []
