@@ -1,9 +1,11 @@
 """PostgreSQL through psycopg 3, with the group commit of sqlite.py and events across servers.
 
-Writes are grouped as on SQLite: operations queued during one round are run by one writer
-connection in one transaction, each in its own SAVEPOINT, and answered after COMMIT. The
-writer works on its own thread (psycopg's sync API: a network round trip must not hold the
-event loop), while the loop keeps queueing the next batch. Many server processes write at
+Writes are grouped as on SQLite: operations queued meanwhile are run in one transaction,
+each in its own SAVEPOINT, and answered after COMMIT. Up to WRITE_CONNECTIONS batches run at
+once, each on a writer connection and a thread of its own (psycopg's sync API: a network
+round trip must not hold the event loop): while one waits for its COMMIT to reach the disk,
+the next one runs. Batches are settled (answered, their events published) in the order
+their COMMITs began, so a job's events reach subscribers in the order they happened. Many server processes write at
 once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED` claims and unique constraints keep
 them apart (postgres_statements.py). A batch that PostgreSQL aborts as a deadlock or
 serialization failure is run again from the start; nothing of it was kept.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import threading
 import uuid
@@ -50,9 +53,13 @@ from queuelog.storage.types import from_micros
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
 
+# What a write batch hands back: its outcomes, the events of what it kept, and the ticket of
+# each COMMIT it began (one per attempt; none when it never got that far).
+Committed = tuple[list[Outcome], list[JobEvent], list[int]]
 EVENTS_CHANNEL = "queuelog_events"
 NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
+WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
 CONNECT_TIMEOUT_SECONDS = 5
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
@@ -165,6 +172,12 @@ class PgConnection:
 _RETURNING_ID = {sql for sql, pg in FOR_SQLITE.items() if pg.rstrip().endswith("RETURNING id")}
 
 
+def _close(raw: psycopg.Connection[Any] | None) -> None:
+    if raw is not None:
+        with contextlib.suppress(psycopg.Error):
+            raw.close()
+
+
 def _first_row(connection: PgConnection, sql: str, parameters: Any) -> Any:
     return connection.execute(sql, parameters).fetchone()
 
@@ -190,9 +203,17 @@ class PostgresDatabase(GroupCommit):
         super().__init__(on_commit)
         self.url = url
         self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
-        self._writer: psycopg.Connection[Any] | None = connect(url, autocommit=False)
-        self._busy = False
-        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="queuelog-pg-writer")
+        # Writer connections not in use; the first is opened now, so that a server whose
+        # database does not answer says so at start-up.
+        self._spare_writers: list[psycopg.Connection[Any]] = [connect(url, autocommit=False)]
+        self._writers_lock = threading.Lock()
+        self._running = 0  # write batches under way
+        # Each COMMIT takes a ticket as it begins; batches are settled in ticket order.
+        self._tickets = itertools.count()
+        self._tickets_lock = threading.Lock()
+        self._next_ticket = 0
+        self._in_commit_order: dict[int, tuple[list[Outcome], list[JobEvent]]] = {}
+        self._write_threads = ThreadPoolExecutor(WRITE_CONNECTIONS, thread_name_prefix="queuelog-pg-writer")
         self._read_threads = ThreadPoolExecutor(READ_CONNECTIONS, thread_name_prefix="queuelog-pg-reader")
         self._readers = threading.local()
         self._all_readers: list[psycopg.Connection[Any]] = []
@@ -203,58 +224,90 @@ class PostgresDatabase(GroupCommit):
     # --- writes ------------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        if self._busy or not self._queue:
-            return
-        batch = self._take()
-        if not batch:
-            return
-        self._busy = True
-        self._idle.clear()
-        done = asyncio.get_running_loop().run_in_executor(self._write_thread, self._commit, batch)
-        done.add_done_callback(self._batch_done)
+        # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
+        # disk, the next runs (PostgreSQL flushes their commits together). What arrives while
+        # all are busy waits, and goes in the next batch.
+        while self._running < WRITE_CONNECTIONS and self._queue:
+            batch = self._take()
+            if not batch:
+                return
+            self._running += 1
+            self._idle.clear()
+            done = asyncio.get_running_loop().run_in_executor(self._write_threads, self._commit, batch)
+            done.add_done_callback(self._batch_done)
 
     def _working(self) -> bool:
-        return self._busy
+        return self._running > 0
 
-    def _batch_done(self, done: asyncio.Future[tuple[list[Outcome], list[JobEvent]]]) -> None:
-        self._busy = False
-        outcomes, events = done.result()  # _commit catches everything
-        self._settle(outcomes, events)
+    def _batch_done(self, done: asyncio.Future[Committed]) -> None:
+        """Settle batches in the order their COMMITs began. A batch that waited for a row
+        another batch had locked began its COMMIT after that one ended, so subscribers hear
+        of a job's changes in the order they were made."""
+        self._running -= 1
+        outcomes, events, tickets = done.result()  # _commit catches everything
+        if not tickets:  # nothing reached COMMIT
+            self._settle(outcomes, events)
+            return
+        for ticket in tickets[:-1]:  # attempts that were rolled back
+            self._in_commit_order[ticket] = ([], [])
+        self._in_commit_order[tickets[-1]] = (outcomes, events)
+        if self._next_ticket not in self._in_commit_order:
+            self._schedule()  # an earlier batch is still committing; this one waits for it
+        while self._next_ticket in self._in_commit_order:
+            outcomes, events = self._in_commit_order.pop(self._next_ticket)
+            self._next_ticket += 1
+            self._settle(outcomes, events)
 
-    def _writer_connection(self) -> psycopg.Connection[Any]:
-        if self._writer is None or self._writer.closed or self._writer.broken:
-            self._writer = None
-            self._writer = connect(self.url, autocommit=False)
-        return self._writer
+    def _check_out_writer(self) -> psycopg.Connection[Any]:
+        with self._writers_lock:
+            while self._spare_writers:
+                raw = self._spare_writers.pop()
+                if not raw.closed and not raw.broken:
+                    return raw
+        return connect(self.url, autocommit=False)
 
-    def _commit(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
+    def _check_in_writer(self, raw: psycopg.Connection[Any]) -> None:
+        if raw.closed or raw.broken:
+            return
+        with self._writers_lock:
+            self._spare_writers.append(raw)
+
+    def _commit(self, batch: Batch) -> Committed:
+        tickets: list[int] = []
+        outcomes, events = self._commit_attempts(batch, tickets)
+        return outcomes, events, tickets
+
+    def _commit_attempts(self, batch: Batch, tickets: list[int]) -> tuple[list[Outcome], list[JobEvent]]:
         for attempt in range(BATCH_ATTEMPTS):
+            raw = None
             try:
-                return self._commit_once(batch)
+                raw = self._check_out_writer()
+                result = self._commit_once(raw, batch, tickets)
+                self._check_in_writer(raw)
+                return result
             except RETRIED_ERRORS as exc:
                 log.info("write batch %s (%d operations); running it again", type(exc).__name__, len(batch))
-                self._rollback()
+                self._rollback(raw)
                 if attempt == BATCH_ATTEMPTS - 1:
                     return all_failed(batch, exc), []
             except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseUnavailable) as exc:
                 # The connection is gone (PostgreSQL restarting, network): nothing of this batch
                 # is acknowledged; the next batch reconnects.
                 log.warning("PostgreSQL unavailable for a write batch: %s", type(exc).__name__)
-                self._drop_writer()
+                _close(raw)
                 failure = DatabaseUnavailable("the database is unavailable; try again")
                 return all_failed(batch, failure), []
             except Exception as exc:
-                self._rollback()
+                self._rollback(raw)
                 return all_failed(batch, exc), []
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _commit_once(
-        self, batch: Batch, savepoints: bool | None = None
+        self, raw: psycopg.Connection[Any], batch: Batch, tickets: list[int], savepoints: bool | None = None
     ) -> tuple[list[Outcome], list[JobEvent]]:
         """One transaction for the batch. A batch of one runs without a savepoint (two round
         trips fewer: the common case under light load); if it fails, rolling back the whole
         transaction is the same thing, and an idempotency race reruns it with one."""
-        raw = self._writer_connection()
         connection = PgConnection(raw, locking=True)
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
         tx = WriteTx(connection, from_micros(now_us), ids_from_returning=True)
@@ -272,7 +325,7 @@ class PostgresDatabase(GroupCommit):
                 outcomes.append((future, operation(tx), None))
             except pg_errors.UniqueViolation:
                 raw.rollback()
-                return self._commit_once(batch, savepoints=True)
+                return self._commit_once(raw, batch, tickets, savepoints=True)
             except (*RETRIED_ERRORS, psycopg.OperationalError, psycopg.InterfaceError):
                 raise
             except Exception as exc:
@@ -286,6 +339,8 @@ class PostgresDatabase(GroupCommit):
                 raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
         if self.own_events is not None:
             self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure
+        with self._tickets_lock:
+            tickets.append(next(self._tickets))
         raw.commit()
         return outcomes, tx.events
 
@@ -323,19 +378,15 @@ class PostgresDatabase(GroupCommit):
         raw.execute("ROLLBACK TO SAVEPOINT op")
         tx.forget_since(mark)
 
-    def _rollback(self) -> None:
-        if self._writer is None:
+    def _rollback(self, raw: psycopg.Connection[Any] | None) -> None:
+        if raw is None:
             return
         try:
-            self._writer.rollback()
+            raw.rollback()
         except psycopg.Error:
-            self._drop_writer()
-
-    def _drop_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            with contextlib.suppress(psycopg.Error):
-                writer.close()
+            _close(raw)
+        else:
+            self._check_in_writer(raw)
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -375,9 +426,12 @@ class PostgresDatabase(GroupCommit):
 
     async def close(self) -> None:
         await self._drained()
-        self._write_thread.shutdown(wait=True)
+        self._write_threads.shutdown(wait=True)
         self._read_threads.shutdown(wait=True)
-        self._drop_writer()
+        with self._writers_lock:
+            for raw in self._spare_writers:
+                _close(raw)
+            self._spare_writers.clear()
         with self._readers_lock:
             for connection in self._all_readers:
                 connection.close()
