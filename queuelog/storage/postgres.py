@@ -5,9 +5,11 @@ each in its own SAVEPOINT, and answered after COMMIT. Up to WRITE_CONNECTIONS ba
 once, each on a writer connection and a thread of its own (psycopg's sync API: a network
 round trip must not hold the event loop): while one waits for its COMMIT to reach the disk,
 the next one runs. Batches are settled (answered, their events published) in the order
-their COMMITs began, so a job's events reach subscribers in the order they happened. Many server processes write at
-once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED` claims and unique constraints keep
-them apart (postgres_statements.py). A batch that PostgreSQL aborts as a deadlock or
+their COMMITs began, so a job's events reach subscribers in the order they happened.
+
+Many server processes write at once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED`
+claims and unique constraints keep them apart (postgres_statements.py), as they keep this
+server's own concurrent batches apart. A batch that PostgreSQL aborts as a deadlock or
 serialization failure is run again from the start; nothing of it was kept.
 
 The database's clock rules: each batch takes `now` from PostgreSQL (`clock_timestamp()`),
