@@ -236,6 +236,44 @@ def test_delayed_job_is_not_claimed_before_it_is_due(idle: Server, worker: Key) 
     assert now() >= run_at
 
 
+def test_a_mixed_batch_is_stored_field_for_field_in_order(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    """One enqueueJobs of 40 different inputs (keys and none, delays, priorities, payloads with
+    nulls and non-ASCII text): each job comes back as its input asked, ids rising in input
+    order, and reads back the same. PostgreSQL inserts them in one statement over arrays."""
+    producer = new_key(server, unique, "producer", max_priority="CRITICAL")
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    inputs = [
+        {
+            "type": ("email", "report")[i % 2],
+            "payload": {"i": i, "note": None if i % 3 else "héllo ✓", "list": [i, True, None]},
+            "priority": ("LOW", "MEDIUM", "HIGH", "CRITICAL")[i % 4],
+            "maxRetries": i % 5,
+            **({"idempotencyKey": f"mixed-{i}-{time.monotonic_ns()}"} if i % 2 else {}),
+            **({"runAt": later} if i % 7 == 0 else {}),
+        }
+        for i in range(40)
+    ]
+    jobs = enqueue_many(server, inputs, producer)
+    ids = [int(job["id"]) for job in jobs]
+    assert ids == sorted(ids) and len(set(ids)) == 40
+    for given, job in zip(inputs, jobs, strict=True):
+        assert job["type"] == given["type"]
+        assert job["payload"] == given["payload"]
+        assert job["priority"] == given["priority"]
+        assert job["maxRetries"] == given["maxRetries"]
+        assert job["idempotencyKey"] == given.get("idempotencyKey")
+        if "runAt" in given:
+            assert utc(job["runAt"]) == utc(given["runAt"])
+        else:
+            assert_about_now(job["runAt"])
+        stored = server.gql(ADMIN_JOB, {"id": job["id"]}).ok()["job"]
+        assert {k: v for k, v in stored.items() if k != "error"} == job
+    replayed = enqueue_many(server, [given for given in inputs if "idempotencyKey" in given], producer)
+    assert [job["id"] for job in replayed] == [job["id"] for job in jobs if job["idempotencyKey"]]
+
+
 # --- claim -----------------------------------------------------------------------------------------
 
 PRIORITIES = ["LOW", "HIGH", "MEDIUM", "HIGH", "CRITICAL", "LOW", "MEDIUM"]
