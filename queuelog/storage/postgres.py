@@ -274,6 +274,12 @@ class PostgresDatabase(GroupCommit):
         with self._writers_lock:
             self._spare_writers.append(raw)
 
+    def _close_spare_writers(self) -> None:
+        with self._writers_lock:
+            spares, self._spare_writers = self._spare_writers, []
+        for raw in spares:
+            _close(raw)
+
     def _commit(self, batch: Batch) -> Committed:
         tickets: list[int] = []
         outcomes, events = self._commit_attempts(batch, tickets)
@@ -297,6 +303,7 @@ class PostgresDatabase(GroupCommit):
                 # is acknowledged; the next batch reconnects.
                 log.warning("PostgreSQL unavailable for a write batch: %s", type(exc).__name__)
                 _close(raw)
+                self._close_spare_writers()  # gone with it, most likely: the next batch reconnects
                 failure = DatabaseUnavailable("the database is unavailable; try again")
                 return all_failed(batch, failure), []
             except Exception as exc:
@@ -430,10 +437,7 @@ class PostgresDatabase(GroupCommit):
         await self._drained()
         self._write_threads.shutdown(wait=True)
         self._read_threads.shutdown(wait=True)
-        with self._writers_lock:
-            for raw in self._spare_writers:
-                _close(raw)
-            self._spare_writers.clear()
+        self._close_spare_writers()
         with self._readers_lock:
             for connection in self._all_readers:
                 connection.close()
