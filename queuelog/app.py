@@ -253,7 +253,7 @@ async def end_revoked_sockets_forever(services: Services) -> None:
     """Websockets whose key was revoked (by any process) end even when idle: the keys
     generation is read every KEY_WATCH_SECONDS, and each open socket checked when it moves."""
     generation: int | None = None
-    unavailable = False
+    outage = maintenance.OutageLog("checking open websockets for revoked keys")
     while True:
         await asyncio.sleep(KEY_WATCH_SECONDS)
         if not services.sockets:
@@ -264,11 +264,9 @@ async def end_revoked_sockets_forever(services: Services) -> None:
                 generation = current
                 for socket in list(services.sockets):
                     await socket.end_if_key_revoked()
-            unavailable = False
+            outage.succeeded()
         except DatabaseUnavailable as exc:
-            if not unavailable:  # one line per outage
-                log.warning("checking open websockets for revoked keys: %s", exc.message)
-            unavailable = True
+            outage.failed(exc)
         except Exception:
             log.exception("checking open websockets for revoked keys failed; trying again")
 

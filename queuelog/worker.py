@@ -268,8 +268,12 @@ def _lease_seconds(data: dict[str, Any]) -> float:
     return (expires - claimed).total_seconds()
 
 
+def _text(exc: BaseException) -> str:
+    return str(exc).replace("\x00", "")  # NUL cannot be stored (the server refuses it)
+
+
 def _describe(exc: BaseException) -> str:
-    text = str(exc).replace("\x00", "")  # NUL cannot be stored (the server refuses it)
+    text = _text(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -278,7 +282,7 @@ def _failure(exc: BaseException) -> Outcome:
         after = None if exc.after is None else max(0, min(86400, round(exc.after)))
         return Outcome("retrying", _describe(exc), retry_in=after)
     if isinstance(exc, Discard):
-        return Outcome("discarded", str(exc).replace("\x00", "") or "discarded", retryable=False)
+        return Outcome("discarded", _text(exc) or "discarded", retryable=False)
     return Outcome("retrying", _describe(exc))
 
 

@@ -34,6 +34,14 @@ STATUSES = {status.value: status for status in JobStatus}
 RemoteEvent = tuple[EventKind, int, JobStatus]
 
 
+def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
+    """An event as stored or notified (text), or None for a kind or status this version
+    does not know (a newer server's)."""
+    if kind in KINDS and status in STATUSES:
+        return (KINDS[kind], job_id, STATUSES[status])
+    return None
+
+
 def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobEvent]:
     """Events for these items, each with its job as read back but with the status it had as
     of the event (API.md: jobEvents(statuses:) filters on that). A job gone since (pruned)
@@ -131,8 +139,9 @@ class EventTail:
                 self._high = event_id
             else:
                 self._holes.pop(event_id, None)
-            if event_id not in self._own and kind in KINDS and status in STATUSES:
-                items.append((KINDS[kind], job_id, STATUSES[status]))
+            event = None if event_id in self._own else remote_event(kind, job_id, status)
+            if event is not None:
+                items.append(event)
         for event_id in [i for i, since in self._holes.items() if now - since > HOLE_SECONDS]:
             del self._holes[event_id]
         self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)

@@ -28,7 +28,7 @@ import psycopg
 
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
-from queuelog.storage.event_tail import KINDS, STATUSES, RemoteEvent, events_as_of
+from queuelog.storage.event_tail import RemoteEvent, events_as_of, remote_event
 from queuelog.storage.postgres import EVENTS_CHANNEL, PostgresDatabase, connect
 from queuelog.storage.postgres_statements import MAX_EVENT_ID
 
@@ -48,8 +48,9 @@ def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
     items = []
     for word in words:
         kind, job_id, status = (word.split(":") + ["", ""])[:3]
-        if kind in KINDS and job_id.isdigit() and status in STATUSES:
-            items.append((KINDS[kind], int(job_id), STATUSES[status]))
+        event = remote_event(kind, int(job_id), status) if job_id.isdigit() else None
+        if event is not None:
+            items.append(event)
     return origin, items
 
 
@@ -143,11 +144,12 @@ class PostgresListener:
                 rows = await self._db.read(ops.events_after, after)
                 if not rows:
                     return
-                items = [
-                    (KINDS[kind], job_id, STATUSES[status])
+                events = (
+                    remote_event(kind, job_id, status)
                     for event_id, job_id, kind, status in rows
-                    if event_id <= through and kind in KINDS and status in STATUSES
-                ]
+                    if event_id <= through
+                )
+                items = [event for event in events if event is not None]
                 after = rows[-1][0]
                 self._received(items)
         except Exception as exc:

@@ -54,16 +54,11 @@ CONTENT_TYPES = {
 GZIP_MIN_BYTES = 1024
 
 
-def dashboard_on(settings: Settings) -> bool:
-    """QUEUELOG_DASHBOARD (API.md section 5)."""
-    return settings.dashboard
-
-
 def _page(name: str, settings: Settings) -> str:
     """A template, with links to the pages that are on (the page itself marked current)."""
     links = []
     for href, title, on in (
-        ("/", "Dashboard", dashboard_on(settings)),
+        ("/", "Dashboard", settings.dashboard),
         ("/graphql", "GraphiQL", settings.graphiql),
     ):
         if on:
@@ -139,7 +134,7 @@ class Assets:
 def routes(settings: Settings) -> list[BaseRoute]:
     """`/static/...` whenever a page is on, and the dashboard at `/` unless QUEUELOG_DASHBOARD
     is off. GraphiQL itself stays at GET /graphql (see graphiql_page)."""
-    dashboard = dashboard_on(settings)
+    dashboard = settings.dashboard
     if not (dashboard or settings.graphiql):
         return []
     assets = Assets(STATIC)
