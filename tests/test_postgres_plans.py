@@ -116,3 +116,25 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     shown = plan(queue_shaped, getattr(pg, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
     assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_are_stale(
+    queue_shaped: Any,
+) -> None:
+    """`completeJobs` is one UPDATE over arrays on PostgreSQL: its rows must come from the
+    primary key (id = ANY), whatever the statistics say about running jobs."""
+    from queuelog.storage.postgres_statements import COMPLETE_CHECKED_AT_ONCE
+
+    queue_shaped.execute(
+        "UPDATE jobs SET status = 'running', worker_id = 'w', attempt = 1,"
+        " lease_expires_at = now() + interval '1 hour' WHERE status = 'pending'"
+    )
+    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    now = int(time.time() * 1_000_000)
+    rows = [{"id": 30000 + i, "attempt": 1, "result": "{}", "now": now} for i in range(100)]
+    shown = plan(queue_shaped, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
+    assert re.search(r"Index Cond: \(id = ANY", shown), shown
+    assert "jobs_pkey" in shown, shown
+    assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
+    assert "Seq Scan on jobs" not in shown and "Loop" not in shown, shown
