@@ -56,8 +56,10 @@ class Settings:
     soak_rate: float  # requests/s per soak client, 0 = as fast as answers come
     database: str = "sqlite"  # or "postgresql": where queuelog (and the baselines) keep jobs
     postgres_url: str = _pg.DEFAULT_URL  # databases are created on this cluster
-    # Figure 4's peer on PostgreSQL, DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS (0 = no limit).
+    # Figure 4's first peer on PostgreSQL, PgQueuer: DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS (0 = no limit).
     pgqueuer_configs: tuple[str, ...] = ("asyncpg:32:64", "asyncpg:64:0", "psycopg:32:64")
+    # Its second peer there, procrastinate: the worker's concurrency, once per entry.
+    procrastinate_configs: tuple[int, ...] = (16, 64)
 
     @property
     def postgres(self) -> bool:
@@ -79,6 +81,7 @@ class Settings:
             "e2e_jobs": 10_000,
             "e2e_concurrency": 64,
             "huey_workers": (4, 16),
+            "procrastinate_configs": (64,) if quick else (16, 64),
             "dispatch_samples": 50 if quick else 300,
             "growth_jobs": 100_000 if quick else 1_000_000,
             "growth_small": 1_000,

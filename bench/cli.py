@@ -99,7 +99,7 @@ POSTGRES_BASELINES = {
     "enqueue": "bare Starlette + psycopg 3 async on PostgreSQL (8 conns), one INSERT",
     "claim": "bare Starlette + psycopg 3 async on PostgreSQL, the same UPDATEs (SKIP LOCKED)",
     "batch": "raw psycopg (sync) on PostgreSQL in this process, same batches (a ceiling)",
-    "e2e": "PgQueuer's worker on PostgreSQL (pgqueuer.run), best of its configs",
+    "e2e": "PgQueuer's worker (pgqueuer.run), then procrastinate's worker; best config of each",
     "dispatch": "bare Starlette + psycopg 3 on PostgreSQL, long poll (asyncio future)",
 }
 
@@ -155,6 +155,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         + ",".join(Settings.make(False).pgqueuer_configs)
         + ")",
     )
+    parser.add_argument(
+        "--procrastinate-configs",
+        metavar="LIST",
+        help="figure 4's procrastinate runs on PostgreSQL, comma-separated worker concurrencies "
+        "(each opens that many + 4 connections); the best counts (default "
+        + ",".join(map(str, Settings.make(False).procrastinate_configs))
+        + "; --quick "
+        + ",".join(map(str, Settings.make(True).procrastinate_configs))
+        + ")",
+    )
     sizes = parser.add_argument_group("sizes (defaults depend on --quick)")
     sizes.add_argument("--http-seconds", type=int, help="seconds per round, figures 1 and 2 (3 / 8)")
     sizes.add_argument(
@@ -183,6 +193,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                 or not all(p.isdigit() for p in parts[1:])
             ):
                 parser.error(f"--pgqueuer-configs: {config!r} is not DRIVER:BATCH_SIZE:MAX_CONCURRENT_TASKS")
+    if args.procrastinate_configs:
+        concurrencies = [c for c in map(str.strip, args.procrastinate_configs.split(",")) if c]
+        if not concurrencies:
+            parser.error("--procrastinate-configs: no concurrency given")
+        for config in concurrencies:
+            if not config.isdigit() or not 1 <= int(config) <= 1000:
+                parser.error(f"--procrastinate-configs: {config!r} is not a concurrency within 1..1000")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if names is not None:
         unknown = [n for n in names if n not in FIGURES]
@@ -237,6 +254,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings.postgres_url = args.postgres_url
     if args.pgqueuer_configs:
         settings.pgqueuer_configs = tuple(c.strip() for c in args.pgqueuer_configs.split(",") if c.strip())
+    if args.procrastinate_configs:
+        settings.procrastinate_configs = tuple(
+            int(c) for c in args.procrastinate_configs.split(",") if c.strip()
+        )
     return settings
 
 
@@ -327,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             | {
                 "huey_workers": list(settings.huey_workers),
                 "pgqueuer_configs": list(settings.pgqueuer_configs),
+                "procrastinate_configs": list(settings.procrastinate_configs),
             },
             "argv": list(sys.argv[1:] if argv is None else argv),
             "figures": [f.to_dict() for f in figures],

@@ -12,13 +12,28 @@ with thread workers drains them (`bench/_huey_app.py`); tasks/s = N / (first tas
 .. last task finished, from huey's signals), wall = consumer launch .. all done. Once per
 worker count (4 and 16), each on a copy of the same filled file; the best counts.
 
-On `--database postgresql` queuelog serves from a fresh PostgreSQL database and the peer is
-PgQueuer instead of huey (`bench/_pgqueuer_app.py`): for each --pgqueuer-configs entry
-(driver, batch size, max concurrent tasks) a fresh database gets pgqueuer's schema and N
-no-op jobs first, then PgQueuer's own worker (`pgqueuer.run`) drains it; jobs/s = N / (first
-`picked` .. last `successful` in pgqueuer_log, the database's clock); the best config counts.
-Every job must have been picked once and succeeded once. Both sides' tables get VACUUM
-ANALYZE after their fill. The CPU of each side's PostgreSQL backends gets a line.
+On `--database postgresql` queuelog serves from a fresh PostgreSQL database and there are
+two peers instead of huey, both Python job queues on PostgreSQL, run after queuelog in the
+same run, each config on a fresh database of its own filled with N no-op jobs first (not
+measured); the best config of each counts.
+
+- PgQueuer (`bench/_pgqueuer_app.py`), once per --pgqueuer-configs entry (driver, batch
+  size, max concurrent tasks): its own worker (`pgqueuer.run`) drains its queue; jobs/s = N /
+  (first `picked` .. last `successful` in pgqueuer_log, the database's clock). Every job must
+  have been picked once and succeeded once. PgQueuer deletes a finished job from its queue
+  table and keeps its history as log rows, and works in batches (a claim of up to BATCH
+  jobs per UPDATE, completions logged many at a time): the faster reference, no target.
+- procrastinate (`bench/_procrastinate_app.py`), once per --procrastinate-configs entry (the
+  worker's concurrency): its own worker (`App.run_worker_async`) drains it; jobs/s = N /
+  (first `started` .. last `succeeded` in procrastinate_events, the database's clock). Every
+  job must end `succeeded` with one `started` and one `succeeded` event and no other event
+  but its `deferred`. procrastinate keeps each job's row with its status and writes an event
+  row on every transition (by triggers), as queuelog keeps jobs and job_events: the
+  like-for-like design, and the peer the issue's target ("come out ahead of it") is read
+  against. Its worker fetches one job per transaction and finishes it in another.
+
+Every side's tables get VACUUM ANALYZE after their fill. The CPU of each side's worker and of
+its PostgreSQL backends gets a line.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +68,7 @@ from bench._report import Figure, num, ratio, rx
 DRAIN_TIMEOUT = 300.0
 RATE_TARGET = 20_000
 HUEY_TARGET = 3.0
+PEER_TARGET = 1.0  # the issue: ahead of a Python PostgreSQL peer, end to end (procrastinate)
 
 
 def _parse_time(value: str) -> float:
@@ -232,37 +249,74 @@ def run_huey(ctx: Context, filled: Path, workers: int) -> dict[str, Any]:
     }
 
 
-# --- PostgreSQL: queuelog against PgQueuer ---------------------------------------------------
+# --- PostgreSQL: queuelog against PgQueuer and procrastinate ---------------------------------
 
 
 def e2e_postgres_figure(ctx: Context, fig: Figure) -> None:
-    """queuelog on PostgreSQL against PgQueuer (`_pgqueuer_app.py`), each config on its own
-    fresh database, filled with the same number of no-op jobs first; the best config counts."""
+    """queuelog on PostgreSQL against PgQueuer (`_pgqueuer_app.py`), then procrastinate
+    (`_procrastinate_app.py`), each config on its own fresh database, filled with the same
+    number of no-op jobs first; the best config of each peer counts."""
     s = ctx.settings
-    peers = [_pgqueuer_database(ctx, config) for config in s.pgqueuer_configs]
+    pgq_peers = [_pgqueuer_database(ctx, config) for config in s.pgqueuer_configs]
+    proc_peers = [_procrastinate_database(ctx, c) for c in s.procrastinate_configs]
     queuelog = ctx.queuelog()
     keys = ctx.keys(queuelog, [("bench-producer", "producer"), ("bench-worker", "worker")])
     started = time.perf_counter()
     ctx.run(enqueue_many(queuelog.url, keys["bench-producer"], s.e2e_jobs, batch=1000, connections=2))
     ctx.log(f"enqueued {s.e2e_jobs} jobs in {time.perf_counter() - started:.1f} s")
-    ctx.maintain(queuelog)  # VACUUM ANALYZE after the fill, as for PgQueuer's table
-    for peer in peers:
+    ctx.maintain(queuelog)  # VACUUM ANALYZE after the fill, as for the peers' tables
+    for peer in pgq_peers:
         _pgqueuer_fill(ctx, peer)
+    for peer in proc_peers:
+        _procrastinate_fill(ctx, peer)
 
     q = run_queuelog(ctx, queuelog, keys["bench-worker"])
-    runs = [run_pgqueuer(ctx, peer) for peer in peers]
-    best = max(runs, key=lambda r: r["jobs_per_s"] or 0.0)
+    pgq_runs = [run_pgqueuer(ctx, peer) for peer in pgq_peers]
+    proc_runs = [run_procrastinate(ctx, peer) for peer in proc_peers]
+    pgq = max(pgq_runs, key=lambda r: r["jobs_per_s"] or 0.0)
+    proc = max(proc_runs, key=lambda r: r["jobs_per_s"] or 0.0)
 
-    r = ratio(q["jobs_per_s"], best["jobs_per_s"])
+    r = ratio(q["jobs_per_s"], pgq["jobs_per_s"])
     fig.add(
         f"{s.e2e_jobs:,} no-op jobs, worker -c {s.e2e_concurrency}",
         num(q["jobs_per_s"], 0, "jobs/s"),
-        num(best["jobs_per_s"], 0, f"jobs/s ({best['config']})"),
+        num(pgq["jobs_per_s"], 0, f"jobs/s ({pgq['config']})"),
         rx(r),
         f">= {RATE_TARGET:,} jobs/s",
         met=q["jobs_per_s"] is not None and q["jobs_per_s"] >= RATE_TARGET,
     )
     fig.add("  against PgQueuer (no target)", "", "", rx(r))
+    _peer_lines(fig, q, pgq, "PgQueuer")
+    r = ratio(q["jobs_per_s"], proc["jobs_per_s"])
+    fig.add(
+        "against procrastinate, the same jobs",
+        num(q["jobs_per_s"], 0, "jobs/s"),
+        num(proc["jobs_per_s"], 0, f"jobs/s ({proc['config']})"),
+        rx(r),
+        f">= {PEER_TARGET:g}x (ahead of the peer)",
+        met=r is not None and r >= PEER_TARGET,
+    )
+    _peer_lines(fig, q, proc, "procrastinate")
+    fig.notes.append(
+        "PgQueuer (driver:batch_size:max_concurrent_tasks, 0 = no limit): "
+        + ", ".join(f"{x['config']} {x['jobs_per_s'] or 0:,.0f} jobs/s" for x in pgq_runs)
+    )
+    fig.notes.append(
+        "procrastinate (c = the worker's concurrency): "
+        + ", ".join(f"{x['config']} {x['jobs_per_s'] or 0:,.0f} jobs/s" for x in proc_runs)
+    )
+    fig.data = {
+        "jobs": s.e2e_jobs,
+        "queuelog": q,
+        "pgqueuer": pgq_runs,
+        "pgqueuer_best": pgq,
+        "procrastinate": proc_runs,
+        "procrastinate_best": proc,
+    }
+
+
+def _peer_lines(fig: Figure, q: dict[str, Any], best: dict[str, Any], peer: str) -> None:
+    """Wall time and CPU of queuelog beside a peer's best run."""
     fig.add(
         "  wall time incl. start-up, s",
         num(q["wall_s"], 2),
@@ -271,7 +325,7 @@ def e2e_postgres_figure(ctx: Context, fig: Figure) -> None:
     )
     q_cpu = (q["server_cpu_s"] or 0.0) + (q["worker_cpu_s"] or 0.0)
     fig.add(
-        "  CPU s: server + worker / PgQueuer worker",
+        f"  CPU s: server + worker / {peer} worker",
         f"{num(q['server_cpu_s'], 2)} + {num(q['worker_cpu_s'], 2)}",
         num(best["worker_cpu_s"], 2),
         rx(ratio(q_cpu, best["worker_cpu_s"])),
@@ -282,15 +336,82 @@ def e2e_postgres_figure(ctx: Context, fig: Figure) -> None:
         num(best["db_cpu_s"], 2),
         rx(ratio(q["db_cpu_s"], best["db_cpu_s"])),
     )
-    fig.notes.append(
-        "PgQueuer (driver:batch_size:max_concurrent_tasks, 0 = no limit): "
-        + ", ".join(f"{x['config']} {x['jobs_per_s'] or 0:,.0f} jobs/s" for x in runs)
-    )
-    fig.data = {"jobs": s.e2e_jobs, "queuelog": q, "pgqueuer": runs, "pgqueuer_best": best}
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
     return round(value, digits) if value is not None else None
+
+
+def _peer_script(ctx: Context, script: str, *args: str, timeout: float = 300) -> None:
+    """Run `bench/<script> ARGS` (a peer's install or enqueue) to the end, or raise."""
+    done = subprocess.run(
+        [PYTHON, str(BENCH_DIR / script), *args],
+        cwd=ctx.dir(),
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{script} {args[0]} failed: {done.stderr.strip()[-800:]}")
+
+
+@contextlib.contextmanager
+def _drain(
+    ctx: Context, peer: str, url: str, script: str, args: list[str], log_name: str, done_sql: str
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """Launch a peer's worker (`bench/<script> consume URL ARGS`) on its filled database,
+    poll `done_sql` ten times a second until it counts every job, then stop the worker with
+    SIGTERM. Yields an autocommit connection to the database, to read the outcome, and the
+    wall time, the worker's CPU and its database backends' CPU."""
+    s = ctx.settings
+    work = ctx.dir()
+    log = (work / f"{log_name}.log").open("wb")
+    ctx.stack.callback(log.close)
+    db_cpu = functools.partial(_pg.backend_cpu, s.postgres_url, _pg.database_name(url))
+    db_before = db_cpu()
+    launched = time.perf_counter()
+    consumer = subprocess.Popen(
+        [PYTHON, str(BENCH_DIR / script), "consume", url, *args],
+        cwd=work,
+        env=clean_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    ctx.stack.callback(stop_process, consumer)
+    with contextlib.closing(_pg.psycopg().connect(url, autocommit=True)) as conn:
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while conn.execute(done_sql).fetchone()[0] < s.e2e_jobs:
+            if consumer.poll() is not None:
+                raise RuntimeError(
+                    f"the {peer} worker exited with {consumer.returncode} (see {log_name}.log)"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{peer} did not drain {s.e2e_jobs} jobs in {DRAIN_TIMEOUT:.0f} s")
+            time.sleep(0.1)
+        wall = time.perf_counter() - launched
+        worker_cpu = process_cpu_seconds(consumer.pid)
+        db_after = db_cpu()
+        if db_after is not None:
+            db_after.pop(conn.info.backend_pid, None)  # this poll's own backend is not the peer's
+        db_used = cpu_delta(db_before, db_after)
+        stopping = time.perf_counter()
+        stop_process(consumer)
+        yield (
+            conn,
+            {
+                "wall_s": round(wall, 3),
+                "worker_cpu_s": worker_cpu,
+                "db_cpu_s": _round(db_used),
+                "worker_exit_after_sigterm_s": round(time.perf_counter() - stopping, 2),
+                "worker_exit_code": consumer.returncode,
+            },
+        )
+
+
+# PgQueuer
 
 
 def _pgqueuer_database(ctx: Context, config: str) -> dict[str, Any]:
@@ -306,24 +427,10 @@ def _parse_config(config: str) -> tuple[str, int, int]:
     return driver, int(batch), int(max_tasks)
 
 
-def _pgqueuer_script(ctx: Context, *args: str, timeout: float = 300) -> None:
-    done = subprocess.run(
-        [PYTHON, str(BENCH_DIR / "_pgqueuer_app.py"), *args],
-        cwd=ctx.dir(),
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"_pgqueuer_app.py {args[0]} failed: {done.stderr.strip()[-800:]}")
-
-
 def _pgqueuer_fill(ctx: Context, peer: dict[str, Any]) -> None:
     started = time.perf_counter()
-    _pgqueuer_script(ctx, "install", peer["url"])
-    _pgqueuer_script(ctx, "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
+    _peer_script(ctx, "_pgqueuer_app.py", "install", peer["url"])
+    _peer_script(ctx, "_pgqueuer_app.py", "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
     with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
         queued = conn.execute("SELECT count(*) FROM pgqueuer WHERE status = 'queued'").fetchone()[0]
         conn.execute("VACUUM ANALYZE pgqueuer")  # what autovacuum would have done after the fill
@@ -346,41 +453,11 @@ PGQ_WINDOW = (
 def run_pgqueuer(ctx: Context, peer: dict[str, Any]) -> dict[str, Any]:
     """PgQueuer's worker drains its filled database; the window is from its log table."""
     s = ctx.settings
-    work = ctx.dir()
     name = f"pgqueuer-{peer['driver']}-{peer['batch']}-{peer['max_tasks']}"
-    log = (work / f"{name}.log").open("wb")
-    ctx.stack.callback(log.close)
-    database = _pg.database_name(peer["url"])
-    db_cpu = functools.partial(_pg.backend_cpu, s.postgres_url, database)
-    db_before = db_cpu()
-    command = [PYTHON, str(BENCH_DIR / "_pgqueuer_app.py"), "consume", peer["url"], peer["driver"]]
-    launched = time.perf_counter()
-    consumer = subprocess.Popen(
-        command + [str(peer["batch"]), str(peer["max_tasks"])],
-        cwd=work,
-        env=clean_env(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    ctx.stack.callback(stop_process, consumer)
-    with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
-        deadline = time.monotonic() + DRAIN_TIMEOUT
-        while conn.execute(PGQ_SUCCESSFUL).fetchone()[0] < s.e2e_jobs:
-            if consumer.poll() is not None:
-                raise RuntimeError(f"the PgQueuer worker exited with {consumer.returncode} (see {name}.log)")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"PgQueuer did not drain {s.e2e_jobs} jobs in {DRAIN_TIMEOUT:.0f} s")
-            time.sleep(0.1)
-        wall = time.perf_counter() - launched
-        worker_cpu = process_cpu_seconds(consumer.pid)
-        db_after = db_cpu()
-        if db_after is not None:
-            db_after.pop(conn.info.backend_pid, None)  # this poll's own backend is not PgQueuer's
-        db_used = cpu_delta(db_before, db_after)
-        stop_process(consumer)
+    args = [peer["driver"], str(peer["batch"]), str(peer["max_tasks"])]
+    with _drain(ctx, "PgQueuer", peer["url"], "_pgqueuer_app.py", args, name, PGQ_SUCCESSFUL) as (conn, used):
         first, last, picked, succeeded, other, left = conn.execute(PGQ_WINDOW).fetchone()
-    ctx.log(f"PgQueuer {peer['config']} drained in {wall:.2f} s from launch")
+    ctx.log(f"PgQueuer {peer['config']} drained in {used['wall_s']:.2f} s from launch")
     if succeeded != s.e2e_jobs or picked != s.e2e_jobs or other or left:
         raise RuntimeError(
             f"PgQueuer {peer['config']}: {succeeded} jobs succeeded, {picked} picks, {other} other log rows, "
@@ -394,7 +471,73 @@ def run_pgqueuer(ctx: Context, peer: dict[str, Any]) -> dict[str, Any]:
         "max_concurrent_tasks": peer["max_tasks"],
         "jobs_per_s": round(s.e2e_jobs / seconds, 1) if seconds > 0 else None,
         "window_s": round(seconds, 4),
-        "wall_s": round(wall, 3),
-        "worker_cpu_s": worker_cpu,
-        "db_cpu_s": _round(db_used),
-    }
+    } | used
+
+
+# procrastinate
+
+
+def _procrastinate_database(ctx: Context, concurrency: int) -> dict[str, Any]:
+    url = ctx.database_url(f"proc_c{concurrency}")
+    return {"config": f"c={concurrency}", "concurrency": concurrency, "url": url}
+
+
+PROC_TABLES = ("procrastinate_jobs", "procrastinate_events")
+
+
+def _procrastinate_fill(ctx: Context, peer: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    _peer_script(ctx, "_procrastinate_app.py", "install", peer["url"])
+    _peer_script(ctx, "_procrastinate_app.py", "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
+    with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
+        todo = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'").fetchone()[0]
+        for table in PROC_TABLES:
+            conn.execute(f"VACUUM ANALYZE {table}")  # what autovacuum would have done after the fill
+    if todo != ctx.settings.e2e_jobs:
+        raise RuntimeError(f"procrastinate has {todo} jobs to do after enqueueing {ctx.settings.e2e_jobs}")
+    ctx.log(f"procrastinate {peer['config']}: {todo} jobs in after {time.perf_counter() - started:.1f} s")
+
+
+PROC_SUCCEEDED = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+# Event types (procrastinate's sql/schema.sql): `deferred` on insert, `started` todo -> doing,
+# `succeeded` doing -> succeeded; any other (deferred_for_retry, failed, cancelled, aborted,
+# retried, ...) would mean a job did not simply run once.
+PROC_WINDOW = (
+    "SELECT (SELECT min(at) FROM procrastinate_events WHERE type = 'started'),"
+    " (SELECT max(at) FROM procrastinate_events WHERE type = 'succeeded'),"
+    " (SELECT count(*) FROM procrastinate_events WHERE type = 'started'),"
+    " (SELECT count(DISTINCT job_id) FROM procrastinate_events WHERE type = 'started'),"
+    " (SELECT count(*) FROM procrastinate_events WHERE type = 'succeeded'),"
+    " (SELECT count(DISTINCT job_id) FROM procrastinate_events WHERE type = 'succeeded'),"
+    " (SELECT count(*) FROM procrastinate_events"
+    "   WHERE type IS NULL OR type NOT IN ('deferred', 'started', 'succeeded')),"
+    " (SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'),"
+    " (SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded')"
+)
+
+
+def run_procrastinate(ctx: Context, peer: dict[str, Any]) -> dict[str, Any]:
+    """procrastinate's worker drains its filled database; the window is from its events table."""
+    s = ctx.settings
+    name = f"procrastinate-c{peer['concurrency']}"
+    args = [str(peer["concurrency"])]
+    drained = _drain(ctx, "procrastinate", peer["url"], "_procrastinate_app.py", args, name, PROC_SUCCEEDED)
+    with drained as (conn, used):
+        row = conn.execute(PROC_WINDOW).fetchone()
+    first, last, started, started_jobs, succeeded, succeeded_jobs, other, unfinished, done = row
+    ctx.log(f"procrastinate {peer['config']} drained in {used['wall_s']:.2f} s from launch")
+    n = s.e2e_jobs
+    if (done, started, started_jobs, succeeded, succeeded_jobs, other, unfinished) != (n, n, n, n, n, 0, 0):
+        raise RuntimeError(
+            f"procrastinate {peer['config']}: {done} jobs succeeded and {unfinished} did not; "
+            f"{started} started events ({started_jobs} jobs), {succeeded} succeeded events "
+            f"({succeeded_jobs} jobs), {other} other events (expected {n} jobs, each started and "
+            "succeeded once)"
+        )
+    seconds = (last - first).total_seconds()
+    return {
+        "config": peer["config"],
+        "concurrency": peer["concurrency"],
+        "jobs_per_s": round(n / seconds, 1) if seconds > 0 else None,
+        "window_s": round(seconds, 4),
+    } | used
