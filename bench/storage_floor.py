@@ -1,6 +1,6 @@
 """What queuelog's storage alone costs per job, with no HTTP and no GraphQL.
 
-    .venv/bin/python bench/storage_floor.py [--batches 200]
+    .venv/bin/python bench/storage_floor.py [--batches 200] [--sql-only]
 
 Opens the real Repository (group-commit writer, counters, events, every index) on a
 fresh migrated SQLite file in a temp directory and times, in process CPU, enqueue /
@@ -8,21 +8,33 @@ claim / complete of batches of 100, as the server's resolvers would call them. T
 between these figures and figure 3 of `python -m bench` is what HTTP and GraphQL add;
 the gap to figure 3's raw ceiling is what queuelog's schema (indexes for every `jobs`
 filter, the claim, leases, pruning and scopes, plus job_events and job_counts) costs.
+
+`--sql-only` runs queuelog's own statements (statements.py) on the same migrated schema
+through stdlib sqlite3, with no Repository and no Python model: one transaction per batch,
+executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
+and its events; the read of the held rows, the guarded completion UPDATEs and their
+events. The SQL's own cost per job, below which no code above it can go.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from queuelog.model import Completion, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage import statements as sql
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.repository import Repository
+from queuelog.storage.sqlite import connect
 
 BATCH = 100
 
@@ -47,18 +59,77 @@ async def measure(url: str, batches: int) -> dict[str, float]:
     return {name: seconds / (batches * BATCH) * 1e6 for name, seconds in timings.items()}
 
 
+def measure_sql(path: str, batches: int) -> dict[str, float]:
+    now = 1_700_000_000_000_000
+    timings: dict[str, float] = {}
+    with contextlib.closing(connect(path)) as db:
+
+        def transaction(name: str, body: Callable[[], Any]) -> list[Any]:
+            results = []
+            started = time.process_time()
+            for _ in range(batches):
+                db.execute("BEGIN IMMEDIATE")
+                results.append(body())
+                db.execute("COMMIT")
+            timings[name] = time.process_time() - started
+            return results
+
+        def events(ids: Iterable[int], kind: str, status: str) -> None:
+            rows = [{"job_id": i, "kind": kind, "status": status, "at": now} for i in ids]
+            db.executemany(sql.INSERT_EVENT, rows)
+
+        def enqueue() -> None:
+            rows = [
+                {"type": "noop", "payload": f'{{"n":{i}}}', "priority": Priority.LOW.value,
+                 "status": "pending", "retry_count": 0, "max_retries": 3, "attempt": 0,
+                 "idempotency_key": None, "run_at": now, "created_by": "bench-producer",
+                 "created_at": now, "updated_at": now}
+                for i in range(BATCH)
+            ]  # fmt: skip
+            db.executemany(sql.INSERT_JOB, rows)
+            last = db.execute(sql.LAST_JOB_ID).fetchone()[0]
+            events(range(last - BATCH + 1, last + 1), "enqueued", "pending")
+
+        def claim() -> list[int]:
+            params = {"worker": "bench-worker", "now": now, "lease": now + 300_000_000, "limit": BATCH}
+            ids = [row[0] for row in db.execute(sql.CLAIM_ANY, params).fetchall()]
+            events(ids, "claimed", "running")
+            return ids
+
+        held: list[list[int]] = []
+
+        def complete() -> None:
+            ids = held.pop()
+            db.execute(sql.JOBS_BY_IDS, {"ids": json.dumps(ids)}).fetchall()
+            rows = [{"id": i, "attempt": 1, "result": '{"ok":true}', "now": now} for i in ids]
+            db.executemany(sql.COMPLETE_CHECKED, rows)
+            events(ids, "completed", "completed")
+
+        transaction("enqueue", enqueue)
+        held.extend(transaction("claim", claim))
+        transaction("complete", complete)
+    return {name: seconds / (batches * BATCH) * 1e6 for name, seconds in timings.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=200, help="batches of 100 per operation")
+    parser.add_argument(
+        "--sql-only", action="store_true", help="queuelog's statements on stdlib sqlite3 alone"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         url = f"sqlite:///{Path(directory) / 'floor.db'}"
         engine = create_sync_engine(url)
         upgrade_to_head(engine)
         engine.dispose()
-        per_job = asyncio.run(measure(url, args.batches))
+        if args.sql_only:
+            per_job = measure_sql(str(Path(directory) / "floor.db"), args.batches)
+        else:
+            per_job = asyncio.run(measure(url, args.batches))
     jobs = args.batches * BATCH
-    print(f"storage alone, {jobs:,} jobs, batches of {BATCH}: CPU per job")
+    what = "queuelog's SQL alone (stdlib sqlite3)" if args.sql_only else "storage alone"
+    print(f"{what}, {jobs:,} jobs, batches of {BATCH}: CPU per job")
     for name, micros in per_job.items():
         print(f"  {name:<9} {micros:6.1f} us   ({1e6 / micros:,.0f} jobs/s on one core)")
 
