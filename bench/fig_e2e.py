@@ -428,15 +428,24 @@ def _parse_config(config: str) -> tuple[str, int, int]:
 
 
 def _pgqueuer_fill(ctx: Context, peer: dict[str, Any]) -> None:
+    waiting = "SELECT count(*) FROM pgqueuer WHERE status = 'queued'"
+    _fill_peer(ctx, peer, "PgQueuer", "_pgqueuer_app.py", waiting, ("pgqueuer",))
+
+
+def _fill_peer(
+    ctx: Context, peer: dict[str, Any], label: str, script: str, waiting_sql: str, tables: tuple[str, ...]
+) -> None:
+    """The peer's schema and N jobs through its own script, checked, then VACUUM ANALYZE."""
     started = time.perf_counter()
-    _peer_script(ctx, "_pgqueuer_app.py", "install", peer["url"])
-    _peer_script(ctx, "_pgqueuer_app.py", "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
+    _peer_script(ctx, script, "install", peer["url"])
+    _peer_script(ctx, script, "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
     with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
-        queued = conn.execute("SELECT count(*) FROM pgqueuer WHERE status = 'queued'").fetchone()[0]
-        conn.execute("VACUUM ANALYZE pgqueuer")  # what autovacuum would have done after the fill
-    if queued != ctx.settings.e2e_jobs:
-        raise RuntimeError(f"PgQueuer has {queued} queued jobs after enqueueing {ctx.settings.e2e_jobs}")
-    ctx.log(f"PgQueuer {peer['config']}: {queued} jobs in after {time.perf_counter() - started:.1f} s")
+        waiting = conn.execute(waiting_sql).fetchone()[0]
+        for table in tables:
+            conn.execute(f"VACUUM ANALYZE {table}")  # what autovacuum would have done after the fill
+    if waiting != ctx.settings.e2e_jobs:
+        raise RuntimeError(f"{label} has {waiting} jobs waiting after enqueueing {ctx.settings.e2e_jobs}")
+    ctx.log(f"{label} {peer['config']}: {waiting} jobs in after {time.perf_counter() - started:.1f} s")
 
 
 PGQ_SUCCESSFUL = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
@@ -486,16 +495,8 @@ PROC_TABLES = ("procrastinate_jobs", "procrastinate_events")
 
 
 def _procrastinate_fill(ctx: Context, peer: dict[str, Any]) -> None:
-    started = time.perf_counter()
-    _peer_script(ctx, "_procrastinate_app.py", "install", peer["url"])
-    _peer_script(ctx, "_procrastinate_app.py", "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
-    with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
-        todo = conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'").fetchone()[0]
-        for table in PROC_TABLES:
-            conn.execute(f"VACUUM ANALYZE {table}")  # what autovacuum would have done after the fill
-    if todo != ctx.settings.e2e_jobs:
-        raise RuntimeError(f"procrastinate has {todo} jobs to do after enqueueing {ctx.settings.e2e_jobs}")
-    ctx.log(f"procrastinate {peer['config']}: {todo} jobs in after {time.perf_counter() - started:.1f} s")
+    waiting = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'"
+    _fill_peer(ctx, peer, "procrastinate", "_procrastinate_app.py", waiting, PROC_TABLES)
 
 
 PROC_SUCCEEDED = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
