@@ -181,4 +181,3 @@ def _input_object_coercer(input_type: GraphQLInputObjectType) -> Coercer:
         return coerced
 
     return input_object
-
