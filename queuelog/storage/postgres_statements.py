@@ -14,7 +14,7 @@ What differs from SQLite, and why:
 - lease expiry and pruning skip locked rows, so every process can run them at once;
 - new ids come back from RETURNING (ids are not consecutive across processes);
 - new jobs and events, which SQLite inserts row by row (executemany), go in as one
-  statement over arrays (`AT_ONCE`).
+  statement over arrays (`AT_ONCE`), and so do `completeJobs`' completions.
 """
 
 from __future__ import annotations
