@@ -69,20 +69,28 @@ def _decoder_for(column: Any) -> str | None:
 
 
 def _build_decoder() -> Callable[[Sequence[Any]], Job]:
-    arguments = []
-    for index, column in enumerate(jobs.c):
-        decode = _decoder_for(column)
-        value = f"row[{index}]" if decode is None else f"{decode}(row[{index}])"
-        arguments.append(f"{column.name}={value}")
-    source = "def decode_job(row):\n    return Job(" + ", ".join(arguments) + ")\n"
+    """One straight-line function: a bare Job, then each slot set from its column.
+
+    Job is a frozen dataclass, whose __init__ sets each of its 19 fields through
+    object.__setattr__; setting the slots through their descriptors builds the same object
+    in a third of the time (it has no __post_init__ to skip), and rows are decoded by the
+    hundred per claim or completion."""
+    lines = ["def decode_job(row):", "    job = new_job(Job)"]
     namespace: dict[str, Any] = {
         "Job": Job,
+        "new_job": Job.__new__,
         "PRIORITY_BY_VALUE": PRIORITY_BY_VALUE,
         "STATUS_BY_VALUE": STATUS_BY_VALUE,
         "micros_to_datetime": micros_to_datetime,
         "json_or_none": json_or_none,
     }
-    exec(source, namespace)  # one straight-line constructor call instead of a loop per row
+    for index, column in enumerate(jobs.c):
+        decode = _decoder_for(column)
+        value = f"row[{index}]" if decode is None else f"{decode}(row[{index}])"
+        namespace[f"set_{column.name}"] = getattr(Job, column.name).__set__
+        lines.append(f"    set_{column.name}(job, {value})")
+    lines.append("    return job")
+    exec("\n".join(lines) + "\n", namespace)
     return namespace["decode_job"]
 
 
