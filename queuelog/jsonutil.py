@@ -21,8 +21,18 @@ except ImportError:  # pragma: no cover - orjson is a dependency; keep working w
 
 # orjson reads integers beyond 64 bits as floats (2**70 would come back as 1.18e+21):
 # text with a run of 19+ digits goes to the json module, which keeps them exact.
-_LONG_DIGITS = re.compile(rb"[0-9]{19,}")
+# Bodies (bytes) are scanned by mapping every ASCII digit to "0" and anything else to " ",
+# then looking for 19 zeros: two C loops, about ten times faster than the regex on a
+# request body. Stored documents (str, small) take the regex.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
 _LONG_DIGITS_TEXT = re.compile(r"[0-9]{19,}")
+
+
+def _has_long_digits(data: str | bytes) -> bool:
+    if isinstance(data, bytes):
+        return _LONG_RUN in data.translate(_DIGITS_ONLY)
+    return _LONG_DIGITS_TEXT.search(data) is not None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -31,8 +41,7 @@ def _refuse_constant(name: str) -> Any:
 
 def loads(data: str | bytes) -> Any:
     """Parse JSON; raises ValueError (or RecursionError) when it is not valid JSON."""
-    long_digits = _LONG_DIGITS if isinstance(data, bytes) else _LONG_DIGITS_TEXT
-    if orjson is not None and long_digits.search(data) is None:  # type: ignore[arg-type]
+    if orjson is not None and not _has_long_digits(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
