@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from queuelog.model import Completion, NewJob, Priority
+from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import statements as sql
 from queuelog.storage.engine import create_sync_engine
@@ -74,26 +74,26 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
             timings[name] = time.process_time() - started
             return results
 
-        def events(ids: Iterable[int], kind: str, status: str) -> None:
-            rows = [{"job_id": i, "kind": kind, "status": status, "at": now} for i in ids]
+        def events(ids: Iterable[int], kind: EventKind, status: JobStatus) -> None:
+            rows = [{"job_id": i, "kind": kind.value, "status": status.value, "at": now} for i in ids]
             db.executemany(sql.INSERT_EVENT, rows)
 
         def enqueue() -> None:
             rows = [
                 {"type": "noop", "payload": f'{{"n":{i}}}', "priority": Priority.LOW.value,
-                 "status": "pending", "retry_count": 0, "max_retries": 3, "attempt": 0,
+                 "status": JobStatus.PENDING.value, "retry_count": 0, "max_retries": 3, "attempt": 0,
                  "idempotency_key": None, "run_at": now, "created_by": "bench-producer",
                  "created_at": now, "updated_at": now}
                 for i in range(BATCH)
             ]  # fmt: skip
             db.executemany(sql.INSERT_JOB, rows)
             last = db.execute(sql.LAST_JOB_ID).fetchone()[0]
-            events(range(last - BATCH + 1, last + 1), "enqueued", "pending")
+            events(range(last - BATCH + 1, last + 1), EventKind.ENQUEUED, JobStatus.PENDING)
 
         def claim() -> list[int]:
             params = {"worker": "bench-worker", "now": now, "lease": now + 300_000_000, "limit": BATCH}
             ids = [row[0] for row in db.execute(sql.CLAIM_ANY, params).fetchall()]
-            events(ids, "claimed", "running")
+            events(ids, EventKind.CLAIMED, JobStatus.RUNNING)
             return ids
 
         held: list[list[int]] = []
@@ -103,7 +103,7 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
             db.execute(sql.JOBS_BY_IDS, {"ids": json.dumps(ids)}).fetchall()
             rows = [{"id": i, "attempt": 1, "result": '{"ok":true}', "now": now} for i in ids]
             db.executemany(sql.COMPLETE_CHECKED, rows)
-            events(ids, "completed", "completed")
+            events(ids, EventKind.COMPLETED, JobStatus.COMPLETED)
 
         transaction("enqueue", enqueue)
         held.extend(transaction("claim", claim))
