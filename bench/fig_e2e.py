@@ -357,6 +357,22 @@ def _peer_script(ctx: Context, script: str, *args: str, timeout: float = 300) ->
         raise RuntimeError(f"{script} {args[0]} failed: {done.stderr.strip()[-800:]}")
 
 
+def _fill_peer(
+    ctx: Context, peer: dict[str, Any], label: str, script: str, waiting_sql: str, tables: tuple[str, ...]
+) -> None:
+    """The peer's schema and N jobs through its own script, checked, then VACUUM ANALYZE."""
+    started = time.perf_counter()
+    _peer_script(ctx, script, "install", peer["url"])
+    _peer_script(ctx, script, "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
+    with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
+        waiting = conn.execute(waiting_sql).fetchone()[0]
+        for table in tables:
+            conn.execute(f"VACUUM ANALYZE {table}")  # what autovacuum would have done after the fill
+    if waiting != ctx.settings.e2e_jobs:
+        raise RuntimeError(f"{label} has {waiting} jobs waiting after enqueueing {ctx.settings.e2e_jobs}")
+    ctx.log(f"{label} {peer['config']}: {waiting} jobs in after {time.perf_counter() - started:.1f} s")
+
+
 @contextlib.contextmanager
 def _drain(
     ctx: Context, peer: str, url: str, script: str, args: list[str], log_name: str, done_sql: str
@@ -430,22 +446,6 @@ def _parse_config(config: str) -> tuple[str, int, int]:
 def _pgqueuer_fill(ctx: Context, peer: dict[str, Any]) -> None:
     waiting = "SELECT count(*) FROM pgqueuer WHERE status = 'queued'"
     _fill_peer(ctx, peer, "PgQueuer", "_pgqueuer_app.py", waiting, ("pgqueuer",))
-
-
-def _fill_peer(
-    ctx: Context, peer: dict[str, Any], label: str, script: str, waiting_sql: str, tables: tuple[str, ...]
-) -> None:
-    """The peer's schema and N jobs through its own script, checked, then VACUUM ANALYZE."""
-    started = time.perf_counter()
-    _peer_script(ctx, script, "install", peer["url"])
-    _peer_script(ctx, script, "enqueue", peer["url"], str(ctx.settings.e2e_jobs))
-    with contextlib.closing(_pg.psycopg().connect(peer["url"], autocommit=True)) as conn:
-        waiting = conn.execute(waiting_sql).fetchone()[0]
-        for table in tables:
-            conn.execute(f"VACUUM ANALYZE {table}")  # what autovacuum would have done after the fill
-    if waiting != ctx.settings.e2e_jobs:
-        raise RuntimeError(f"{label} has {waiting} jobs waiting after enqueueing {ctx.settings.e2e_jobs}")
-    ctx.log(f"{label} {peer['config']}: {waiting} jobs in after {time.perf_counter() - started:.1f} s")
 
 
 PGQ_SUCCESSFUL = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
