@@ -81,6 +81,16 @@ class JobEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """One transition of a job as job_events keeps it: what happened, the status it left
+    the job in, and when."""
+
+    kind: EventKind
+    status: JobStatus
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """A validated enqueue request."""
 

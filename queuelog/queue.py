@@ -34,6 +34,7 @@ from queuelog.model import (
     NewJob,
     Priority,
     QueueStats,
+    RecordedEvent,
 )
 from queuelog.sanitize import sanitize_error
 from queuelog.settings import Settings, env_name
@@ -46,6 +47,7 @@ MAX_ENQUEUE_BATCH = 1000
 MAX_CLAIM_BATCH = 100
 MAX_COMPLETE_BATCH = 100
 MAX_PAGE = 100
+MAX_HISTORY = 100
 MAX_WAIT_SECONDS = 30
 MAX_LEASE_SECONDS = 86400
 MAX_RETRY_IN_SECONDS = 86400
@@ -152,6 +154,14 @@ class JobQueue:
         if job_type is not None:
             check_storable(job_type, "type")
         return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
+
+    async def history(self, principal: Principal, job: Job, last: int) -> list[RecordedEvent]:
+        """The recorded events of a job the caller was shown (so already may see)."""
+        if not 1 <= last <= MAX_HISTORY:
+            raise BadInput(f"last must be between 1 and {MAX_HISTORY}")
+        if not principal.scope.allows(job):
+            return []
+        return await self.repository.job_events(job.id, last)
 
     async def stats(self, principal: Principal) -> QueueStats:
         return await self.repository.queue_stats(principal.scope)

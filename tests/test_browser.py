@@ -447,10 +447,14 @@ def test_admin_retries_a_failed_job_from_its_detail(tab: Tab) -> None:
     detail = page.locator("#detail")
     expect(detail).to_contain_text("FAILED")
     expect(page.locator("#detail-error")).to_have_text("SMTP timeout after 30 s")
-    expect(page.locator("#timeline")).to_contain_text("CLAIMED (attempt 1)")
+    timeline = page.locator("#timeline li .kind")
+    claimed = re.compile(r"^CLAIMED \(attempt 1\) by worker-\d+$")
+    expect(timeline).to_have_text(["ENQUEUED", claimed, "FAILED"])  # Job.events, as recorded
     expect(detail.get_by_role("button", name="Cancel job")).to_have_count(0)
     page.get_by_role("button", name="Retry job").click()
     expect(page.locator("#detail-fields")).to_contain_text("PENDING")
+    # The retried job has no worker any more; the claim keeps its attempt number.
+    expect(timeline).to_have_text(["ENQUEUED", "CLAIMED (attempt 1)", "FAILED", "RETRIED"])
     expect(page.get_by_role("button", name="Retry job")).to_have_count(0)
     assert status_of(server, job_id) == "PENDING"
     assert any(re.search(r"\berror\b", q) for q in tab.watch.posted), "an admin's detail asks for the error"

@@ -2,8 +2,9 @@
 
 `storage/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
 generated from the table); the GraphQL `Job` type exposes every model field but the
-internal `created_by`; the Python client's `Job` has exactly the GraphQL fields, and its
-selections are derived from it.
+internal `created_by`, plus the relations computed on request (`events`, which takes an
+argument and reads job_events); the Python client's `Job` has exactly the GraphQL fields but
+those relations, and its selections are derived from it.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from queuelog.schema import schema
 from queuelog.storage.tables import jobs
 
 INTERNAL_FIELDS = {"created_by"}
+RELATIONS = {"events"}
 
 
 def graphql_job_fields() -> dict[str, str]:
+    """python name -> GraphQL name of the Job fields that hold the job's own values."""
     job_type = schema._schema.type_map["Job"]
     assert isinstance(job_type, GraphQLObjectType)
+    assert set(job_type.fields) >= RELATIONS
     return {
-        field.extensions["strawberry-definition"].python_name: name for name, field in job_type.fields.items()
+        field.extensions["strawberry-definition"].python_name: name
+        for name, field in job_type.fields.items()
+        if name not in RELATIONS
     }
 
 

@@ -138,3 +138,19 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
     assert "jobs_pkey" in shown, shown
     assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
     assert "Seq Scan on jobs" not in shown and "Loop" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> None:
+    """Job.events (the dashboard's timeline) reads one job's rows of job_events, however
+    many other jobs' events there are."""
+    from queuelog.storage.postgres_statements import EVENTS_OF_JOB
+
+    queue_shaped.execute(
+        "INSERT INTO job_events (job_id, kind, status, at)"
+        " SELECT g / 3, 'ENQUEUED', 'pending', now() FROM generate_series(3, 120000) AS g"
+    )
+    queue_shaped.execute("ANALYZE job_events")
+    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    shown = plan(queue_shaped, EVENTS_OF_JOB, job_id=30000, limit=50)
+    assert "ix_job_events_job" in shown and "Seq Scan" not in shown, shown

@@ -7,8 +7,11 @@ from datetime import datetime
 import strawberry
 from strawberry.permission import PermissionExtension
 from strawberry.scalars import JSON
+from strawberry.types import Info
 
 from queuelog import model
+from queuelog.resolvers import fields
+from queuelog.schema.context import RequestContext
 from queuelog.schema.permissions import AdminOnlyField
 
 JobStatus = strawberry.enum(
@@ -20,6 +23,16 @@ JobPriority = strawberry.enum(
     description="Stored as 0, 10, 20, 30 so that ORDER BY priority DESC sorts directly.",
 )
 Role = strawberry.enum(model.Role)
+
+
+EVENT_KINDS = "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED"
+
+
+@strawberry.type(description="One recorded transition of a job.")
+class JobTransition:
+    kind: str = strawberry.field(description=f"As JobEvent.kind: one of {EVENT_KINDS}.")
+    status: JobStatus = strawberry.field(description="The job's status right after it.")
+    at: datetime
 
 
 @strawberry.type
@@ -63,6 +76,16 @@ class Job:
     )
     def error(self) -> str | None:
         return self.error  # type: ignore[return-value]  # self is a model.Job, whose error is text
+
+    @strawberry.field(
+        description=(
+            "The job's recorded transitions, oldest first: its newest `last` (1..100). They are "
+            "kept as long as the job is."
+        )
+    )
+    async def events(self, info: Info[RequestContext, None], last: int = 50) -> list[JobTransition]:
+        recorded = await fields.job_events(info, self, last)  # type: ignore[arg-type]  # a model.Job
+        return [JobTransition(kind=e.kind.value, status=e.status, at=e.at) for e in recorded]  # type: ignore[arg-type]
 
 
 @strawberry.type
@@ -155,11 +178,7 @@ class CompleteJobsPayload:
 
 @strawberry.type
 class JobEvent:
-    kind: str = strawberry.field(
-        description=(
-            "One of: ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED."
-        )
-    )
+    kind: str = strawberry.field(description=f"One of: {EVENT_KINDS}.")
     job: Job
     at: datetime
 

@@ -27,6 +27,7 @@ from queuelog.model import (
     JobStatus,
     NewJob,
     QueueStats,
+    RecordedEvent,
 )
 from queuelog.storage import counters
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
@@ -50,6 +51,7 @@ from queuelog.storage.statements import (
     COUNTS_OF_SCOPES,
     DELETE_EVENTS_OF,
     EVENTS_AFTER,
+    EVENTS_OF_JOB,
     EVENTS_WITH_IDS,
     EXPIRE_RUNNING,
     EXPIRED_LEASES,
@@ -528,6 +530,15 @@ def last_event_id(conn: Connection) -> int:
 def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, str]]:
     """(id, job_id, kind, status) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
     return [tuple(row) for row in conn.execute(EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
+
+
+def events_of_job(conn: Connection, job_id: int, last: int) -> list[RecordedEvent]:
+    """The job's newest `last` events, oldest first."""
+    rows = conn.execute(EVENTS_OF_JOB, {"job_id": job_id, "limit": last}).fetchall()
+    return [
+        RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))  # type: ignore[arg-type]
+        for kind, status, at in rows
+    ]
 
 
 def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str, str]]:

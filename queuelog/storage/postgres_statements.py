@@ -79,6 +79,10 @@ EVENTS_AFTER = (
     "SELECT id, job_id, kind, status FROM job_events"
     f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
+EVENTS_OF_JOB = (
+    "SELECT kind, status, at FROM (SELECT id, kind, status, at FROM job_events WHERE job_id = %(job_id)s"
+    " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY id"
+)
 INSERT_EVENT = (
     "INSERT INTO job_events (job_id, kind, status, at)"
     f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"

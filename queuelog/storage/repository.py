@@ -25,6 +25,7 @@ from queuelog.model import (
     NewJob,
     Priority,
     QueueStats,
+    RecordedEvent,
     Role,
 )
 from queuelog.retry_policy import RetryPolicy
@@ -119,6 +120,9 @@ class Repository:
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(ops.get_job, job_id, scope)
+
+    async def job_events(self, job_id: int, last: int) -> list[RecordedEvent]:
+        return await self._db.read(ops.events_of_job, job_id, last)
 
     async def list_jobs(
         self,

@@ -95,6 +95,11 @@ EVENTS_WITH_IDS = (
 EVENTS_AFTER = (
     f"SELECT id, job_id, kind, status FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
+# A job's own events, its newest `limit` of them, oldest first (ix_job_events_job).
+EVENTS_OF_JOB = (
+    "SELECT kind, status, at FROM (SELECT id, kind, status, at FROM job_events WHERE job_id = :job_id"
+    " ORDER BY id DESC LIMIT :limit) AS newest ORDER BY id"
+)
 INSERT_EVENT = _sql(insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")}))
 DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
 ADD_TO_COUNT = _sql(

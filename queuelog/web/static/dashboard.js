@@ -1,7 +1,7 @@
 // The jobs dashboard: a client of the public GraphQL API, with the key's own permissions.
-// Reads only queueStats, jobs(first <= 50) and job(id), which the server answers from
-// counters and indexes however many jobs there are; listens on the websocket (jobEvents for
-// everything, jobUpdated for the open job) and polls while the socket is down.
+// Reads only queueStats, jobs(first <= 50) and job(id) with its events, which the server
+// answers from counters and indexes however many jobs there are; listens on the websocket
+// (jobEvents for everything, jobUpdated for the open job) and polls while the socket is down.
 import { KEY_REFUSED, request, socketClient } from "./api.js";
 import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
 
@@ -10,11 +10,13 @@ const POLL_MS = 3000; // socket down: everything on screen, this often
 const STATS_MS = 10000; // socket up: the counts again (the oldest pending job ages)
 const REFRESH_GAP_MS = 400; // events: at most one refresh per this
 const SPARK_MINUTES = 30;
+const TIMELINE_EVENTS = 50; // Job.events(last:): the newest this many transitions of the open job
 const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
 const ROW_FIELDS = "id type status priority attempt createdAt updatedAt";
 const DETAIL_FIELDS =
   "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId " +
-  "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt";
+  "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt " +
+  `events(last: ${TIMELINE_EVENTS}) { kind status at }`;
 const COUNT_FIELDS = COUNTS.join(" ");
 const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
   byType { type counts { ${COUNT_FIELDS} } } } }`;
@@ -37,7 +39,6 @@ const state = {
   detailId: null,
   detail: null,
   stopDetailUpdates: null,
-  seen: new Map(), // job id -> events seen live [{kind, at}]
   samples: [], // [{t, completed, failed}] from queueStats, for the throughput sparkline
 };
 
@@ -91,7 +92,7 @@ async function signIn(key) {
   }
   storeKey(key);
   state.session += 1;
-  Object.assign(state, { key, me, cursors: [null], samples: [], seen: new Map() });
+  Object.assign(state, { key, me, cursors: [null], samples: [] });
   $("signin").hidden = true;
   $("app").hidden = false;
   $("forget").hidden = false;
@@ -111,7 +112,7 @@ function signOut(message, kind = "error") {
   state.timers.forEach(clearInterval);
   state.timers = [];
   stopPolling();
-  Object.assign(state, { key: "", me: null, detail: null, detailId: null, samples: [], seen: new Map() });
+  Object.assign(state, { key: "", me: null, detail: null, detailId: null, samples: [] });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
@@ -214,14 +215,8 @@ const refreshSoon = throttled(() => {
 
 function onEvent(event) {
   const { job } = event;
-  const seen = state.seen.get(job.id) || [];
-  seen.push({ kind: event.kind, at: event.at });
-  state.seen.delete(job.id);
-  state.seen.set(job.id, seen);
-  if (state.seen.size > 500) state.seen.delete(state.seen.keys().next().value);
   const row = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(job.id)}"]`);
   if (row) keepingFocus(() => row.replaceWith(jobRow(job)));
-  if (job.id === state.detailId && state.detail) renderTimeline(state.detail);
   refreshSoon();
 }
 
@@ -519,34 +514,42 @@ function showDetailMessage(text) {
   $("detail-message").hidden = !text;
 }
 
+// The transitions the server recorded (Job.events, oldest first). Claims are numbered by
+// counting back from the job's attempt, so the numbers hold when older events are cut off.
 function renderTimeline(job) {
-  const entries = [{ kind: "ENQUEUED", at: job.createdAt }];
-  if (job.claimedAt) {
-    const by = job.workerId ? ` by ${job.workerId}` : "";
-    entries.push({ kind: `CLAIMED (attempt ${job.attempt})${by}`, at: job.claimedAt });
+  const events = job.events || [];
+  let attempt = job.attempt - events.filter((e) => e.kind === "CLAIMED").length;
+  const lastClaim = events.map((e) => e.kind).lastIndexOf("CLAIMED");
+  const entries = events.map((event, index) => {
+    let label = event.kind;
+    if (event.kind === "CLAIMED") {
+      attempt += 1;
+      label = `CLAIMED (attempt ${attempt})`;
+      if (index === lastClaim && job.workerId) label += ` by ${job.workerId}`;
+    }
+    return { label, detail: `now ${event.status}`, at: event.at };
+  });
+  if (job.status === "PENDING" && Date.parse(job.runAt) > Date.now()) {
+    entries.push({ label: "DUE", detail: "claimable from then", at: job.runAt });
   }
-  if (job.finishedAt) entries.push({ kind: job.status, at: job.finishedAt });
-  if (job.status === "PENDING" && Date.parse(job.runAt) > Date.now()) entries.push({ kind: "DUE", at: job.runAt });
-  for (const event of state.seen.get(job.id) || []) {
-    const same = entries.some(
-      (e) => e.kind.split(" ")[0] === event.kind && Math.abs(Date.parse(e.at) - Date.parse(event.at)) < 1000,
-    );
-    if (!same) entries.push({ ...event, live: true });
+  const items = entries.map((entry) => {
+    const item = document.createElement("li");
+    const kind = document.createElement("span");
+    kind.className = "kind";
+    kind.textContent = entry.label;
+    const when = document.createElement("span");
+    when.className = "when";
+    when.append(" · ", timeElement(entry.at), ` · ${entry.detail}`);
+    item.append(kind, when);
+    return item;
+  });
+  if (events.length >= TIMELINE_EVENTS) {
+    const older = document.createElement("li");
+    older.className = "hint";
+    older.textContent = `Older transitions are not shown (the newest ${TIMELINE_EVENTS} are).`;
+    items.unshift(older);
   }
-  entries.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
-  $("timeline").replaceChildren(
-    ...entries.map((entry) => {
-      const item = document.createElement("li");
-      const kind = document.createElement("span");
-      kind.className = "kind";
-      kind.textContent = entry.kind;
-      const when = document.createElement("span");
-      when.className = "when";
-      when.append(" · ", timeElement(entry.at), entry.live ? " · seen live" : "");
-      item.append(kind, when);
-      return item;
-    }),
-  );
+  $("timeline").replaceChildren(...items);
 }
 
 // ---- small pieces ----------------------------------------------------------------------
