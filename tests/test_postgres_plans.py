@@ -76,6 +76,22 @@ def test_filtered_pages_walk_their_filters_index(
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(("by_creator", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_worker")])
+@pytest.mark.parametrize(("has_status", "has_type"), [(True, False), (False, True), (True, True)])
+def test_a_callers_filtered_pages_can_walk_the_callers_index(
+    queue_shaped: Any, by_creator: bool, index: str, has_status: bool, has_type: bool
+) -> None:
+    """list_jobs walks the caller's own index when it holds fewer rows than the filter's
+    (the counters say so): the statement must then be planned on that index, in id order."""
+    queue_shaped.execute("UPDATE jobs SET worker_id = 'w' WHERE status = 'completed'")
+    queue_shaped.execute("ANALYZE jobs")
+    sql = FOR_SQLITE[list_statement(by_creator, not by_creator, has_status, has_type, False, True)]
+    shown = plan(queue_shaped, sql, name="p" if by_creator else "w", status="pending", type="noop", limit=26)
+    assert index in shown, shown
+    assert "Sort" not in shown and "Seq Scan" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_the_claim_reads_the_pending_index_and_skips_locked_rows(queue_shaped: Any) -> None:
     now = int(time.time() * 1_000_000) + 1_000_000  # every pending job is due
     shown = plan(queue_shaped, CLAIM_ANY, worker="w", now=now, lease=now + 60_000_000, limit=10)

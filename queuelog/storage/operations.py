@@ -546,11 +546,30 @@ def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[in
 
 
 def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:
+    return _counts_and_everyones(conn, scope)[0]
+
+
+def _counts_and_everyones(
+    conn: Connection, scope: JobScope
+) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """type -> status -> n, for what the scope sees and for every job, in one read."""
     terms = counters.scope_terms(scope)
     if not terms:
-        return {}
-    scopes = jsonutil.dumps([[s, n] for s, n, _ in terms]).decode()
-    return counters.by_type(conn.execute(COUNTS_OF_SCOPES, {"scopes": scopes}).fetchall(), terms)
+        return {}, {}
+    everyone = [(counters.ALL, "", 1)]
+    wanted = terms if scope.everything else [*terms, *everyone]
+    scopes = jsonutil.dumps([[s, n] for s, n, _ in wanted]).decode()
+    rows = conn.execute(COUNTS_OF_SCOPES, {"scopes": scopes}).fetchall()
+    mine = counters.by_type(rows, terms)
+    return mine, mine if scope.everything else counters.by_type(rows, everyone)
+
+
+def _matching(counts: dict[str, dict[str, int]], status: JobStatus | None, job_type: str | None) -> int:
+    total = 0
+    for per_type, per_status in counts.items():
+        if job_type is None or per_type == job_type:
+            total += per_status.get(status.value, 0) if status is not None else sum(per_status.values())
+    return total
 
 
 def list_jobs(
@@ -561,13 +580,30 @@ def list_jobs(
     first: int,
     after_id: int | None,
 ) -> tuple[list[Job], bool, int]:
-    """Newest first (id DESC). Returns the page, whether more follow, and the total count."""
+    """Newest first (id DESC). Returns the page, whether more follow, and the total count.
+
+    The counters give the total exactly, and steer the read: no matching job means no read
+    at all, and a caller who sees only some jobs (by creator or by worker) has a status or
+    type filter answered by walking whichever index holds fewer rows, its own jobs' or the
+    filter's. Walking the other one could pass most of a big table before finding a page
+    (a producer with 20 jobs asking for PENDING among 500k others: 190 ms instead of 0.1).
+    """
     if not scope.everything and scope.created_by is None and scope.worker_id is None:
+        return [], False, 0
+    mine, everyones = _counts_and_everyones(conn, scope)
+    total = _matching(mine, status, job_type)
+    if total == 0:
         return [], False, 0
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
+    filtered = status is not None or job_type is not None
+    walk_scope = (
+        by_creator != by_worker
+        and filtered
+        and _matching(mine, None, None) < _matching(everyones, status, job_type)
+    )
     has = (status is not None, job_type is not None, after_id is not None)
-    sql = list_statement(by_creator, by_worker, *has)
+    sql = list_statement(by_creator, by_worker, *has, walk_scope)
     params = {
         "name": scope.created_by if by_creator else scope.worker_id,
         "status": status.value if status is not None else None,
@@ -576,11 +612,6 @@ def list_jobs(
         "limit": first + 1,
     }
     rows = conn.execute(sql, params).fetchall()
-    counts = _counts(conn, scope)
-    total = 0
-    for per_type, per_status in counts.items():
-        if job_type is None or per_type == job_type:
-            total += per_status.get(status.value, 0) if status is not None else sum(per_status.values())
     return [decode_job(r) for r in rows[:first]], len(rows) > first, total
 
 

@@ -287,20 +287,26 @@ FOR_UPDATE = {
 }
 
 
-def _list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
+def _list_statement(
+    by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
+) -> str:
     """`jobs(...)`, newest first. With a status or type filter, the ORDER BY names those
     columns before id: the same order (they are fixed), but one that only the filter's index
     gives, so the planner walks that index instead of the primary key. Its statistics cannot
     know that completed jobs are the oldest: walking ids newest first would read past every
-    pending job to find 20 completed ones, a page that grows with the queue."""
+    pending job to find 20 completed ones, a page that grows with the queue. `walk_scope`
+    (list_jobs decides it from the counters, as on SQLite) names the caller's column
+    instead, for its index: ix_jobs_created_by or ix_jobs_worker."""
     filters = []
     leading = []
+    scope_column = "created_by" if by_creator else "worker_id"
     if by_creator and by_worker:
         filters.append("(created_by = %(name)s OR worker_id = %(name)s)")
-    elif by_creator:
-        filters.append("created_by = %(name)s")
-    elif by_worker:
-        filters.append("worker_id = %(name)s")
+    elif (by_creator or by_worker) and walk_scope:
+        filters.append(f"{scope_column} >= %(name)s AND {scope_column} <= %(name)s")
+        leading = [scope_column]
+    elif by_creator or by_worker:
+        filters.append(f"{scope_column} = %(name)s")
     if not leading:  # ix_jobs_type_status, ix_jobs_type, ix_jobs_status
         leading = [c for c, on in (("type", job_type), ("status", status)) if on]
     for column, on in (("status", status), ("type", job_type)):
@@ -326,7 +332,8 @@ def _translations() -> dict[str, str]:
     table = {getattr(sqlite, name): globals()[name] for name in names}
     flags = (False, True)
     for key in [(c, w, s, t, a) for c in flags for w in flags for s in flags for t in flags for a in flags]:
-        table[sqlite.list_statement(*key)] = _list_statement(*key)
+        for walk_scope in flags:
+            table[sqlite.list_statement(*key, walk_scope)] = _list_statement(*key, walk_scope)
     return table
 
 

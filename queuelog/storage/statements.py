@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, update
+from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, text, update
 from sqlalchemy.dialects import sqlite
 
 from queuelog.model import EventKind, Job, JobStatus, Priority
@@ -242,14 +242,21 @@ COL_RESULT, COL_FINISHED, COL_LEASE, COL_UPDATED = (
 )
 
 
-LIST_STATEMENTS: dict[tuple[bool, bool, bool, bool, bool], str] = {}
+LIST_STATEMENTS: dict[tuple[bool, bool, bool, bool, bool, bool], str] = {}
 
 
-def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
-    key = (by_creator, by_worker, status, job_type, after)
+def list_statement(
+    by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
+) -> str:
+    """`jobs(...)`, newest first. `walk_scope`: walk the caller's own index (created_by or
+    worker_id, then id) and test status and type on each row, instead of walking the
+    filter's index and testing the caller on each row. SQLite has no statistics to choose
+    between them, so list_jobs does, from the counters; a unary `+` keeps a column's index
+    out of the plan."""
+    key = (by_creator, by_worker, status, job_type, after, walk_scope)
     statement = LIST_STATEMENTS.get(key)
     if statement is None:
-        filters = []
+        filters: list[Any] = []
         if by_creator and by_worker:
             filters.append(or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name")))
         elif by_creator:
@@ -257,9 +264,9 @@ def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bo
         elif by_worker:
             filters.append(jobs.c.worker_id == bindparam("name"))
         if status:
-            filters.append(jobs.c.status == bindparam("status"))
+            filters.append(text("+status = :status") if walk_scope else jobs.c.status == bindparam("status"))
         if job_type:
-            filters.append(jobs.c.type == bindparam("type"))
+            filters.append(text("+type = :type") if walk_scope else jobs.c.type == bindparam("type"))
         if after:
             filters.append(jobs.c.id < bindparam("after"))
         query = select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())

@@ -1,0 +1,112 @@
+"""Pages of a caller who sees only some jobs (a producer's own, a worker's own), filtered.
+
+list_jobs answers them by walking either the caller's index or the filter's, whichever the
+counters say holds fewer rows (storage/operations.py). Both walks must give the same exact
+pages and totals; these tests make each walk happen and check the pages against what the
+test itself enqueued.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Server
+
+from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.migrate import upgrade_to_head
+from queuelog.storage.statements import list_statement
+
+PAGE = """query($status: JobStatus, $type: String, $after: String) {
+  jobs(status: $status, type: $type, first: 4, after: $after) {
+    totalCount nodes { id status type } pageInfo { hasNextPage endCursor } } }"""
+
+
+def enqueue_many(server: Server, key: str, types: list[str]) -> list[str]:
+    document = "mutation($i: [EnqueueJobInput!]!) { enqueueJobs(inputs: $i) { job { id } } }"
+    inputs = [{"type": t, "payload": {"n": n}} for n, t in enumerate(types)]
+    return [p["job"]["id"] for p in server.gql(document, {"i": inputs}, key=key).ok()["enqueueJobs"]]
+
+
+def every_page(server: Server, key: str, **variables: Any) -> tuple[list[str], int]:
+    """All ids, page after page (4 at a time), and the totalCount each page agreed on."""
+    ids: list[str] = []
+    totals = set()
+    after = None
+    while True:
+        jobs = server.gql(PAGE, {**variables, "after": after}, key=key).ok()["jobs"]
+        ids += [n["id"] for n in jobs["nodes"]]
+        totals.add(jobs["totalCount"])
+        if not jobs["pageInfo"]["hasNextPage"]:
+            break
+        after = jobs["pageInfo"]["endCursor"]
+    assert len(totals) == 1, totals
+    return ids, totals.pop()
+
+
+def newest_first(ids: list[str]) -> list[str]:
+    return sorted(ids, key=int, reverse=True)
+
+
+def test_a_small_and_a_big_producer_see_exactly_their_filtered_jobs(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    small = server.make_key(unique("small"), "producer")
+    big = server.make_key(unique("big"), "producer")
+    small_ids = enqueue_many(server, small, ["email", "report", "email"])
+    big_types = ["email", "report", "resize"] * 12
+    big_ids = enqueue_many(server, big, big_types)
+    cancelled = small_ids[0]
+    server.gql(f'mutation {{ cancelJob(id: "{cancelled}") {{ status }} }}', key=small).ok()
+
+    # small: 3 jobs, fewer than any filter's -> its own index
+    assert every_page(server, small, status="PENDING") == (newest_first(small_ids[1:]), 2)
+    assert every_page(server, small, status="CANCELLED") == ([cancelled], 1)
+    assert every_page(server, small, status="FAILED") == ([], 0)
+    assert every_page(server, small, type="email") == (newest_first([small_ids[0], small_ids[2]]), 2)
+    assert every_page(server, small, status="PENDING", type="email") == ([small_ids[2]], 1)
+    # big: 36 jobs, more than PENDING "report" has -> the filter's index
+    reports = [i for i, t in zip(big_ids, big_types, strict=True) if t == "report"]
+    assert every_page(server, big, status="PENDING", type="report") == (newest_first(reports), 12)
+    assert every_page(server, big, type="resize")[1] == 12
+    assert every_page(server, big, status="CANCELLED") == ([], 0)
+
+
+def test_a_worker_sees_exactly_the_jobs_it_holds_or_finished(
+    server: Server, unique: Callable[[str], str]
+) -> None:
+    producer = server.make_key(unique("producer"), "producer")
+    worker = server.make_key(unique("worker"), "worker")
+    job_type = unique("kind").replace("-", "_")
+    enqueue_many(server, producer, ["email"] * 5)  # others' work, never this worker's
+    claim = 'mutation { claimJobs(limit: 3, types: ["email"]) { id attempt } }'
+    claimed = server.gql(claim, key=worker).ok()["claimJobs"]
+    assert len(claimed) == 3
+    done = claimed[0]
+    complete = "mutation($id: ID!, $a: Int) { completeJob(id: $id, attempt: $a) { status } }"
+    server.gql(complete, {"id": done["id"], "a": done["attempt"]}, key=worker).ok()
+    running = newest_first([c["id"] for c in claimed[1:]])
+    assert every_page(server, worker, status="RUNNING") == (running, 2)
+    assert every_page(server, worker, status="COMPLETED") == ([done["id"]], 1)
+    assert every_page(server, worker, status="PENDING") == ([], 0)
+    assert every_page(server, worker, type=job_type) == ([], 0)
+    assert every_page(server, worker, type="email")[1] == 3
+
+
+@pytest.mark.parametrize(("walk_scope", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_status")])
+def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, walk_scope: bool, index: str) -> None:
+    database = tmp_path / "plan.db"
+    engine = create_sync_engine(f"sqlite:///{database}")
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
+    sql = list_statement(True, False, True, False, False, walk_scope)
+    params = {"name": "p", "status": "pending", "type": None, "after": None, "limit": 26}
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+    shown = " | ".join(row[-1] for row in rows)
+    assert f"USING INDEX {index}" in shown and "TEMP B-TREE" not in shown, shown
