@@ -9,6 +9,7 @@ test itself enqueued.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,36 @@ def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, walk_scope: bool
         rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
     shown = " | ".join(row[-1] for row in rows)
     assert f"USING INDEX {index}" in shown and "TEMP B-TREE" not in shown, shown
+
+
+OLDEST = "{ queueStats { oldestPendingSeconds counts { pending } } }"
+
+
+def test_a_producers_oldest_pending_job_through_either_index(start_server: Callable[..., Server]) -> None:
+    """On a fresh queue: "small" has fewer jobs than the queue has pending ones (answered
+    through its own index), "big" more (through the pending index). Either way only due
+    PENDING jobs count, and a producer with none is answered from the counters alone."""
+    server = start_server()
+    small = server.make_key("small", "producer")
+    big = server.make_key("big", "producer")
+    started = time.monotonic()
+    [first, later] = enqueue_many(server, small, ["email", "report"])
+    big_ids = enqueue_many(server, big, ["email"] * 30)
+    for job_id in big_ids[:25]:
+        server.gql(f'mutation {{ cancelJob(id: "{job_id}") {{ status }} }}', key=big).ok()
+    time.sleep(0.3)
+    for key in (small, big):  # small: 2 jobs < 7 pending; big: 30 jobs > 7 pending
+        stats = server.gql(OLDEST, key=key).ok()["queueStats"]
+        assert 0.3 <= stats["oldestPendingSeconds"] <= time.monotonic() - started + 0.05, stats
+
+    for job_id in (first, later):
+        server.gql(f'mutation {{ cancelJob(id: "{job_id}") {{ status }} }}', key=small).ok()
+    assert server.gql(OLDEST, key=small).ok()["queueStats"] == {
+        "oldestPendingSeconds": None,
+        "counts": {"pending": 0},
+    }
+    delayed = {"input": {"type": "email", "runAt": "2999-01-01T00:00:00Z"}}
+    document = "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) { job { id } } }"
+    server.gql(document, delayed, key=small).ok()
+    stats = server.gql(OLDEST, key=small).ok()["queueStats"]
+    assert stats == {"oldestPendingSeconds": None, "counts": {"pending": 1}}, "not due: not waiting"

@@ -71,6 +71,7 @@ from queuelog.storage.statements import (
     MAX_EVENT_ID,
     NEXT_DUE_ANY,
     NEXT_DUE_TYPES,
+    OLDEST_PENDING_AMONG_OWN,
     OLDEST_PENDING_ANY,
     OLDEST_PENDING_OF,
     PENDING,
@@ -545,10 +546,6 @@ def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[in
     return [tuple(row) for row in conn.execute(EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()]  # type: ignore[misc]
 
 
-def _counts(conn: Connection, scope: JobScope) -> dict[str, dict[str, int]]:
-    return _counts_and_everyones(conn, scope)[0]
-
-
 def _counts_and_everyones(
     conn: Connection, scope: JobScope
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
@@ -616,7 +613,7 @@ def list_jobs(
 
 
 def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
-    per_type = _counts(conn, scope)
+    per_type, everyones = _counts_and_everyones(conn, scope)
     totals: dict[str, int] = {}
     for per_status in per_type.values():
         for status, n in per_status.items():
@@ -624,18 +621,30 @@ def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
     return QueueStats(
         counts=counters.status_counts(totals),
         by_type={t: counters.status_counts(c) for t, c in sorted(per_type.items())},
-        oldest_pending_seconds=_oldest_pending_seconds(conn, now, scope),
+        oldest_pending_seconds=_oldest_pending_seconds(conn, now, scope, per_type, everyones),
     )
 
 
-def _oldest_pending_seconds(conn: Connection, now: datetime, scope: JobScope) -> float | None:
+def _oldest_pending_seconds(
+    conn: Connection,
+    now: datetime,
+    scope: JobScope,
+    counts: dict[str, dict[str, int]],
+    everyones: dict[str, dict[str, int]],
+) -> float | None:
+    """From the counters first: no PENDING job in the scope, no read. A creator's oldest
+    is found through whichever index holds fewer rows: its own jobs, or every pending one."""
+    pending = JobStatus.PENDING
+    if scope.created_by is None and not scope.everything:  # a PENDING job never has a worker_id
+        return None
+    if _matching(counts, pending, None) == 0:
+        return None
     if scope.everything:
         row = conn.execute(OLDEST_PENDING_ANY, {"now": to_micros(now)}).fetchone()
-    elif scope.created_by is not None:  # a PENDING job never has a worker_id
-        params = {"now": to_micros(now), "created_by": scope.created_by}
-        row = conn.execute(OLDEST_PENDING_OF, params).fetchone()
     else:
-        return None
+        params = {"now": to_micros(now), "created_by": scope.created_by}
+        own_first = _matching(counts, None, None) < _matching(everyones, pending, None)
+        row = conn.execute(OLDEST_PENDING_AMONG_OWN if own_first else OLDEST_PENDING_OF, params).fetchone()
     oldest = micros_to_datetime(row[0]) if row is not None else None
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 

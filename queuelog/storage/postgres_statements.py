@@ -199,6 +199,11 @@ def _oldest_pending_sql(scope: str) -> str:
 
 OLDEST_PENDING_ANY = _oldest_pending_sql("")
 OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = %(created_by)s")
+OLDEST_PENDING_AMONG_OWN = (
+    "SELECT MIN(created_at) FROM jobs"
+    f" WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
+    f" AND run_at <= {NOW}"
+)
 
 # --- many rows in one statement ---------------------------------------------------------------
 

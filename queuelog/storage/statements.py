@@ -228,6 +228,12 @@ def _oldest_pending_sql(scope: str) -> str:
 
 OLDEST_PENDING_ANY = _oldest_pending_sql("")
 OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
+# The same through the creator's own jobs, for a creator with fewer jobs than the queue has
+# pending ones (operations._oldest_pending_seconds chooses, from the counters).
+OLDEST_PENDING_AMONG_OWN = (
+    "SELECT MIN(created_at) FROM jobs INDEXED BY ix_jobs_created_by"
+    " WHERE created_by = :created_by AND status = 'pending' AND run_at <= :now"
+)
 
 
 KIND_TEXT = {kind: kind.value for kind in EventKind}
