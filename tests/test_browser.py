@@ -533,6 +533,31 @@ def test_a_revoked_key_drops_the_page_back_to_the_key_box(tab: Tab) -> None:
     assert page.locator("tr[data-job-id]").count() == 0
 
 
+def test_every_query_the_dashboard_sends_is_one_the_bench_times(tab: Tab) -> None:
+    """Figure 6 of `python -m bench` times the dashboard's reads on a big queue (issue 8:
+    each within 50 ms at 1M jobs) from bench/_dashboard.py: those must be what the page sends."""
+    from bench._dashboard import DETAIL, DETAIL_ADMIN, JOBS, QUERIES, STATS, normalized
+
+    server = tab.server
+    job_id = failed_job(server, "disk full")
+    for _ in range(30):
+        enqueue(server, "report")
+    viewer = server.make_key(f"viewer-{time.monotonic_ns()}", "viewer")
+    for key in (server.admin_key, viewer):  # an ADMIN's detail also asks for the error
+        page = tab.sign_in(key, f"/#job/{job_id}")
+        expect(page.locator("#detail-fields")).to_contain_text("FAILED")
+        page.click("#next")
+        expect(page.locator("#page-number")).to_have_text("Page 2")
+        page.select_option("select[name=status]", "FAILED")
+        page.select_option("select[name=type]", "report")
+        expect(page.locator("#jobs-summary")).to_have_text("0 matching")
+        page.click("#forget")
+    sent = {normalized(q) for q in tab.watch.posted if not q.lstrip().startswith("mutation")}
+    known = {normalized(q) for q in QUERIES}
+    assert sent <= known, sent - known
+    assert {normalized(q) for q in (DETAIL, DETAIL_ADMIN, JOBS, STATS)} <= sent, "every view was opened"
+
+
 def test_dashboard_works_from_the_keyboard_and_has_no_serious_accessibility_violations(tab: Tab) -> None:
     server = tab.server
     failed_job(server, "disk full")
