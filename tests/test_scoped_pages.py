@@ -144,3 +144,31 @@ def test_a_producers_oldest_pending_job_through_either_index(start_server: Calla
     server.gql(document, delayed, key=small).ok()
     stats = server.gql(OLDEST, key=small).ok()["queueStats"]
     assert stats == {"oldestPendingSeconds": None, "counts": {"pending": 1}}, "not due: not waiting"
+
+
+def test_a_type_filter_read_status_by_status_gives_the_same_exact_pages(
+    start_server: Callable[..., Server],
+) -> None:
+    """On a fresh queue, so that the counters make list_jobs read a type filter in one part
+    per status (each status's newest, merged): the pages must be those of one walk."""
+    server = start_server()
+    producer = server.make_key("mixed", "producer")
+    worker = server.make_key("worker", "worker")
+    types = ["email", "report"] * 12
+    ids = enqueue_many(server, producer, types)
+    reports = [i for i, t in zip(ids, types, strict=True) if t == "report"]
+    for job_id in reports[1::3]:
+        server.gql(f'mutation {{ cancelJob(id: "{job_id}") {{ status }} }}', key=producer).ok()
+    # mixed: 24 jobs, 12 reports (8 PENDING, 4 CANCELLED): 2 rows per match on its own
+    # index, 1 on each status of the type's
+    assert every_page(server, producer, type="report") == (newest_first(reports), 12)
+
+    claim = "mutation($t: [String!]) { claimJobs(limit: 100, types: $t) { id attempt } }"
+    emails = server.gql(claim, {"t": ["email"]}, key=worker).ok()["claimJobs"]
+    server.gql(claim, {"t": ["report"]}, key=worker).ok()
+    complete = "mutation($id: ID!, $a: Int) { completeJob(id: $id, attempt: $a) { status } }"
+    for job in emails[::2]:
+        server.gql(complete, {"id": job["id"], "a": job["attempt"]}, key=worker).ok()
+    # the worker: 12 emails (6 RUNNING, 6 COMPLETED) of its 20 jobs
+    assert every_page(server, worker, type="email") == (newest_first([j["id"] for j in emails]), 12)
+    assert every_page(server, worker, type="email", status="COMPLETED")[1] == 6

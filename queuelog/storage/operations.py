@@ -579,11 +579,15 @@ def list_jobs(
 ) -> tuple[list[Job], bool, int]:
     """Newest first (id DESC). Returns the page, whether more follow, and the total count.
 
-    The counters give the total exactly, and steer the read: no matching job means no read
-    at all, and a caller who sees only some jobs (by creator or by worker) has a status or
-    type filter answered by walking whichever index holds fewer rows, its own jobs' or the
-    filter's. Walking the other one could pass most of a big table before finding a page
-    (a producer with 20 jobs asking for PENDING among 500k others: 190 ms instead of 0.1).
+    The counters give the total exactly, and steer the read. No matching job: no read at
+    all. A caller who sees only some jobs (by creator or by worker) and filters walks either
+    its own index, testing status and type on each row, or the filter's index, testing the
+    caller on each row, split by status so that each part walks jobs of one status: status
+    follows age (the newest jobs are pending, the oldest finished), so one walk through
+    every status would pass the whole backlog of others' pending jobs before reaching a
+    worker's finished ones (82 ms at 1M jobs). Of the two, the one that passes fewer rows
+    per match, by the counters' proportions (a producer with 20 jobs asking for PENDING
+    among 500k others: its own index, 0.3 ms instead of 190).
     """
     if not scope.everything and scope.created_by is None and scope.worker_id is None:
         return [], False, 0
@@ -593,14 +597,6 @@ def list_jobs(
         return [], False, 0
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
-    filtered = status is not None or job_type is not None
-    walk_scope = (
-        by_creator != by_worker
-        and filtered
-        and _matching(mine, None, None) < _matching(everyones, status, job_type)
-    )
-    has = (status is not None, job_type is not None, after_id is not None)
-    sql = list_statement(by_creator, by_worker, *has, walk_scope)
     params = {
         "name": scope.created_by if by_creator else scope.worker_id,
         "status": status.value if status is not None else None,
@@ -608,7 +604,24 @@ def list_jobs(
         "after": after_id,
         "limit": first + 1,
     }
-    rows = conn.execute(sql, params).fetchall()
+    parts: list[JobStatus | None] = [status]
+    walk_scope = False
+    if by_creator != by_worker and (status is not None or job_type is not None):
+        parts = [status] if status is not None else [s for s in JobStatus if _matching(mine, s, job_type)]
+        per_match = [_matching(everyones, s, job_type) / _matching(mine, s, job_type) for s in parts]
+        walk_scope = _matching(mine, None, None) / total <= max(per_match)
+    if walk_scope or len(parts) == 1:
+        # A type filter whose jobs here are all of one status reads as that status.
+        only = status if walk_scope else parts[0]
+        has = (only is not None, job_type is not None, after_id is not None)
+        sql = list_statement(by_creator, by_worker, *has, walk_scope)
+        rows = conn.execute(sql, {**params, "status": only.value if only else None}).fetchall()
+    else:
+        sql = list_statement(by_creator, by_worker, True, job_type is not None, after_id is not None)
+        rows = []
+        for part in parts:  # each part's newest first+1: the page is among them
+            rows += conn.execute(sql, {**params, "status": part.value}).fetchall()  # type: ignore[union-attr]
+        rows.sort(key=lambda row: row[COL_ID], reverse=True)
     return [decode_job(r) for r in rows[:first]], len(rows) > first, total
 
 
