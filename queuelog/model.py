@@ -81,6 +81,15 @@ class JobEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class MinuteCount:
+    """Jobs that became COMPLETED or FAILED in the minute starting at `at`."""
+
+    at: datetime
+    completed: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedEvent:
     """One transition of a job as job_events keeps it: what happened, the status it left
     the job in, and when."""

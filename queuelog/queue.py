@@ -31,6 +31,7 @@ from queuelog.model import (
     EnqueueOutcome,
     Job,
     JobStatus,
+    MinuteCount,
     NewJob,
     Priority,
     QueueStats,
@@ -48,6 +49,7 @@ MAX_CLAIM_BATCH = 100
 MAX_COMPLETE_BATCH = 100
 MAX_PAGE = 100
 MAX_HISTORY = 100
+MAX_THROUGHPUT_MINUTES = 24 * 60  # as long as job_minutes keeps them (counters.MINUTES_KEPT)
 MAX_WAIT_SECONDS = 30
 MAX_LEASE_SECONDS = 86400
 MAX_RETRY_IN_SECONDS = 86400
@@ -165,6 +167,11 @@ class JobQueue:
 
     async def stats(self, principal: Principal) -> QueueStats:
         return await self.repository.queue_stats(principal.scope)
+
+    async def throughput(self, principal: Principal, minutes: int) -> list[MinuteCount]:
+        if not 1 <= minutes <= MAX_THROUGHPUT_MINUTES:
+            raise BadInput(f"minutes must be between 1 and {MAX_THROUGHPUT_MINUTES}")
+        return await self.repository.finished_per_minute(principal.scope, minutes)
 
     # --- workers ---------------------------------------------------------------------------
 

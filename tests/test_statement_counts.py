@@ -73,6 +73,7 @@ HOUR = 3600
 #   read   = BEGIN ... COMMIT on the reader (2 control)
 #   effects = INSERT job_events (one executemany) + upsert job_counts (one executemany),
 #            written once per commit after the operations, when some job changed state
+#   finish = upsert job_minutes (one executemany), when some job became COMPLETED or FAILED
 EXPECTED: dict[str, tuple[int, int]] = {
     # gen
     "me": (0, 1),
@@ -145,21 +146,21 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "heartbeatJob": (4, 2),
     # gen; refuse: UPDATE jobs (no row), SELECT jobs by id to say why -> NOT_FOUND
     "heartbeatJob (missing)": (5, 3),
-    # gen; write: UPDATE jobs ... RETURNING; effects
-    "completeJob": (4, 4),
+    # gen; write: UPDATE jobs ... RETURNING; effects; finish
+    "completeJob": (4, 5),
     # gen; refuse: UPDATE jobs (no row), SELECT jobs by id -> CONFLICT
     "completeJob (not held)": (5, 3),
-    # gen; write: SELECT jobs by ids (json_each), UPDATE jobs (one executemany); effects
-    "completeJobs x1": (4, 5),
-    "completeJobs x10": (4, 5),
-    "completeJobs x100": (4, 5),
-    "completeJobs x10, 2 rejected": (4, 5),
-    "completeJobs x100, 2 rejected": (4, 5),
+    # gen; write: SELECT jobs by ids (json_each), UPDATE jobs (one executemany); effects; finish
+    "completeJobs x1": (4, 6),
+    "completeJobs x10": (4, 6),
+    "completeJobs x100": (4, 6),
+    "completeJobs x10, 2 rejected": (4, 6),
+    "completeJobs x100, 2 rejected": (4, 6),
     # gen; write: SELECT jobs by ids; every item rejected, nothing changed
     "completeJobs x1, rejected": (4, 2),
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "failJob (retryable)": (4, 5),
-    "failJob (final)": (4, 5),
+    "failJob (final)": (4, 6),  # and finish
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "cancelJob": (4, 5),
     # gen; refuse: SELECT jobs by id -> CONFLICT

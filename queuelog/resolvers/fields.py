@@ -1,13 +1,17 @@
-"""Resolvers of fields below the root: Job.events."""
+"""Resolvers of fields below the root: Job.events, QueueStats.throughput."""
 
 from __future__ import annotations
 
 from strawberry.types import Info
 
-from queuelog.model import Job, RecordedEvent
+from queuelog.model import Job, MinuteCount, RecordedEvent
 from queuelog.resolvers.common import caller, queue
 from queuelog.schema.context import RequestContext
 
 
 async def job_events(info: Info[RequestContext, None], job: Job, last: int) -> list[RecordedEvent]:
     return await queue(info).history(caller(info), job, last)
+
+
+async def throughput(info: Info[RequestContext, None], minutes: int) -> list[MinuteCount]:
+    return await queue(info).throughput(caller(info), minutes)

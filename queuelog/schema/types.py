@@ -133,6 +133,13 @@ class TypeStats:
     counts: StatusCounts
 
 
+@strawberry.type(description="Jobs that became COMPLETED or FAILED in one minute.")
+class ThroughputMinute:
+    at: datetime = strawberry.field(description="The minute's start (UTC).")
+    completed: int
+    failed: int
+
+
 @strawberry.type
 class QueueStats:
     counts: StatusCounts
@@ -140,6 +147,17 @@ class QueueStats:
     oldest_pending_seconds: float | None = strawberry.field(
         description="Age in seconds of the oldest job that is PENDING and due (runAt <= now); null when none."
     )
+
+    @strawberry.field(
+        description=(
+            "Jobs the caller sees that finished in each of the last `minutes` minutes (1..1440), "
+            "oldest first, the current minute (so far) last; minutes with none are listed with zeros. "
+            "Kept for 24 hours."
+        )
+    )
+    async def throughput(self, info: Info[RequestContext, None], minutes: int = 30) -> list[ThroughputMinute]:
+        found = await fields.throughput(info, minutes)
+        return [ThroughputMinute(at=m.at, completed=m.completed, failed=m.failed) for m in found]
 
     @classmethod
     def from_model(cls, stats: model.QueueStats) -> QueueStats:

@@ -13,9 +13,10 @@ is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having n
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
 (postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
-server's own definition (counters.count_keys). Each id sequence restarts past the highest
-id the source ever gave out (AUTOINCREMENT remembers the ids of pruned jobs too), so a new
-job never takes the id of an old one.
+server's own definition (counters.count_keys); job_minutes (throughput per minute) is
+copied as it is. Each id sequence restarts past the highest id the source ever gave out
+(AUTOINCREMENT remembers the ids of pruned jobs too), so a new job never takes the id of
+an old one.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from sqlalchemy.sql import ColumnElement
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
 from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of
-from queuelog.storage.tables import api_keys, job_counts, job_events, jobs
+from queuelog.storage.tables import api_keys, job_counts, job_events, job_minutes, jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
@@ -112,6 +113,7 @@ def copy_database(
                 _empty_target(write, replace)
                 rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in COPIED}
                 _recount(write)
+                _copy_minutes(read, write, batch_rows)
                 next_ids = {t.name: _restart_sequence(write, t, _highest_id(read, t)) for t in COPIED}
             finally:
                 read.exec_driver_sql("PRAGMA query_only = OFF")
@@ -122,7 +124,7 @@ def copy_database(
 
 
 def _empty_target(write: Connection, replace: bool) -> None:
-    write.exec_driver_sql("LOCK TABLE api_keys, jobs, job_events, job_counts IN EXCLUSIVE MODE")
+    write.exec_driver_sql("LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes IN EXCLUSIVE MODE")
     held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in COPIED}
     if any(held.values()) and not replace:
         listing = ", ".join(f"{name}: {n}" for name, n in held.items() if n)
@@ -130,7 +132,7 @@ def _empty_target(write: Connection, replace: bool) -> None:
             f"the target already holds rows ({listing}): copy into an empty database, "
             "or pass --replace to delete them first"
         )
-    for table in (*COPIED, job_counts):
+    for table in (*COPIED, job_counts, job_minutes):
         write.execute(delete(table))
 
 
@@ -172,6 +174,13 @@ def _recount(write: Connection) -> None:
                 for (scope, name, job_type, status), n in counts.items()
             ],
         )
+
+
+def _copy_minutes(read: Connection, write: Connection, batch_rows: int) -> None:
+    """The throughput per minute, as it was: finished jobs may have been pruned since."""
+    rows = read.execute(select(job_minutes).execution_options(yield_per=batch_rows))
+    for batch in rows.partitions():
+        write.execute(insert(job_minutes), [dict(row._mapping) for row in batch])
 
 
 def _highest_id(read: Connection, table: Table) -> int:

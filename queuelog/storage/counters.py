@@ -15,10 +15,13 @@ from collections.abc import Iterable
 from queuelog.model import JobScope, JobStatus, StatusCounts
 
 CountKey = tuple[str, str, str, str]  # scope, name, type, status
+MinuteKey = tuple[str, str, int, str]  # scope, name, minute since 1970, status
 # A transition: type, created_by, then status and worker_id before and after (None: absent).
 Move = tuple[str, str, "str | None", "str | None", "str | None", "str | None"]
 ALL, PRODUCER, WORKER, SELF = "*", "p", "w", "s"
 STATUS_TEXT = {status: status.value for status in JobStatus}
+FINISHED = frozenset({STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]})
+MINUTES_KEPT = 24 * 60  # job_minutes rows older than this are pruned
 
 
 def count_keys(job_type: str, status: str, created_by: str, worker_id: str | None) -> list[CountKey]:
@@ -41,6 +44,31 @@ def net(moves: Iterable[Move]) -> list[tuple[CountKey, int]]:
             for key in count_keys(job_type, new_status, created_by, new_worker):
                 total[key] += n
     return [(key, n) for key, n in total.items() if n]
+
+
+def finished(moves: Iterable[Move], minute: int) -> list[tuple[MinuteKey, int]]:
+    """The job_minutes rows to add to: each job that became COMPLETED or FAILED in this
+    minute, once per scope that counts it (as job_counts does), in key order."""
+    total: Counter[MinuteKey] = Counter()
+    for (job_type, created_by, old_status, _, new_status, new_worker), n in Counter(moves).items():
+        if new_status in FINISHED and old_status != new_status:
+            for scope, name, _, status in count_keys(job_type, new_status, created_by, new_worker):
+                total[(scope, name, minute, status)] += n
+    return sorted(total.items())
+
+
+def by_minute(
+    rows: Iterable[tuple[str, str, int, str, int]], terms: list[tuple[str, str, int]]
+) -> dict[int, dict[str, int]]:
+    """Finished jobs per minute and status from (scope, name, minute, status, n) rows."""
+    signs = {(scope, name): sign for scope, name, sign in terms}
+    found: dict[int, dict[str, int]] = {}
+    for scope, name, minute, status, n in rows:
+        sign = signs.get((scope, name))
+        if sign is not None:
+            per_status = found.setdefault(minute, {})
+            per_status[status] = per_status.get(status, 0) + sign * n
+    return found
 
 
 def scope_terms(scope: JobScope) -> list[tuple[str, str, int]]:

@@ -25,6 +25,7 @@ from queuelog.model import (
     Job,
     JobScope,
     JobStatus,
+    MinuteCount,
     NewJob,
     QueueStats,
     RecordedEvent,
@@ -33,6 +34,7 @@ from queuelog.storage import counters
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.statements import (
     ADD_TO_COUNT,
+    ADD_TO_MINUTE,
     CANCEL_PENDING,
     CLAIM_ANY,
     CLAIM_TYPES,
@@ -69,6 +71,7 @@ from queuelog.storage.statements import (
     LAST_JOB_ID,
     LEASE_EXPIRED_ERROR,
     MAX_EVENT_ID,
+    MINUTES_OF_SCOPES,
     NEXT_DUE_ANY,
     NEXT_DUE_TYPES,
     OLDEST_PENDING_AMONG_OWN,
@@ -76,6 +79,7 @@ from queuelog.storage.statements import (
     OLDEST_PENDING_OF,
     PENDING,
     PRUNE,
+    PRUNE_MINUTES,
     RETRY_FINISHED,
     RUNNING,
     STATUS_TEXT,
@@ -84,6 +88,8 @@ from queuelog.storage.statements import (
 )
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
+
+MICROS_PER_MINUTE = 60_000_000
 
 
 def _ids_json(ids: Sequence[int]) -> str:
@@ -508,6 +514,18 @@ def write_side_effects(tx: WriteTx) -> None:
             ADD_TO_COUNT,
             [{"scope": k[0], "name": k[1], "type": k[2], "status": k[3], "n": n} for k, n in changes],
         )
+    finished = counters.finished(tx.moves, now // MICROS_PER_MINUTE)
+    if finished:
+        tx.executemany(
+            ADD_TO_MINUTE,
+            [{"scope": k[0], "name": k[1], "minute": k[2], "status": k[3], "n": n} for k, n in finished],
+        )
+
+
+def prune_minutes(tx: WriteTx) -> int:
+    """Drop job_minutes rows older than counters.MINUTES_KEPT."""
+    before = tx.now_us // MICROS_PER_MINUTE - counters.MINUTES_KEPT
+    return tx.execute(PRUNE_MINUTES, {"before": before}).rowcount
 
 
 # --- reads ---------------------------------------------------------------------------------
@@ -623,6 +641,28 @@ def list_jobs(
             rows += conn.execute(sql, {**params, "status": part.value}).fetchall()  # type: ignore[union-attr]
         rows.sort(key=lambda row: row[COL_ID], reverse=True)
     return [decode_job(r) for r in rows[:first]], len(rows) > first, total
+
+
+def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minutes: int) -> list[MinuteCount]:
+    """The last `minutes` minutes, oldest first, the current one included, each with the
+    jobs of the scope that became COMPLETED or FAILED in it (zeros where none did)."""
+    current = to_micros(now) // MICROS_PER_MINUTE
+    since = current - minutes + 1
+    terms = counters.scope_terms(scope)
+    found: dict[int, dict[str, int]] = {}
+    if terms:
+        scopes = jsonutil.dumps([[s, n] for s, n, _ in terms]).decode()
+        rows = conn.execute(MINUTES_OF_SCOPES, {"since": since, "scopes": scopes}).fetchall()
+        found = counters.by_minute(rows, terms)
+    completed, failed = STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]
+    return [
+        MinuteCount(
+            micros_to_datetime(minute * MICROS_PER_MINUTE),  # type: ignore[arg-type]
+            found.get(minute, {}).get(completed, 0),
+            found.get(minute, {}).get(failed, 0),
+        )
+        for minute in range(since, current + 1)
+    ]
 
 
 def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:

@@ -93,6 +93,16 @@ ADD_TO_COUNT = (
     " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(n)s)"
     " ON CONFLICT (scope, name, type, status) DO UPDATE SET n = job_counts.n + excluded.n"
 )
+ADD_TO_MINUTE = (
+    "INSERT INTO job_minutes (scope, name, minute, status, n)"
+    " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(n)s)"
+    " ON CONFLICT (scope, name, minute, status) DO UPDATE SET n = job_minutes.n + excluded.n"
+)
+MINUTES_OF_SCOPES = (
+    "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= %(since)s AND (scope, name) IN"
+    " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+)
+PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
 COUNTS_OF_SCOPES = (
     "SELECT scope, name, type, status, n FROM job_counts WHERE (scope, name) IN"
     " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"

@@ -22,6 +22,7 @@ from queuelog.model import (
     JobEvent,
     JobScope,
     JobStatus,
+    MinuteCount,
     NewJob,
     Priority,
     QueueStats,
@@ -137,6 +138,9 @@ class Repository:
     async def queue_stats(self, scope: JobScope) -> QueueStats:
         return await self._db.read(ops.queue_stats, utcnow(), scope)
 
+    async def finished_per_minute(self, scope: JobScope, minutes: int) -> list[MinuteCount]:
+        return await self._db.read(ops.finished_per_minute, utcnow(), scope, minutes)
+
     async def next_due_at(self, types: Sequence[str] | None) -> datetime | None:
         return await self._db.read(ops.next_due_at, types)
 
@@ -199,7 +203,9 @@ class Repository:
             deleted = await self._db.write(lambda tx: ops.prune(tx, cutoff))
             total += deleted
             if deleted < PRUNE_BATCH:
-                return total
+                break
+        await self._db.write(ops.prune_minutes)
+        return total
 
     async def ping(self) -> None:
         await self._db.read_one("SELECT 1")

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import sqlite
 from queuelog.model import EventKind, Job, JobStatus, Priority
 from queuelog.storage import counters
 from queuelog.storage.codec import COLUMN_INDEX, JOB_COLUMN_LIST
-from queuelog.storage.tables import job_counts, job_events, jobs
+from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
@@ -110,6 +110,19 @@ ADD_TO_COUNT = _sql(
         set_={"n": job_counts.c.n + literal_column("excluded.n")},
     )
 )
+ADD_TO_MINUTE = _sql(
+    sqlite.insert(job_minutes)
+    .values({n: bindparam(n) for n in ("scope", "name", "minute", "status", "n")})
+    .on_conflict_do_update(
+        index_elements=["scope", "name", "minute", "status"],
+        set_={"n": job_minutes.c.n + literal_column("excluded.n")},
+    )
+)
+MINUTES_OF_SCOPES = (
+    "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= :since"
+    " AND (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
+)
+PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
 COUNTS_OF_SCOPES = (
     "SELECT scope, name, type, status, n FROM job_counts"
     " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"

@@ -140,6 +140,19 @@ job_counts = Table(
     Column("n", BigInteger, nullable=False),
 )
 
+# Jobs finished (completed or failed) per minute, by the same scopes as job_counts: the
+# dashboard's throughput, read without counting jobs. `minute` counts minutes since 1970
+# (UTC); rows older than MINUTES_KEPT are pruned.
+job_minutes = Table(
+    "job_minutes",
+    metadata,
+    Column("scope", String(1), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("minute", BigInteger, primary_key=True),
+    Column("status", String(16), primary_key=True),
+    Column("n", BigInteger, nullable=False),
+)
+
 # One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so
 # every path that touches api_keys counts), and servers drop their cached principals.
 key_state = Table(
