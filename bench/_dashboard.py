@@ -27,7 +27,7 @@ DETAIL_FIELDS = (
 SIGN_IN = "query Me { me { name roles } }"
 STATS = (
     f"query Stats {{ queueStats {{ counts {{ {COUNT_FIELDS} }} oldestPendingSeconds "
-    f"byType {{ type counts {{ {COUNT_FIELDS} }} }} }} }}"
+    f"byType {{ type counts {{ {COUNT_FIELDS} }} }} throughput(minutes: 31) {{ at completed failed }} }} }}"
 )
 JOBS = (
     "query Jobs($status: JobStatus, $type: String, $first: Int!, $after: String) { "

@@ -189,6 +189,7 @@ def tab(
 # ---- the queue, through the API ---------------------------------------------------------
 
 ENQUEUE = "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) { job { id } } }"
+THROUGHPUT = "{ queueStats { throughput(minutes: 31) { completed failed } } }"
 
 
 def enqueue(server: Server, job_type: str = "email", **fields: Any) -> str:
@@ -207,6 +208,13 @@ def failed_job(server: Server, error: str) -> str:
         assert server.gql(fail, {"id": claimed, "e": error}, key=worker).ok()["failJob"]["status"] == "FAILED"
         if claimed == job_id:
             return job_id
+
+
+def complete_one(server: Server) -> None:
+    worker = server.make_key(f"worker-{time.monotonic_ns()}", "worker")
+    job = server.gql("mutation { claimJob { id attempt } }", key=worker).ok()["claimJob"]
+    done = "mutation($id: ID!, $a: Int) { completeJob(id: $id, attempt: $a) { status } }"
+    assert server.gql(done, {"id": job["id"], "a": job["attempt"]}, key=worker).ok()["completeJob"]["status"]
 
 
 def status_of(server: Server, job_id: str) -> str:
@@ -361,6 +369,7 @@ def test_dashboard_signs_in_with_a_key_shows_counts_and_forgets_the_key(tab: Tab
     server = tab.server
     for job_type in ("email", "report", "report"):
         enqueue(server, job_type)
+    complete_one(server)
     page = tab.open("/")
     expect(page.locator("#signin")).to_be_visible()
     page.fill("input[name=key]", "ql_not-a-key-at-all-000000000")
@@ -380,6 +389,19 @@ def test_dashboard_signs_in_with_a_key_shows_counts_and_forgets_the_key(tab: Tab
     )
     expect(page.locator("#who")).to_have_text("admin (ADMIN)")
     expect(page.locator("#oldest")).not_to_have_text("–")
+
+    # The sparkline: the server's per-minute counts, 30 full minutes drawn and the current one
+    # told. Compared over all 31 minutes, which the minute turning over does not change here
+    # (the server is younger than half an hour).
+    minutes = server.gql(THROUGHPUT).ok()["queueStats"]["throughput"]
+    told = page.locator("#throughput-text")
+    expect(told).to_have_text(re.compile(r"Last 30 minutes: [\d,]+ completed, [\d,]+ failed .*so far"))
+    shown = re.findall(r"([\d,]+) (?:completed|failed)", told.inner_text())
+    numbers = [int(n.replace(",", "")) for n in shown]
+    assert numbers[0] + numbers[2] == sum(m["completed"] for m in minutes) > 0
+    assert numbers[1] + numbers[3] == sum(m["failed"] for m in minutes)
+    points = page.locator("#sparkline polyline").evaluate_all("lines => lines.map(l => l.points.length)")
+    assert points == [30, 30]
 
     page.click("#forget")
     expect(page.locator("#signin")).to_be_visible()

@@ -9,7 +9,7 @@ const PAGE_SIZE = 25;
 const POLL_MS = 3000; // socket down: everything on screen, this often
 const STATS_MS = 10000; // socket up: the counts again (the oldest pending job ages)
 const REFRESH_GAP_MS = 400; // events: at most one refresh per this
-const SPARK_MINUTES = 30;
+const SPARK_MINUTES = 30; // full minutes drawn; queueStats.throughput also gives the current one
 const TIMELINE_EVENTS = 50; // Job.events(last:): the newest this many transitions of the open job
 const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
 const ROW_FIELDS = "id type status priority attempt createdAt updatedAt";
@@ -19,7 +19,7 @@ const DETAIL_FIELDS =
   `events(last: ${TIMELINE_EVENTS}) { kind status at }`;
 const COUNT_FIELDS = COUNTS.join(" ");
 const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
-  byType { type counts { ${COUNT_FIELDS} } } } }`;
+  byType { type counts { ${COUNT_FIELDS} } } throughput(minutes: ${SPARK_MINUTES + 1}) { at completed failed } } }`;
 const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $first: Int!, $after: String) {
   jobs(status: $status, type: $type, first: $first, after: $after) {
     totalCount pageInfo { hasNextPage endCursor } nodes { ${ROW_FIELDS} } } }`;
@@ -39,7 +39,7 @@ const state = {
   detailId: null,
   detail: null,
   stopDetailUpdates: null,
-  samples: [], // [{t, completed, failed}] from queueStats, for the throughput sparkline
+  throughput: [], // queueStats.throughput: [{at, completed, failed}], oldest first, the current minute last
 };
 
 // ---- talking to the server -------------------------------------------------------------
@@ -92,7 +92,7 @@ async function signIn(key) {
   }
   storeKey(key);
   state.session += 1;
-  Object.assign(state, { key, me, cursors: [null], samples: [] });
+  Object.assign(state, { key, me, cursors: [null], throughput: [] });
   $("signin").hidden = true;
   $("app").hidden = false;
   $("forget").hidden = false;
@@ -112,7 +112,7 @@ function signOut(message, kind = "error") {
   state.timers.forEach(clearInterval);
   state.timers = [];
   stopPolling();
-  Object.assign(state, { key: "", me: null, detail: null, detailId: null, samples: [] });
+  Object.assign(state, { key: "", me: null, detail: null, detailId: null, throughput: [] });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
@@ -239,10 +239,7 @@ async function loadStats() {
   });
   $("by-type").tBodies[0].replaceChildren(...rows);
   setTypeOptions(stats.byType.map((t) => t.type));
-  state.samples.push({ t: Date.now(), completed: stats.counts.completed, failed: stats.counts.failed });
-  while (state.samples.length > 2 && state.samples[1].t < Date.now() - (SPARK_MINUTES + 1) * 60000) {
-    state.samples.shift();
-  }
+  state.throughput = stats.throughput;
   drawSparkline();
 }
 
@@ -254,36 +251,14 @@ function setTypeOptions(types) {
   }
 }
 
-// Jobs finished per minute, from the differences between samples of the exact counters.
-function perMinute(samples, now) {
-  const minute = 60000;
-  const end = Math.ceil(now / minute) * minute;
-  const buckets = [];
-  for (let i = SPARK_MINUTES - 1; i >= 0; i--) {
-    const to = end - i * minute;
-    const from = to - minute;
-    const before = samples.filter((s) => s.t < from).at(-1);
-    const inside = samples.filter((s) => s.t >= from && s.t < to);
-    const base = before || inside[0];
-    const last = inside.at(-1) || before;
-    buckets.push(
-      base && last && base.t < to
-        ? { completed: Math.max(0, last.completed - base.completed), failed: Math.max(0, last.failed - base.failed) }
-        : null,
-    );
-  }
-  return buckets;
-}
-
+// Jobs finished per minute (the server counts them as they finish): the full minutes as
+// lines, the current one, still filling up, in the caption.
 function drawSparkline() {
-  const svg = $("sparkline");
-  const buckets = perMinute(state.samples, Date.now());
-  const known = buckets.filter(Boolean);
-  const top = Math.max(1, ...known.map((b) => Math.max(b.completed, b.failed)));
+  const full = state.throughput.slice(0, -1);
+  const now = state.throughput.at(-1);
+  const top = Math.max(1, ...full.map((m) => Math.max(m.completed, m.failed)));
   const lines = ["completed", "failed"].map((series) => {
-    const points = buckets
-      .map((b, i) => (b ? `${((i + 0.5) * 300) / SPARK_MINUTES},${60 - (b[series] / top) * 56}` : null))
-      .filter(Boolean);
+    const points = full.map((m, i) => `${((i + 0.5) * 300) / full.length},${60 - (m[series] / top) * 56}`);
     const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
     line.setAttribute("points", points.join(" "));
     line.setAttribute("fill", "none");
@@ -292,13 +267,13 @@ function drawSparkline() {
     line.setAttribute("class", series);
     return line;
   });
-  svg.replaceChildren(...lines);
-  const now = buckets.at(-1);
-  $("throughput-text").textContent =
-    state.samples.length < 2 || !now
-      ? "Collecting: the first figures come with the next refresh."
-      : `This minute so far: ${now.completed} completed, ${now.failed} failed ` +
-        `(busiest minute shown: ${top.toLocaleString("en")}).`;
+  $("sparkline").replaceChildren(...lines);
+  const total = (series) => full.reduce((sum, m) => sum + m[series], 0).toLocaleString("en");
+  $("throughput-text").textContent = now
+    ? `Last ${full.length} minutes: ${total("completed")} completed, ${total("failed")} failed ` +
+      `(busiest minute: ${top.toLocaleString("en")}). This minute so far: ${now.completed} completed, ` +
+      `${now.failed} failed.`
+    : "Loading…";
 }
 
 // ---- the jobs table --------------------------------------------------------------------
@@ -527,7 +502,7 @@ function renderTimeline(job) {
       label = `CLAIMED (attempt ${attempt})`;
       if (index === lastClaim && job.workerId) label += ` by ${job.workerId}`;
     }
-    return { label, detail: `now ${event.status}`, at: event.at };
+    return { label, detail: `→ ${event.status}`, at: event.at };
   });
   if (job.status === "PENDING" && Date.parse(job.runAt) > Date.now()) {
     entries.push({ label: "DUE", detail: "claimable from then", at: job.runAt });
@@ -592,7 +567,6 @@ function timeElement(iso) {
 
 function refreshTimes() {
   document.querySelectorAll("time[datetime]").forEach((t) => (t.textContent = relative(t.dateTime)));
-  drawSparkline();
 }
 
 function showBanner(text) {
