@@ -117,6 +117,9 @@ function signOut(message, kind = "error") {
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
   $("jobs").tBodies[0].replaceChildren();
+  state.nextCursor = null;
+  $("next").disabled = true; // until the next key's first page says whether more follow
+  $("previous").disabled = true;
   $("status-filter").value = "";
   $("type-filter").replaceChildren(new Option("any", ""));
   $("detail").hidden = true;
@@ -257,7 +260,8 @@ function drawSparkline() {
   const full = state.throughput.slice(0, -1);
   const now = state.throughput.at(-1);
   const top = Math.max(1, ...full.map((m) => Math.max(m.completed, m.failed)));
-  const lines = ["completed", "failed"].map((series) => {
+  // failed first: where both are zero, completed's line is the one on top
+  const lines = ["failed", "completed"].map((series) => {
     const points = full.map((m, i) => `${((i + 0.5) * 300) / full.length},${60 - (m[series] / top) * 56}`);
     const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
     line.setAttribute("points", points.join(" "));
@@ -502,7 +506,7 @@ function renderTimeline(job) {
       label = `CLAIMED (attempt ${attempt})`;
       if (index === lastClaim && job.workerId) label += ` by ${job.workerId}`;
     }
-    return { label, detail: `→ ${event.status}`, at: event.at };
+    return { label, detail: `→\u00a0${event.status}`, at: event.at };
   });
   if (job.status === "PENDING" && Date.parse(job.runAt) > Date.now()) {
     entries.push({ label: "DUE", detail: "claimable from then", at: job.runAt });
