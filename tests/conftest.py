@@ -215,6 +215,23 @@ class Server:
             self._engine = None
 
 
+def sqlite_plan(tmp_path: Path, sql: str, params: dict[str, Any]) -> str:
+    """EXPLAIN QUERY PLAN of a statement on a freshly migrated SQLite file, one line."""
+    import sqlite3
+
+    from queuelog.storage.migrate import upgrade_to_head
+
+    database = tmp_path / "plan.db"
+    engine = create_sync_engine(f"sqlite:///{database}")
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+    return " | ".join(row[-1] for row in rows)
+
+
 def serve_command(port: int, database_url: str, workers: int = 1, **settings: Any) -> list[str]:
     command = [
         sys.executable,

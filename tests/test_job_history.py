@@ -6,16 +6,13 @@ subscriptions read); this field reads them back for one job, newest `last`, olde
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conftest import Server
+from conftest import Server, sqlite_plan
 
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.statements import EVENTS_OF_JOB
 
 EVENTS = "events { kind status at }"
@@ -114,15 +111,6 @@ def test_events_follow_the_jobs_visibility(server: Server, unique: Callable[[str
 
 
 def test_sqlite_reads_a_jobs_events_through_the_jobs_index(tmp_path: Path) -> None:
-    database = tmp_path / "plan.db"
-    engine = create_sync_engine(f"sqlite:///{database}")
-    try:
-        upgrade_to_head(engine)
-    finally:
-        engine.dispose()
-    with sqlite3.connect(database) as connection:
-        explained = connection.execute("EXPLAIN QUERY PLAN " + EVENTS_OF_JOB, {"job_id": 1, "limit": 50})
-        rows = explained.fetchall()
-    shown = "\n".join(row[-1] for row in rows)
+    shown = sqlite_plan(tmp_path, EVENTS_OF_JOB, {"job_id": 1, "limit": 50})
     assert "USING INDEX ix_job_events_job (job_id=?)" in shown or "USING COVERING INDEX" in shown, shown
     assert "SCAN job_events" not in shown, shown

@@ -8,17 +8,14 @@ test itself enqueued.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server
+from conftest import Server, sqlite_plan
 
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.statements import list_statement
 
 PAGE = """query($status: JobStatus, $type: String, $after: String) {
@@ -99,17 +96,9 @@ def test_a_worker_sees_exactly_the_jobs_it_holds_or_finished(
 
 @pytest.mark.parametrize(("walk_scope", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_status")])
 def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, walk_scope: bool, index: str) -> None:
-    database = tmp_path / "plan.db"
-    engine = create_sync_engine(f"sqlite:///{database}")
-    try:
-        upgrade_to_head(engine)
-    finally:
-        engine.dispose()
     sql = list_statement(True, False, True, False, False, walk_scope)
     params = {"name": "p", "status": "pending", "type": None, "after": None, "limit": 26}
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
-    shown = " | ".join(row[-1] for row in rows)
+    shown = sqlite_plan(tmp_path, sql, params)
     assert f"USING INDEX {index}" in shown and "TEMP B-TREE" not in shown, shown
 
 

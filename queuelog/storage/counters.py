@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import TypeVar
 
 from queuelog.model import JobScope, JobStatus, StatusCounts
 
 CountKey = tuple[str, str, str, str]  # scope, name, type, status
 MinuteKey = tuple[str, str, int, str]  # scope, name, minute since 1970, status
+K = TypeVar("K")
 # A transition: type, created_by, then status and worker_id before and after (None: absent).
 Move = tuple[str, str, "str | None", "str | None", "str | None", "str | None"]
 ALL, PRODUCER, WORKER, SELF = "*", "p", "w", "s"
@@ -61,14 +63,7 @@ def by_minute(
     rows: Iterable[tuple[str, str, int, str, int]], terms: list[tuple[str, str, int]]
 ) -> dict[int, dict[str, int]]:
     """Finished jobs per minute and status from (scope, name, minute, status, n) rows."""
-    signs = {(scope, name): sign for scope, name, sign in terms}
-    found: dict[int, dict[str, int]] = {}
-    for scope, name, minute, status, n in rows:
-        sign = signs.get((scope, name))
-        if sign is not None:
-            per_status = found.setdefault(minute, {})
-            per_status[status] = per_status.get(status, 0) + sign * n
-    return found
+    return _summed(rows, terms)
 
 
 def scope_terms(scope: JobScope) -> list[tuple[str, str, int]]:
@@ -89,15 +84,21 @@ def by_type(
     rows: Iterable[tuple[str, str, str, str, int]], terms: list[tuple[str, str, int]]
 ) -> dict[str, dict[str, int]]:
     """Counts per type and status from (scope, name, type, status, n) rows of the terms' scopes."""
+    return {t: c for t, c in _summed(rows, terms).items() if any(c.values())}
+
+
+def _summed(
+    rows: Iterable[tuple[str, str, K, str, int]], terms: list[tuple[str, str, int]]
+) -> dict[K, dict[str, int]]:
+    """key -> status -> n from (scope, name, key, status, n) rows, each scope with its sign."""
     signs = {(scope, name): sign for scope, name, sign in terms}
-    counts: dict[str, dict[str, int]] = {}
-    for scope, name, job_type, status, n in rows:
+    found: dict[K, dict[str, int]] = {}
+    for scope, name, key, status, n in rows:
         sign = signs.get((scope, name))
-        if sign is None:
-            continue
-        per_status = counts.setdefault(job_type, {})
-        per_status[status] = per_status.get(status, 0) + sign * n
-    return {t: c for t, c in counts.items() if any(c.values())}
+        if sign is not None:
+            per_status = found.setdefault(key, {})
+            per_status[status] = per_status.get(status, 0) + sign * n
+    return found
 
 
 def status_counts(per_status: dict[str, int]) -> StatusCounts:

@@ -102,22 +102,20 @@ EVENTS_OF_JOB = (
 )
 INSERT_EVENT = _sql(insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")}))
 DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
-ADD_TO_COUNT = _sql(
-    sqlite.insert(job_counts)
-    .values({n: bindparam(n) for n in ("scope", "name", "type", "status", "n")})
-    .on_conflict_do_update(
-        index_elements=["scope", "name", "type", "status"],
-        set_={"n": job_counts.c.n + literal_column("excluded.n")},
+
+
+def _adding_to(table: Any) -> str:
+    """Upsert that adds `n` to the row with these keys (every primary key column)."""
+    keys = [c.name for c in table.primary_key.columns]
+    return _sql(
+        sqlite.insert(table)
+        .values({n: bindparam(n) for n in (*keys, "n")})
+        .on_conflict_do_update(index_elements=keys, set_={"n": table.c.n + literal_column("excluded.n")})
     )
-)
-ADD_TO_MINUTE = _sql(
-    sqlite.insert(job_minutes)
-    .values({n: bindparam(n) for n in ("scope", "name", "minute", "status", "n")})
-    .on_conflict_do_update(
-        index_elements=["scope", "name", "minute", "status"],
-        set_={"n": job_minutes.c.n + literal_column("excluded.n")},
-    )
-)
+
+
+ADD_TO_COUNT = _adding_to(job_counts)
+ADD_TO_MINUTE = _adding_to(job_minutes)
 MINUTES_OF_SCOPES = (
     "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= :since"
     " AND (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
