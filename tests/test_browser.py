@@ -482,6 +482,30 @@ def test_admin_retries_a_failed_job_from_its_detail(tab: Tab) -> None:
     assert any(re.search(r"\berror\b", q) for q in tab.watch.posted), "an admin's detail asks for the error"
 
 
+def test_a_producer_sees_its_own_jobs_and_cancels_one_but_never_retries(tab: Tab) -> None:
+    server = tab.server
+    name = f"producer-{time.monotonic_ns()}"
+    producer = server.make_key(name, "producer")
+    own = [
+        server.gql(ENQUEUE, {"input": {"type": "email"}}, key=producer).ok()["enqueueJob"]["job"]["id"]
+        for _ in range(2)
+    ]
+    enqueue(server)  # the admin's: not the producer's to see
+    page = tab.sign_in(producer)
+    expect(page.locator("#who")).to_have_text(f"{name} (PRODUCER)")
+    expect_rows(page, list(reversed(own)))
+    expect(page.locator('[data-count="pending"]')).to_have_text("2")
+
+    tab.row(own[0]).get_by_role("link").click()
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.locator("#detail-fields")).to_contain_text("CANCELLED")
+    expect(page.locator("#actions button")).to_have_count(0)  # Retry is the ADMIN's alone
+    expect(page.locator("#detail-error-block")).to_be_hidden()
+    assert status_of(server, own[0]) == "CANCELLED"
+    expect(page.locator('[data-count="cancelled"]')).to_have_text("1")
+    assert not [d for d in tab.watch.posted if re.search(r"\berror\b", d)], "Job.error is never requested"
+
+
 def test_a_viewer_sees_no_cancel_or_retry_and_no_error(tab: Tab) -> None:
     server = tab.server
     failed = failed_job(server, "token=hunter2 leaked nothing")
