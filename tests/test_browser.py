@@ -408,6 +408,8 @@ def test_dashboard_signs_in_with_a_key_shows_counts_and_forgets_the_key(tab: Tab
     expect(page.locator("#key-message")).to_contain_text("Key forgotten")
     assert page.evaluate("() => sessionStorage.length") == 0
     assert page.locator("tr[data-job-id]").count() == 0, "nothing the key could read stays on the page"
+    assert page.locator("#sparkline polyline").evaluate_all("ls => ls.map(l => l.points.length)") == [0, 0]
+    expect(page.locator("#throughput-text")).to_have_text("Loading…")
 
 
 def test_a_job_enqueued_by_another_client_appears_live_within_a_second(tab: Tab) -> None:

@@ -573,10 +573,14 @@ def _counts_and_everyones(
         return {}, {}
     everyone = [(counters.ALL, "", 1)]
     wanted = terms if scope.everything else [*terms, *everyone]
-    scopes = jsonutil.dumps([[s, n] for s, n, _ in wanted]).decode()
-    rows = conn.execute(COUNTS_OF_SCOPES, {"scopes": scopes}).fetchall()
+    rows = conn.execute(COUNTS_OF_SCOPES, {"scopes": _scopes_json(wanted)}).fetchall()
     mine = counters.by_type(rows, terms)
     return mine, mine if scope.everything else counters.by_type(rows, everyone)
+
+
+def _scopes_json(terms: list[tuple[str, str, int]]) -> str:
+    """The (scope, name) pairs of counter terms, as the JSON array the *_OF_SCOPES reads take."""
+    return jsonutil.dumps([[scope, name] for scope, name, _ in terms]).decode()
 
 
 def _matching(counts: dict[str, dict[str, int]], status: JobStatus | None, job_type: str | None) -> int:
@@ -651,8 +655,7 @@ def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minute
     terms = counters.scope_terms(scope)
     found: dict[int, dict[str, int]] = {}
     if terms:
-        scopes = jsonutil.dumps([[s, n] for s, n, _ in terms]).decode()
-        rows = conn.execute(MINUTES_OF_SCOPES, {"since": since, "scopes": scopes}).fetchall()
+        rows = conn.execute(MINUTES_OF_SCOPES, {"since": since, "scopes": _scopes_json(terms)}).fetchall()
         found = counters.by_minute(rows, terms)
     completed, failed = STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]
     return [

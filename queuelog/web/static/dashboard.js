@@ -39,7 +39,6 @@ const state = {
   detailId: null,
   detail: null,
   stopDetailUpdates: null,
-  throughput: [], // queueStats.throughput: [{at, completed, failed}], oldest first, the current minute last
 };
 
 // ---- talking to the server -------------------------------------------------------------
@@ -92,7 +91,7 @@ async function signIn(key) {
   }
   storeKey(key);
   state.session += 1;
-  Object.assign(state, { key, me, cursors: [null], throughput: [] });
+  Object.assign(state, { key, me, cursors: [null] });
   $("signin").hidden = true;
   $("app").hidden = false;
   $("forget").hidden = false;
@@ -112,11 +111,12 @@ function signOut(message, kind = "error") {
   state.timers.forEach(clearInterval);
   state.timers = [];
   stopPolling();
-  Object.assign(state, { key: "", me: null, detail: null, detailId: null, throughput: [] });
+  Object.assign(state, { key: "", me: null, detail: null, detailId: null });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
   $("jobs").tBodies[0].replaceChildren();
+  drawSparkline([]);
   state.nextCursor = null;
   $("next").disabled = true; // until the next key's first page says whether more follow
   $("previous").disabled = true;
@@ -242,8 +242,7 @@ async function loadStats() {
   });
   $("by-type").tBodies[0].replaceChildren(...rows);
   setTypeOptions(stats.byType.map((t) => t.type));
-  state.throughput = stats.throughput;
-  drawSparkline();
+  drawSparkline(stats.throughput);
 }
 
 function setTypeOptions(types) {
@@ -254,11 +253,11 @@ function setTypeOptions(types) {
   }
 }
 
-// Jobs finished per minute (the server counts them as they finish): the full minutes as
-// lines, the current one, still filling up, in the caption.
-function drawSparkline() {
-  const full = state.throughput.slice(0, -1);
-  const now = state.throughput.at(-1);
+// Jobs finished per minute (queueStats.throughput, oldest first, the current minute last):
+// the full minutes as lines, the current one, still filling up, in the caption.
+function drawSparkline(minutes) {
+  const full = minutes.slice(0, -1);
+  const now = minutes.at(-1);
   const top = Math.max(1, ...full.map((m) => Math.max(m.completed, m.failed)));
   // failed first: where both are zero, completed's line is the one on top
   const lines = ["failed", "completed"].map((series) => {
