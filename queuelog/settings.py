@@ -39,6 +39,12 @@ class Settings:
     max_depth: int = 10
     max_aliases: int = 30
     max_tokens: int = 2000
+    # A document's cost: fields it may return, lists counted by their bound (schema/cost.py).
+    max_cost: int = 50000
+    # When set, GET /metrics wants `Authorization: Bearer <token>`.
+    metrics_token: str = ""
+    # When set, any other Host header gets 400 (DNS rebinding); `*.example.com` allowed.
+    allowed_hosts: tuple[str, ...] = ()
     graphiql: bool = True
     dashboard: bool = True
     cors_origins: tuple[str, ...] = ()
@@ -55,6 +61,7 @@ class Settings:
             "max_depth",
             "max_aliases",
             "max_tokens",
+            "max_cost",
             "prune_interval_seconds",
         )
         for name in positive:
