@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
 
 from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus
 from queuelog.storage.repository import Repository
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+UNAUTHORIZED = "a valid metrics token is required: Authorization: Bearer <QUEUELOG_METRICS_TOKEN>\n"
+
+
+def token_accepted(authorization: str | None, token: str) -> bool:
+    """Whether `authorization` is `Bearer <token>`, compared in constant time; anything is
+    accepted when no token is set. API keys are no metrics tokens: they open nothing here."""
+    if not token:
+        return True
+    scheme, _, credentials = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    # Bytes: compare_digest refuses str holding non-ASCII. Starlette decodes header values
+    # as latin-1, so encoding back gives the bytes the client sent.
+    return hmac.compare_digest(credentials.strip().encode("latin-1"), token.encode())
 
 
 class Metrics:
@@ -62,6 +80,13 @@ class Metrics:
 
     def observe_request(self, path: str, method: str, seconds: float) -> None:
         self.request_latency.labels(path, method).observe(seconds)
+
+    async def response(self, request: Request, repository: Repository, token: str) -> Response:
+        """GET /metrics: the scrape, or 401 (before reading anything) without the token."""
+        if not token_accepted(request.headers.get("authorization"), token):
+            headers = {**NOSNIFF, "WWW-Authenticate": "Bearer"}
+            return PlainTextResponse(UNAUTHORIZED, status_code=401, headers=headers)
+        return Response(await self.render(repository), media_type=CONTENT_TYPE, headers=NOSNIFF)
 
     async def render(self, repository: Repository) -> bytes:
         stats = await repository.queue_stats(ALL_JOBS)
