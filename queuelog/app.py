@@ -46,6 +46,7 @@ from queuelog.queue import JobQueue
 from queuelog.retry_policy import RetryPolicy
 from queuelog.schema import build_schema
 from queuelog.schema.context import RequestContext
+from queuelog.schema.extensions import cost_rule
 from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
 from queuelog.storage.repository import Repository
@@ -212,7 +213,9 @@ class GraphQLEndpoint:
         self.services = services
         self.view = view
         settings = services.settings
-        planner = Planner(view.schema._schema, document_rules(settings), settings.max_tokens)
+        planner = Planner(
+            view.schema._schema, document_rules(settings), settings.max_tokens, cost_rule(settings)
+        )
         self.compiled = CompiledRequests(planner, self._context)
 
     def _context(self, request: Request, principal: Principal) -> RequestContext:

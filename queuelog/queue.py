@@ -39,7 +39,7 @@ from queuelog.model import (
 )
 from queuelog.sanitize import sanitize_error
 from queuelog.settings import Settings, env_name
-from queuelog.storage.repository import Repository, utcnow
+from queuelog.storage.repository import ClaimerRevoked, Repository, utcnow
 from queuelog.storage.types import compact_json
 from queuelog.wakeup import WorkSignal
 
@@ -57,6 +57,8 @@ MAX_IDEMPOTENCY_KEY = 255
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
+# Where `history` gets a job's events: (job id, how many) -> the events.
+HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
 
 
 class JobQueue:
@@ -157,13 +159,30 @@ class JobQueue:
             check_storable(job_type, "type")
         return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
 
-    async def history(self, principal: Principal, job: Job, last: int) -> list[RecordedEvent]:
-        """The recorded events of a job the caller was shown (so already may see)."""
+    async def history(
+        self, principal: Principal, job: Job, last: int, read: HistoryRead | None = None
+    ) -> list[RecordedEvent]:
+        """The recorded events of a job the caller was shown (so already may see).
+
+        `read` is where the events come from: `histories` batched over a request (the
+        resolvers pass a DataLoader's `load`), else a read of this job alone.
+        """
         if not 1 <= last <= MAX_HISTORY:
             raise BadInput(f"last must be between 1 and {MAX_HISTORY}")
         if not principal.scope.allows(job):
             return []
-        return await self.repository.job_events(job.id, last)
+        if read is None:
+            return (await self.histories([(job.id, last)]))[0]
+        return await read((job.id, last))
+
+    async def histories(self, wanted: Sequence[tuple[int, int]]) -> list[list[RecordedEvent]]:
+        """The newest events of many jobs, (job id, how many) each, in one read."""
+        if not wanted:
+            return []
+        events = await self.repository.events_of_jobs(
+            list(dict.fromkeys(job_id for job_id, _ in wanted)), max(last for _, last in wanted)
+        )
+        return [events.get(job_id, [])[-last:] for job_id, last in wanted]
 
     async def stats(self, principal: Principal) -> QueueStats:
         return await self.repository.queue_stats(principal.scope)
@@ -200,11 +219,14 @@ class JobQueue:
         claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
         if not wait:
             return await claim()
-        return await self._claim_waiting(claim, type_list, wait, client_gone)
+        return await self._claim_waiting(
+            functools.partial(claim, key_checked=True), principal.name, type_list, wait, client_gone
+        )
 
     async def _claim_waiting(
         self,
         claim: Callable[..., Awaitable[list[Job]]],
+        worker: str,
         types: list[str] | None,
         wait: float,
         client_gone: Callable[[], Awaitable[object]] | None,
@@ -213,9 +235,13 @@ class JobQueue:
 
         Between claims it only reads when the next job is due (an indexed MIN), so an idle
         worker costs one cheap read per recheck, never a write. Enqueues in this process
-        wake it at once; those of other processes are seen at the next recheck.
+        wake it at once; those of other processes are seen at the next recheck. A revoke of
+        the worker's key ends the wait with nothing claimed: each claim checks the key in its
+        transaction, and a moved keys generation (any process's revoke) ends it at the next
+        recheck.
         """
         deadline = time.monotonic() + wait
+        generation = self.repository.key_generation()
         gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
         watched = [gone] if gone is not None else []
         # Read from the writer thread right before commit: a client that has gone away by
@@ -226,13 +252,20 @@ class JobQueue:
             while True:
                 if gone is not None and gone.done():
                     return []
-                claimed = await claim(wanted=wanted)
+                try:
+                    claimed = await claim(wanted=wanted)
+                except ClaimerRevoked:
+                    return []
                 if claimed:
                     return claimed
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or (gone is not None and gone.done()):
                         return []
+                    if self.repository.key_generation() != generation:
+                        if not await self.repository.key_is_active(worker):
+                            return []
+                        generation = self.repository.key_generation()
                     next_due = await self.repository.next_due_at(types)
                     until_due = (next_due - utcnow()).total_seconds() if next_due is not None else remaining
                     if until_due <= 0:

@@ -158,9 +158,9 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> None:
-    """Job.events (the dashboard's timeline) reads one job's rows of job_events, however
-    many other jobs' events there are."""
-    from queuelog.storage.postgres_statements import EVENTS_OF_JOB
+    """Job.events (the dashboard's timeline, or a page's worth batched) reads only the asked
+    jobs' rows of job_events, however many other jobs' events there are."""
+    from queuelog.storage.postgres_statements import EVENTS_OF_JOBS
 
     queue_shaped.execute(
         "INSERT INTO job_events (job_id, kind, status, at)"
@@ -168,5 +168,5 @@ def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> Non
     )
     queue_shaped.execute("ANALYZE job_events")
     queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    shown = plan(queue_shaped, EVENTS_OF_JOB, job_id=30000, limit=50)
+    shown = plan(queue_shaped, EVENTS_OF_JOBS, ids="[30000, 30001, 29000]", limit=50)
     assert "ix_job_events_job" in shown and "Seq Scan" not in shown, shown

@@ -103,6 +103,9 @@ EXPECTED: dict[str, tuple[int, int]] = {
     },
     # the same: job_counts is read although totalCount is not selected
     "jobs (totalCount not selected)": (2, 3),
+    # the same, then one read of job_events for every Job.events of the page, however many
+    # jobs it holds and however many aliases ask (issue 14: batched, not one read per job)
+    **{f"jobs with events x{size}": (4, 4) for size in (1, 10, 100)},
     # gen; read: SELECT job_counts, SELECT MIN(created_at) over ix_jobs_claim per priority
     "queueStats[admin]": (2, 3),
     "queueStats[producer]": (2, 3),
@@ -323,6 +326,10 @@ JOBS = (
     " totalCount pageInfo { hasNextPage endCursor } edges { cursor node { id status } } } }"
 )
 JOBS_WITHOUT_TOTAL = "query { jobs(first: 20) { nodes { id status } } }"
+JOBS_WITH_EVENTS = (
+    "query($first: Int!) { jobs(first: $first) { nodes { id"
+    " a: events(last: 100) { kind status at } b: events(last: 1) { kind } c: events { kind } } } }"
+)
 QUEUE_STATS = (
     "query { queueStats { counts { pending running completed failed cancelled }"
     " byType { type counts { pending running completed failed cancelled } } oldestPendingSeconds } }"
@@ -481,6 +488,13 @@ async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
             cursor = page["jobs"]["pageInfo"]["endCursor"] or encode_cursor(10**9)
             await api.measure(f"jobs[{who}{filters}, after]", who, JOBS, {**variables, "after": cursor})
     await api.measure("jobs (totalCount not selected)", "admin", JOBS_WITHOUT_TOTAL)
+    for size in (1, 10, 100):
+        page = await api.measure(f"jobs with events x{size}", "admin", JOBS_WITH_EVENTS, {"first": size})
+        nodes = page["jobs"]["nodes"]
+        assert len(nodes) == size
+        for node in nodes:
+            assert node["a"] and [{"kind": e["kind"]} for e in node["a"]] == node["c"]
+            assert node["b"] == [{"kind": node["a"][-1]["kind"]}]
     for who in ("admin", "producer", "worker", "producer+worker"):
         await api.measure(f"queueStats[{who}]", who, QUEUE_STATS)
 

@@ -51,6 +51,7 @@ from queuelog.compiled.output import (
     plan_value,
 )
 from queuelog.errors import DatabaseUnavailable, QueuelogError
+from queuelog.schema.cost import CostRule, CostTooHigh
 from queuelog.schema.extensions import INTERNAL_MESSAGE, MAX_ERRORS
 
 log = logging.getLogger("queuelog.errors")
@@ -96,10 +97,11 @@ class CompiledInfo:
 
 
 class Planner:
-    def __init__(self, schema: GraphQLSchema, rules: list[Any], max_tokens: int) -> None:
+    def __init__(self, schema: GraphQLSchema, rules: list[Any], max_tokens: int, cost: CostRule) -> None:
         self._schema = schema
         self._rules = (*specified_rules, *rules)
         self._max_tokens = max_tokens
+        self._cost = cost
         self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
 
     def plan_for(self, query: str, operation_name: str | None) -> OperationPlan | None:
@@ -130,6 +132,12 @@ class Planner:
         else:
             chosen = [o for o in operations if o.name is not None and o.name.value == operation_name]
         if len(chosen) != 1:
+            return None
+        try:
+            # With every variable at its bound: a document that could go over the limit runs
+            # the general way, which checks the cost of the request's own variables.
+            self._cost.check(self._schema, chosen[0], {}, None)
+        except CostTooHigh:
             return None
         try:
             return self._plan_operation(chosen[0])

@@ -10,7 +10,9 @@ from queuelog.schema.context import RequestContext
 
 
 async def job_events(info: Info[RequestContext, None], job: Job, last: int) -> list[RecordedEvent]:
-    return await queue(info).history(caller(info), job, last)
+    jobs = queue(info)
+    batch = info.context.loader("job_events", jobs.histories)
+    return await jobs.history(caller(info), job, last, batch.load)
 
 
 async def throughput(info: Info[RequestContext, None], minutes: int) -> list[MinuteCount]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import HTTPConnection
+from strawberry.dataloader import DataLoader
 
 from queuelog.auth import Principal
 from queuelog.errors import Unauthenticated
@@ -39,6 +40,17 @@ class RequestContext:
     # Set when an operation met a database outage: the HTTP answer is then 503 (as /healthz
     # answers), which clients take as "try again", not as a refusal.
     database_unavailable: bool = False
+    # Per-field batches of this request's or connection's reads (`loader`).
+    loaders: dict[str, DataLoader[Any, Any]] = field(default_factory=dict)
+
+    def loader(self, name: str, load: Callable[[list[Any]], Awaitable[list[Any]]]) -> DataLoader[Any, Any]:
+        """The batch of `name`: every `load(key)` of one event-loop turn goes into one call
+        of `load`. Nothing is cached across batches (a websocket's connection lives long, and
+        each subscription event must read the rows as they are then)."""
+        loader = self.loaders.get(name)
+        if loader is None:
+            loader = self.loaders[name] = DataLoader(load_fn=load, cache=False)
+        return loader
 
     async def ensure_key_still_valid(self, read_now: bool = False) -> None:
         """For websockets: a key revoked after connection_init, by any process, runs nothing

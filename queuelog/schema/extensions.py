@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from graphql import GraphQLError, OperationDefinitionNode
+from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode
 from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
 from strawberry.extensions import (
     AddValidationRules,
@@ -19,6 +19,7 @@ from strawberry.extensions.max_aliases import create_validator as alias_rule
 from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError
+from queuelog.schema.cost import CostRule, CostTooHigh
 from queuelog.schema.limits import depth_limit_rule
 from queuelog.settings import Settings
 
@@ -139,6 +140,39 @@ class ErrorPolicy(SchemaExtension):
         yield
 
 
+def cost_rule(settings: Settings) -> CostRule:
+    return CostRule(limit=settings.max_cost, unsized_list=max(1, len(settings.job_types)))
+
+
+def cost_limit(rule: CostRule) -> type[SchemaExtension]:
+    class CostLimit(SchemaExtension):
+        """Refuses a document over QUEUELOG_MAX_COST before it runs. Not a validation rule:
+        the cost depends on the request's variables, and validation is cached by text."""
+
+        def on_execute(self) -> Iterator[None]:
+            context = self.execution_context
+            document = context.graphql_document
+            operation = _chosen_operation(document, context._provided_operation_name)
+            if operation is not None:
+                fragments = {
+                    d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
+                }
+                try:
+                    rule.check(context.schema._schema, operation, fragments, context.variables or {})
+                except CostTooHigh as refusal:
+                    raise GraphQLError(str(refusal), extensions={"code": "BAD_USER_INPUT"}) from None
+            yield
+
+    return CostLimit
+
+
+def _chosen_operation(document: Any, name: str | None) -> OperationDefinitionNode | None:
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    if name is None:
+        return operations[0] if len(operations) == 1 else None
+    return next((o for o in operations if o.name is not None and o.name.value == name), None)
+
+
 def schema_extensions(settings: Settings) -> list:
     # The rule classes are built once: ValidationCache keys on them, and Strawberry's
     # QueryDepthLimiter / MaxAliasesLimiter would build new classes on every request,
@@ -154,4 +188,5 @@ def schema_extensions(settings: Settings) -> list:
         ParserCache,
         lambda: AddValidationRules(rules),
         ValidationCache,
+        cost_limit(cost_rule(settings)),
     ]

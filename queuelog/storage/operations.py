@@ -53,7 +53,7 @@ from queuelog.storage.statements import (
     COUNTS_OF_SCOPES,
     DELETE_EVENTS_OF,
     EVENTS_AFTER,
-    EVENTS_OF_JOB,
+    EVENTS_OF_JOBS,
     EVENTS_WITH_IDS,
     EXPIRE_RUNNING,
     EXPIRED_LEASES,
@@ -66,6 +66,7 @@ from queuelog.storage.statements import (
     JOB_BY_IDEMPOTENCY_KEY,
     JOBS_BY_IDEMPOTENCY_KEYS,
     JOBS_BY_IDS,
+    KEY_IS_ACTIVE,
     KIND_TEXT,
     LAST_EVENT_ID,
     LAST_JOB_ID,
@@ -551,13 +552,18 @@ def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, s
     return [tuple(row) for row in conn.execute(EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
 
 
-def events_of_job(conn: Connection, job_id: int, last: int) -> list[RecordedEvent]:
-    """The job's newest `last` events, oldest first."""
-    rows = conn.execute(EVENTS_OF_JOB, {"job_id": job_id, "limit": last}).fetchall()
-    return [
-        RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))  # type: ignore[arg-type]
-        for kind, status, at in rows
-    ]
+def key_is_active(conn: Connection, name: str) -> bool:
+    return conn.execute(KEY_IS_ACTIVE, {"name": name}).fetchone() is not None
+
+
+def events_of_jobs(conn: Connection, job_ids: Sequence[int], last: int) -> dict[int, list[RecordedEvent]]:
+    """Each job's newest `last` events, oldest first, in one read (jobs without any: absent)."""
+    rows = conn.execute(EVENTS_OF_JOBS, {"ids": _ids_json(job_ids), "limit": last}).fetchall()
+    events: dict[int, list[RecordedEvent]] = {}
+    for job_id, kind, status, at in rows:
+        event = RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))  # type: ignore[arg-type]
+        events.setdefault(job_id, []).append(event)
+    return events
 
 
 def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str, str]]:

@@ -79,9 +79,13 @@ EVENTS_AFTER = (
     "SELECT id, job_id, kind, status FROM job_events"
     f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
-EVENTS_OF_JOB = (
-    "SELECT kind, status, at FROM (SELECT id, kind, status, at FROM job_events WHERE job_id = %(job_id)s"
-    " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY id"
+KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = %(name)s AND revoked_at IS NULL"
+# Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has.
+EVENTS_OF_JOBS = (
+    "SELECT wanted.job_id, newest.kind, newest.status, newest.at"
+    f" FROM (SELECT DISTINCT ids.value AS job_id FROM {id_list('ids')} AS ids) AS wanted"
+    " CROSS JOIN LATERAL (SELECT id, kind, status, at FROM job_events WHERE job_id = wanted.job_id"
+    " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
 )
 INSERT_EVENT = (
     "INSERT INTO job_events (job_id, kind, status, at)"

@@ -54,6 +54,10 @@ class ClaimAbandoned(Exception):
     """Raised inside a claim to roll it back: the client that asked has gone away."""
 
 
+class ClaimerRevoked(Exception):
+    """A claim rolled back because the worker's key has been revoked: it ends, claiming nothing."""
+
+
 class Repository:
     def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
         self._db: SqliteDatabase | PostgresDatabase
@@ -122,8 +126,8 @@ class Repository:
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(ops.get_job, job_id, scope)
 
-    async def job_events(self, job_id: int, last: int) -> list[RecordedEvent]:
-        return await self._db.read(ops.events_of_job, job_id, last)
+    async def events_of_jobs(self, job_ids: Sequence[int], last: int) -> dict[int, list[RecordedEvent]]:
+        return await self._db.read(ops.events_of_jobs, job_ids, last)
 
     async def list_jobs(
         self,
@@ -151,13 +155,18 @@ class Repository:
         limit: int,
         lease_seconds: int,
         wanted: Callable[[], bool] | None = None,
+        key_checked: bool = False,
     ) -> list[Job]:
-        """Claim due jobs; `wanted` is asked inside the transaction, before it commits."""
+        """Claim due jobs; `wanted` is asked inside the transaction, before it commits, and
+        with `key_checked` so is the database whether the worker's key is still active (a
+        claim that waited may outlive a revoke, made by any process)."""
 
         def claim(tx: WriteTx) -> list[Job]:
             claimed = ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
             if claimed and wanted is not None and not wanted():
                 raise ClaimAbandoned()
+            if claimed and key_checked and not ops.key_is_active(tx, worker):
+                raise ClaimerRevoked()
             return claimed
 
         try:
@@ -224,6 +233,9 @@ class Repository:
             created_at=micros_to_datetime(created_at),  # type: ignore[arg-type]
             revoked_at=None,
         )
+
+    async def key_is_active(self, name: str) -> bool:
+        return await self._db.read(ops.key_is_active, name)
 
     def key_generation(self) -> int:
         """Goes up whenever any key is revoked or changed, by any process.

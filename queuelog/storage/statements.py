@@ -95,10 +95,15 @@ EVENTS_WITH_IDS = (
 EVENTS_AFTER = (
     f"SELECT id, job_id, kind, status FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
 )
-# A job's own events, its newest `limit` of them, oldest first (ix_job_events_job).
-EVENTS_OF_JOB = (
-    "SELECT kind, status, at FROM (SELECT id, kind, status, at FROM job_events WHERE job_id = :job_id"
-    " ORDER BY id DESC LIMIT :limit) AS newest ORDER BY id"
+# Whether a key still works: a waiting claim asks inside its transaction (revoked: no claim).
+KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = :name AND revoked_at IS NULL"
+# Jobs' own events, the newest `limit` of each, by job and oldest first (ix_job_events_job):
+# every `Job.events` of one request in one read.
+EVENTS_OF_JOBS = (
+    "SELECT job_id, kind, status, at FROM (SELECT job_id, id, kind, status, at,"
+    " row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS newness FROM job_events"
+    " WHERE job_id IN (SELECT value FROM json_each(:ids))) AS newest"
+    " WHERE newness <= :limit ORDER BY job_id, id"
 )
 INSERT_EVENT = _sql(insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")}))
 DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
