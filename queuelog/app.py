@@ -39,8 +39,8 @@ from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
 from queuelog.errors import DatabaseUnavailable, Unauthenticated
 from queuelog.events import EventBus
-from queuelog.metrics import CONTENT_TYPE, Metrics
-from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, send_json
+from queuelog.metrics import NOSNIFF, Metrics
+from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, host_check, send_json
 from queuelog.principals import Authenticator
 from queuelog.queue import JobQueue
 from queuelog.retry_policy import RetryPolicy
@@ -323,7 +323,7 @@ class GraphQLRoute:
         await self.state.endpoint(scope, receive, send)
 
 
-def routes_for(state: State, metrics: Metrics) -> list[BaseRoute]:
+def routes_for(state: State, metrics: Metrics, settings: Settings) -> list[BaseRoute]:
     graphql = GraphQLRoute(state)
 
     async def healthz(request: Request) -> Response:
@@ -331,14 +331,14 @@ def routes_for(state: State, metrics: Metrics) -> list[BaseRoute]:
             await state.services.repository.ping()
         except DatabaseUnavailable as exc:
             log.warning("health check: %s", exc.message)
-            return JSONResponse({"status": "unavailable"}, status_code=503)
+            return JSONResponse({"status": "unavailable"}, status_code=503, headers=NOSNIFF)
         except Exception:
             log.exception("health check: database unreachable")
-            return JSONResponse({"status": "unavailable"}, status_code=503)
-        return JSONResponse({"status": "ok"})
+            return JSONResponse({"status": "unavailable"}, status_code=503, headers=NOSNIFF)
+        return JSONResponse({"status": "ok"}, headers=NOSNIFF)
 
     async def metrics_endpoint(request: Request) -> Response:
-        return Response(await metrics.render(state.services.repository), media_type=CONTENT_TYPE)
+        return await metrics.response(request, state.services.repository, settings.metrics_token)
 
     return [
         Route("/graphql", graphql, methods=["GET", "POST"]),
@@ -351,6 +351,8 @@ def routes_for(state: State, metrics: Metrics) -> list[BaseRoute]:
 def middleware_for(settings: Settings, metrics: Metrics) -> list[Middleware]:
     return [
         Middleware(RequestTiming, metrics=metrics),
+        # Before CORS, so that a preflight from a rebound name is refused too.
+        Middleware(host_check, hosts=settings.allowed_hosts),
         Middleware(
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
@@ -366,16 +368,18 @@ class QueuelogApp:
     """The ASGI app: Starlette, plus a short lane for API calls.
 
     A POST to /graphql without an Origin header (workers, producers, scripts: no browser,
-    so no CORS to answer) runs the same steps as through Starlette — timing, the body
-    limit, the endpoint — without the layers that only other routes or browsers need.
-    Everything else, lifespan included, goes to Starlette.
+    so no CORS to answer) runs the same steps as through Starlette — timing, the allowed
+    hosts, the body limit, the endpoint — without the layers that only other routes or
+    browsers need. Everything else, lifespan included, goes to Starlette.
     """
 
     def __init__(self, starlette: Starlette, state: State, settings: Settings, metrics: Metrics) -> None:
         self.starlette = starlette
         self.state = state
         self.metrics = metrics
-        self.lane = BodyLimit(GraphQLRoute(state), limit=settings.max_body_bytes)
+        self.lane = host_check(
+            BodyLimit(GraphQLRoute(state), limit=settings.max_body_bytes), settings.allowed_hosts
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -398,7 +402,7 @@ def create_app(settings: Settings | None = None) -> QueuelogApp:
     metrics = Metrics()
     state = State()
     starlette = Starlette(
-        routes=routes_for(state, metrics) + web_routes(settings),
+        routes=routes_for(state, metrics, settings) + web_routes(settings),
         middleware=middleware_for(settings, metrics),
         lifespan=lifespan_for(settings, metrics, state),
     )

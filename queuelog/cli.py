@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 PROG = "queuelog"
 SHUTDOWN_GRACE_SECONDS = 5
+# Settings whose flags would show a secret to anyone running `ps` on the host.
+SECRET_SETTINGS = frozenset({"metrics_token"})
 
 
 class CommandError(Exception):
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         kind = field_kind(f)
         help_text = f"default: ${env_name(f.name)} or {_show_default(f.default)}"
+        if f.name in SECRET_SETTINGS:
+            help_text += f"; prefer ${env_name(f.name)}: a flag's value shows in ps"
         if kind is bool:
             serve.add_argument(
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
@@ -126,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _show_default(value: object) -> str:
     if isinstance(value, tuple):
         return ",".join(value) or "(empty)"
-    return str(value)
+    return str(value) or "(empty)"
 
 
 def _database_flag(parser: argparse.ArgumentParser) -> None:
