@@ -75,6 +75,8 @@ class Settings:
             raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
         if self.event_feed not in EVENT_FEEDS:
             raise SettingsError(f"{env_name('event_feed')} must be one of {', '.join(EVENT_FEEDS)}")
+        for host in self.allowed_hosts:
+            _check_host_pattern(host)
         if self.lease_check_seconds <= 0:
             raise SettingsError(f"{env_name('lease_check_seconds')} must be positive")
 
@@ -105,6 +107,16 @@ class Settings:
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+def _check_host_pattern(host: str) -> None:
+    """A QUEUELOG_ALLOWED_HOSTS entry as Starlette's TrustedHostMiddleware takes it: a pattern
+    it would only `assert` against, or one with a port (never matched: ports are not
+    compared), is refused here, before the server starts."""
+    if "*" in host[1:] or (host.startswith("*") and not host.startswith("*.")):
+        raise SettingsError(f"{env_name('allowed_hosts')}: {host!r}: wildcards look like *.example.com")
+    if ":" in host and not host.startswith("["):
+        raise SettingsError(f"{env_name('allowed_hosts')}: {host!r}: no port here (IPv6 in brackets: [::1])")
 
 
 def env_name(field_name: str) -> str:

@@ -40,8 +40,7 @@ from conftest import Server, serving
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from queuelog.middleware import host_patterns
-from queuelog.settings import SettingsError
+from queuelog.settings import Settings, SettingsError
 
 TOKEN = "metrics-" + secrets.token_urlsafe(24)
 LISTED = "queue.example.com"
@@ -253,7 +252,7 @@ def test_serve_help_shows_both_flags_and_prefers_the_variable_for_the_token(tmp_
 )
 def test_a_malformed_host_pattern_is_refused_naming_the_variable(pattern: str, message: str) -> None:
     with pytest.raises(SettingsError) as refused:
-        host_patterns(["a.example", pattern])
+        Settings(allowed_hosts=("a.example", pattern))
     assert str(refused.value) == f"QUEUELOG_ALLOWED_HOSTS: {pattern!r}: {message}"
 
 
@@ -261,5 +260,6 @@ def test_a_malformed_host_pattern_stops_serve_with_one_line(tmp_path: Path) -> N
     database = f"sqlite:///{tmp_path / 'queuelog.db'}"
     ran = queuelog("serve", "--database-url", database, "--allowed-hosts", "*example.com", cwd=tmp_path)
     assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert not (tmp_path / "queuelog.db").exists()  # refused before the database is touched
     expected = "queuelog: error: QUEUELOG_ALLOWED_HOSTS: '*example.com': wildcards look like *.example.com"
     assert ran.stderr.strip() == expected
