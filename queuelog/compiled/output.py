@@ -23,6 +23,7 @@ from typing import Any
 from graphql import (
     FieldNode,
     GraphQLEnumType,
+    GraphQLError,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -30,12 +31,11 @@ from graphql import (
     GraphQLScalarType,
     GraphQLSchema,
     SelectionSetNode,
+    Source,
 )
 from strawberry.permission import PermissionExtension
 
 from queuelog.compiled.coerce import DEFINITION, Unsupported
-
-Location = dict[str, int]
 
 
 class Irregular(Exception):
@@ -46,12 +46,43 @@ class Propagate(Exception):
     """A non-null field became null: its parent becomes null (graphql-core's rule)."""
 
 
-@dataclasses.dataclass
-class FieldError:
-    message: str
-    code: str
-    path: list[str | int]
-    location: Location | None
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """Where a field is written in its document, as GraphQLError takes it (the document's
+    Source, shared by the plan's fields, not its syntax tree)."""
+
+    source: Source
+    position: int
+
+
+def site_of(node: FieldNode) -> Site | None:
+    return None if node.loc is None else Site(node.loc.source, node.loc.start)
+
+
+def error_at(
+    site: Site | None,
+    path: list[str | int],
+    original: Exception | None = None,
+    *,
+    message: str | None = None,
+    extensions: dict[str, Any] | None = None,
+) -> GraphQLError:
+    """The error graphql-core's `located_error` makes of `original` raised at this field."""
+    if message is None:
+        message = str(getattr(original, "message", original))
+    return GraphQLError(
+        message,
+        source=site.source if site is not None else None,
+        positions=[site.position] if site is not None else None,
+        path=path,
+        original_error=original,
+        extensions=extensions,
+    )
+
+
+def denied(guard: Any, site: Site | None, path: list[str | int]) -> GraphQLError:
+    """A Strawberry permission's refusal, as its `on_unauthorized` words it."""
+    return error_at(site, path, message=guard.message, extensions=guard.error_extensions)
 
 
 @dataclasses.dataclass
@@ -73,7 +104,7 @@ class FieldPlan:
     value: ValuePlan
     parent: str
     name: str
-    location: Location | None
+    site: Site | None
     guard: Any | None = None  # a Strawberry permission the caller must pass for this field
 
 
@@ -92,13 +123,6 @@ def _isoformat(value: Any) -> Any:
             _ISO_TEXTS.clear()
         text = _ISO_TEXTS[value] = value.isoformat()
     return text
-
-
-def location_of(node: FieldNode) -> Location | None:
-    if node.loc is None:
-        return None
-    location = node.loc.source.get_location(node.loc.start)  # graphql-core's line rules (CR too)
-    return {"line": location.line, "column": location.column}
 
 
 def field_guard(field_extensions: dict[str, Any]) -> Any | None:
@@ -171,7 +195,7 @@ def _plan_field(schema: GraphQLSchema, parent: GraphQLObjectType, node: FieldNod
     key = node.alias.value if node.alias else name
     if name == "__typename":
         plan = ValuePlan("scalar", True, _identity)
-        return FieldPlan(key, None, plan, parent.name, name, location_of(node))
+        return FieldPlan(key, None, plan, parent.name, name, site_of(node))
     field = parent.fields.get(name)
     definition = field.extensions.get(DEFINITION) if field is not None else None
     if field is None or definition is None or field.args or node.arguments:
@@ -180,7 +204,7 @@ def _plan_field(schema: GraphQLSchema, parent: GraphQLObjectType, node: FieldNod
     if definition.base_resolver is not None and guard is None:
         raise Unsupported  # a computed field: only plain attributes (plus guards) are compiled
     value = plan_value(schema, field.type, node.selection_set)
-    return FieldPlan(key, definition.python_name, value, parent.name, name, location_of(node), guard)
+    return FieldPlan(key, definition.python_name, value, parent.name, name, site_of(node), guard)
 
 
 # --- fast: generated code ------------------------------------------------------------------
@@ -248,13 +272,13 @@ class Completion:
 
     def __init__(self, allows: Callable[[Any], bool]) -> None:
         self.allows = allows
-        self.errors: list[FieldError] = []
+        self.errors: list[GraphQLError] = []
 
     def value(self, plan: ValuePlan, value: Any, path: list[str | int], field: FieldPlan | None) -> Any:
         if value is None:
             if plan.non_null and field is not None:
                 message = f"Cannot return null for non-nullable field {field.parent}.{field.name}."
-                self.errors.append(FieldError(message, "INTERNAL_SERVER_ERROR", path, field.location))
+                self.errors.append(error_at(field.site, path, TypeError(message)))
                 raise Propagate
             return None
         if plan.kind == "object":
@@ -272,9 +296,8 @@ class Completion:
             return items
         try:
             return plan.convert(value)  # type: ignore[misc]
-        except Exception:
-            location = field.location if field else None
-            self.errors.append(FieldError("Internal server error.", "INTERNAL_SERVER_ERROR", path, location))
+        except Exception as failure:
+            self.errors.append(error_at(field.site if field else None, path, failure))
             if plan.non_null:
                 raise Propagate from None
             return None
@@ -287,9 +310,7 @@ class Completion:
                 out[field.key] = plan.type_name
                 continue
             if field.guard is not None and not self.allows(field.guard):
-                message = field.guard.message
-                code = (field.guard.error_extensions or {}).get("code", "FORBIDDEN")
-                self.errors.append(FieldError(message, code, field_path, field.location))
+                self.errors.append(denied(field.guard, field.site, field_path))
                 if field.value.non_null:
                     raise Propagate
                 out[field.key] = None

@@ -19,9 +19,11 @@ import dataclasses
 import inspect
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from graphql import (
+    ASTValidationRule,
     FieldNode,
     GraphQLError,
     GraphQLNonNull,
@@ -42,17 +44,18 @@ from strawberry.utils.str_converters import to_camel_case
 from queuelog.compiled.coerce import DEFINITION, Coercer, Unsupported, coercer_for
 from queuelog.compiled.output import (
     Completion,
-    FieldError,
     FieldPlan,
     ValuePlan,
+    denied,
+    error_at,
     fast,
     field_guard,
-    location_of,
     plan_value,
+    site_of,
 )
-from queuelog.errors import DatabaseUnavailable, QueuelogError
 from queuelog.schema.cost import CostRule, CostTooHigh
-from queuelog.schema.extensions import INTERNAL_MESSAGE, MAX_ERRORS
+from queuelog.schema.extensions import shape_errors
+from queuelog.schema.logging import log_errors
 
 log = logging.getLogger("queuelog.errors")
 MAX_PLANS = 512
@@ -78,12 +81,12 @@ class Variable:
 class OperationPlan:
     root: FieldPlan
     key: str
+    operation_name: str | None  # as Strawberry names the operation in its log lines
     resolver: Any
     guard: Any | None
     arguments: list[Argument]
     variables: list[Variable]
     value: ValuePlan
-    location: dict[str, int] | None
     guards: list[Any]  # every guarded field in the selection (e.g. Job.error)
 
 
@@ -97,7 +100,13 @@ class CompiledInfo:
 
 
 class Planner:
-    def __init__(self, schema: GraphQLSchema, rules: list[Any], max_tokens: int, cost: CostRule) -> None:
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        rules: Sequence[type[ASTValidationRule]],
+        max_tokens: int,
+        cost: CostRule,
+    ) -> None:
         self._schema = schema
         self._rules = (*specified_rules, *rules)
         self._max_tokens = max_tokens
@@ -140,14 +149,14 @@ class Planner:
         except CostTooHigh:
             return None
         try:
-            return self._plan_operation(chosen[0])
+            return self._plan_operation(chosen[0], operation_name)
         except Unsupported:
             return None
         except Exception:  # a bug here must cost speed, never the request
             log.exception("could not plan a valid document; it will run the general way")
             return None
 
-    def _plan_operation(self, operation: OperationDefinitionNode) -> OperationPlan:
+    def _plan_operation(self, operation: OperationDefinitionNode, name: str | None) -> OperationPlan:
         if operation.operation is OperationType.QUERY:
             root = self._schema.query_type
         elif operation.operation is OperationType.MUTATION:
@@ -192,15 +201,17 @@ class Planner:
                 arguments.append(Argument(python_names[name], None, literal))
         value = plan_value(self._schema, field.type, node.selection_set)
         key = node.alias.value if node.alias else node.name.value
+        if name is None and operation.name is not None:
+            name = operation.name.value
         return OperationPlan(
-            root=FieldPlan(key, None, value, root.name, node.name.value, location_of(node)),
+            root=FieldPlan(key, None, value, root.name, node.name.value, site_of(node)),
             key=key,
+            operation_name=name,
             resolver=resolver,
             guard=field_guard(field.extensions),
             arguments=arguments,
             variables=variables,
             value=value,
-            location=location_of(node),
             guards=_guards_of(value),
         )
 
@@ -252,29 +263,26 @@ async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> d
             kwargs[argument.python_name] = value
     info = CompiledInfo(context)
     path: list[str | int] = [plan.key]
-    errors: list[FieldError] = []
+    errors: list[GraphQLError] = []
     data: Any
     if plan.guard is not None and not _allows(plan.guard, info):
-        code = (plan.guard.error_extensions or {}).get("code", "FORBIDDEN")
-        errors.append(FieldError(plan.guard.message, code, path, plan.location))
+        errors.append(denied(plan.guard, plan.root.site, path))
         data = _null_root(plan)
     else:
         try:
             result = await plan.resolver(info, **kwargs)
-        except QueuelogError as refusal:
-            if isinstance(refusal, DatabaseUnavailable):
-                context.database_unavailable = True
-            errors.append(FieldError(refusal.message, refusal.code, path, plan.location))
-            data = _null_root(plan)
-        except Exception:
-            log.exception("unexpected error at %s", path)
-            errors.append(FieldError(INTERNAL_MESSAGE, "INTERNAL_SERVER_ERROR", path, plan.location))
+        except Exception as failure:
+            errors.append(error_at(plan.root.site, path, failure))
             data = _null_root(plan)
         else:
             data = _serialize(plan, result, info, errors)
     response: dict[str, Any] = {"data": data}
     if errors:
-        response["errors"] = _formatted(errors)
+        # Strawberry's error policy, as its path applies it: every error logged, then
+        # shaped (contract code, dedupe, cap) for the client.
+        if log_errors(errors, plan.operation_name):
+            context.database_unavailable = True
+        response["errors"] = [error.formatted for error in shape_errors(errors)]
     return response
 
 
@@ -282,7 +290,7 @@ def _null_root(plan: OperationPlan) -> dict[str, Any] | None:
     return None if plan.value.non_null else {plan.key: None}
 
 
-def _serialize(plan: OperationPlan, result: Any, info: CompiledInfo, errors: list[FieldError]) -> Any:
+def _serialize(plan: OperationPlan, result: Any, info: CompiledInfo, errors: list[GraphQLError]) -> Any:
     allowed = {id(g): _allows(g, info) for g in plan.guards}
     if all(allowed.values()):
         try:
@@ -299,22 +307,3 @@ def _serialize(plan: OperationPlan, result: Any, info: CompiledInfo, errors: lis
         data = None
     errors.extend(completion.errors)
     return data
-
-
-def _formatted(errors: list[FieldError]) -> list[dict[str, Any]]:
-    shaped = []
-    seen = set()
-    for error in errors:
-        key = (error.message, tuple(error.path))
-        if key in seen:
-            continue
-        seen.add(key)
-        formatted: dict[str, Any] = {"message": error.message}
-        if error.location is not None:
-            formatted["locations"] = [error.location]
-        formatted["path"] = error.path
-        formatted["extensions"] = {"code": error.code}
-        shaped.append(formatted)
-        if len(shaped) == MAX_ERRORS:
-            break
-    return shaped

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode
-from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
 from strawberry.extensions import (
     AddValidationRules,
     MaxTokensLimiter,
@@ -15,12 +14,11 @@ from strawberry.extensions import (
     SchemaExtension,
     ValidationCache,
 )
-from strawberry.extensions.max_aliases import create_validator as alias_rule
 from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError
 from queuelog.schema.cost import CostRule, CostTooHigh
-from queuelog.schema.limits import depth_limit_rule
+from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
 
 CONTRACT_CODES = frozenset(
@@ -174,14 +172,7 @@ def _chosen_operation(document: Any, name: str | None) -> OperationDefinitionNod
 
 
 def schema_extensions(settings: Settings) -> list:
-    # The rule classes are built once: ValidationCache keys on them, and Strawberry's
-    # QueryDepthLimiter / MaxAliasesLimiter would build new classes on every request,
-    # so no validation would ever be served from the cache.
-    rules = [
-        depth_limit_rule(settings.max_depth),
-        alias_rule(settings.max_aliases),
-        MaxIntrospectionDepthRule,
-    ]
+    rules = list(document_rules(settings))
     return [
         ErrorPolicy,
         lambda: MaxTokensLimiter(max_token_count=settings.max_tokens),

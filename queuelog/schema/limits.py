@@ -7,6 +7,7 @@ are memoised, so fragments that spread each other many times cost linear time.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from graphql import (
@@ -82,6 +83,18 @@ def _fragment_depth(
     return memo[name]
 
 
-def document_rules(settings: Settings) -> list[type[ValidationRule]]:
-    """The validation rules queuelog adds to GraphQL's own: depth, aliases, introspection."""
-    return [depth_limit_rule(settings.max_depth), alias_rule(settings.max_aliases), MaxIntrospectionDepthRule]
+def document_rules(settings: Settings) -> tuple[type[ValidationRule], ...]:
+    """The validation rules queuelog adds to GraphQL's own: depth, aliases, introspection.
+
+    Both execution paths validate with these very classes (Strawberry's through
+    `schema_extensions`, the compiled one through its planner): built once per pair of
+    limits, since Strawberry's ValidationCache keys on the rule classes, and Strawberry's
+    QueryDepthLimiter / MaxAliasesLimiter would build new ones on every request, so no
+    validation would ever be served from the cache.
+    """
+    return _rules(settings.max_depth, settings.max_aliases)
+
+
+@functools.cache
+def _rules(max_depth: int, max_aliases: int) -> tuple[type[ValidationRule], ...]:
+    return (depth_limit_rule(max_depth), alias_rule(max_aliases), MaxIntrospectionDepthRule)

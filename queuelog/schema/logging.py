@@ -33,9 +33,14 @@ def one_line(text: str) -> str:
     return flat if len(flat) <= MAX_LOGGED_MESSAGE else flat[: MAX_LOGGED_MESSAGE - 3] + "..."
 
 
-def log_errors(errors: list[GraphQLError], execution_context: ExecutionContext | None = None) -> None:
-    """Strawberry calls this once for every error of a result, before it is shaped for the client."""
-    operation = one_line((execution_context.operation_name if execution_context is not None else None) or "-")
+def log_errors(errors: list[GraphQLError], operation_name: str | None) -> bool:
+    """Log every error of one result, before it is shaped for the client: both execution
+    paths call this (Strawberry's through `LoggingSchema`, the compiled one in its `run`).
+
+    True when one of them is a database outage: the answer is then 503.
+    """
+    operation = one_line(operation_name or "-")
+    outage = False
     for error in errors:
         message, code = classify(error)
         path = ".".join(str(key) for key in error.path) if error.path else "-"
@@ -46,13 +51,9 @@ def log_errors(errors: list[GraphQLError], execution_context: ExecutionContext |
                 )
             continue
         if isinstance(error.original_error, DatabaseUnavailable):
-            # An outage, not a bug: /healthz reports it too; one line per failed request, and
-            # the answer is 503 (see RequestContext.database_unavailable).
+            # An outage, not a bug: /healthz reports it too; one line per failed request.
             errors_log.warning("database unavailable (operation %s, path %s)", operation, path)
-            context = getattr(execution_context, "context", None)
-            response = getattr(context, "response", None)
-            if response is not None and hasattr(response, "status_code"):
-                response.status_code = 503
+            outage = True
             continue
         errors_log.error(
             "unexpected error (operation %s, path %s): %s",
@@ -61,6 +62,7 @@ def log_errors(errors: list[GraphQLError], execution_context: ExecutionContext |
             one_line(error.message),
             exc_info=error.original_error or error,
         )
+    return outage
 
 
 class LoggingSchema(strawberry.Schema):
@@ -69,4 +71,9 @@ class LoggingSchema(strawberry.Schema):
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
-        log_errors(errors, execution_context)
+        operation_name = execution_context.operation_name if execution_context is not None else None
+        if log_errors(errors, operation_name):
+            context = getattr(execution_context, "context", None)
+            response = getattr(context, "response", None)
+            if response is not None and hasattr(response, "status_code"):
+                response.status_code = 503
