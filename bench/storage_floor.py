@@ -9,7 +9,7 @@ between these figures and figure 3 of `python -m bench` is what HTTP and GraphQL
 the gap to figure 3's raw ceiling is what queuelog's schema (indexes for every `jobs`
 filter, the claim, leases, pruning and scopes, plus job_events and job_counts) costs.
 
-`--sql-only` runs queuelog's own statements (statements.py) on the same migrated schema
+`--sql-only` runs queuelog's own statements (sqlite_statements.py) on the same migrated schema
 through stdlib sqlite3, with no Repository and no Python model: one transaction per batch,
 executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
 and its events; the read of the held rows, the guarded completion UPDATEs and their
@@ -30,11 +30,12 @@ from typing import Any
 
 from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import statements as sql
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.repository import Repository
 from queuelog.storage.sqlite import connect
+from queuelog.storage.sqlite_statements import LAST_JOB_ID
+from queuelog.storage.sqlite_statements import SqliteStatements as sql
 
 BATCH = 100
 
@@ -87,7 +88,7 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
                 for i in range(BATCH)
             ]  # fmt: skip
             db.executemany(sql.INSERT_JOB, rows)
-            last = db.execute(sql.LAST_JOB_ID).fetchone()[0]
+            last = db.execute(LAST_JOB_ID).fetchone()[0]
             events(range(last - BATCH + 1, last + 1), EventKind.ENQUEUED, JobStatus.PENDING)
 
         def claim() -> list[int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import Server, sqlite_plan
 
-from queuelog.storage.statements import EVENTS_OF_JOBS
+from queuelog.storage.sqlite_statements import SqliteStatements
 
 EVENTS = "events { kind status at }"
 JOB_EVENTS = "query($id: ID!, $last: Int!) { job(id: $id) { status events(last: $last) { kind status at } } }"
@@ -111,6 +111,6 @@ def test_events_follow_the_jobs_visibility(server: Server, unique: Callable[[str
 
 
 def test_sqlite_reads_a_jobs_events_through_the_jobs_index(tmp_path: Path) -> None:
-    shown = sqlite_plan(tmp_path, EVENTS_OF_JOBS, {"ids": "[1, 2, 3]", "limit": 50})
+    shown = sqlite_plan(tmp_path, SqliteStatements.EVENTS_OF_JOBS, {"ids": "[1, 2, 3]", "limit": 50})
     assert "USING INDEX ix_job_events_job (job_id=?)" in shown or "USING COVERING INDEX" in shown, shown
     assert "SCAN job_events" not in shown, shown

@@ -20,8 +20,7 @@ from conftest import Databases
 
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.postgres_statements import CLAIM_ANY, FOR_SQLITE
-from queuelog.storage.statements import list_statement
+from queuelog.storage.postgres_statements import PostgresStatements
 
 FILL = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
@@ -68,7 +67,7 @@ def plan(connection: Any, sql: str, **params: Any) -> str:
 def test_filtered_pages_walk_their_filters_index(
     queue_shaped: Any, has_status: bool, has_type: bool, after: bool, index: str
 ) -> None:
-    sql = FOR_SQLITE[list_statement(False, False, has_status, has_type, after)]
+    sql = PostgresStatements.list_jobs(False, False, has_status, has_type, after, False)
     for status in ("completed", "pending"):
         shown = plan(queue_shaped, sql, status=status, type="noop", after=30000, limit=21)
         assert index in shown, shown
@@ -85,7 +84,7 @@ def test_a_callers_filtered_pages_can_walk_the_callers_index(
     (the counters say so): the statement must then be planned on that index, in id order."""
     queue_shaped.execute("UPDATE jobs SET worker_id = 'w' WHERE status = 'completed'")
     queue_shaped.execute("ANALYZE jobs")
-    sql = FOR_SQLITE[list_statement(by_creator, not by_creator, has_status, has_type, False, True)]
+    sql = PostgresStatements.list_jobs(by_creator, not by_creator, has_status, has_type, False, True)
     shown = plan(queue_shaped, sql, name="p" if by_creator else "w", status="pending", type="noop", limit=26)
     assert index in shown, shown
     assert "Sort" not in shown and "Seq Scan" not in shown, shown
@@ -94,7 +93,8 @@ def test_a_callers_filtered_pages_can_walk_the_callers_index(
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_the_claim_reads_the_pending_index_and_skips_locked_rows(queue_shaped: Any) -> None:
     now = int(time.time() * 1_000_000) + 1_000_000  # every pending job is due
-    shown = plan(queue_shaped, CLAIM_ANY, worker="w", now=now, lease=now + 60_000_000, limit=10)
+    params = {"worker": "w", "now": now, "lease": now + 60_000_000, "limit": 10}
+    shown = plan(queue_shaped, PostgresStatements.CLAIM_ANY, **params)
     assert "ix_jobs_claim" in shown, shown
     assert "LockRows" in shown, shown
 
@@ -114,8 +114,6 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     --database postgresql` saw each completion walk every running job through ix_jobs_lease
     (pg_stat_user_indexes: 27M index entries read for 2,900 completions; 3.5-4.9 ms of
     PostgreSQL CPU per job). queuelog's guards leave the planner only lookups by id."""
-    import queuelog.storage.postgres_statements as pg
-
     queue_shaped.execute(
         "UPDATE jobs SET status = 'running', worker_id = 'w', attempt = 1,"
         " lease_expires_at = now() + interval '1 hour' WHERE status = 'pending'"
@@ -129,7 +127,7 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
         "finished_at": now, "error": None,
     }  # fmt: skip
-    shown = plan(queue_shaped, getattr(pg, name), **params)
+    shown = plan(queue_shaped, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
     assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
 
@@ -160,13 +158,11 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
 def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> None:
     """Job.events (the dashboard's timeline, or a page's worth batched) reads only the asked
     jobs' rows of job_events, however many other jobs' events there are."""
-    from queuelog.storage.postgres_statements import EVENTS_OF_JOBS
-
     queue_shaped.execute(
         "INSERT INTO job_events (job_id, kind, status, at)"
         " SELECT g / 3, 'ENQUEUED', 'pending', now() FROM generate_series(3, 120000) AS g"
     )
     queue_shaped.execute("ANALYZE job_events")
     queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    shown = plan(queue_shaped, EVENTS_OF_JOBS, ids="[30000, 30001, 29000]", limit=50)
+    shown = plan(queue_shaped, PostgresStatements.EVENTS_OF_JOBS, ids="[30000, 30001, 29000]", limit=50)
     assert "ix_job_events_job" in shown and "Seq Scan" not in shown, shown

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import Server, sqlite_plan
 
-from queuelog.storage.statements import list_statement
+from queuelog.storage.sqlite_statements import SqliteStatements
 
 PAGE = """query($status: JobStatus, $type: String, $after: String) {
   jobs(status: $status, type: $type, first: 4, after: $after) {
@@ -96,7 +96,7 @@ def test_a_worker_sees_exactly_the_jobs_it_holds_or_finished(
 
 @pytest.mark.parametrize(("walk_scope", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_status")])
 def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, walk_scope: bool, index: str) -> None:
-    sql = list_statement(True, False, True, False, False, walk_scope)
+    sql = SqliteStatements.list_jobs(True, False, True, False, False, walk_scope)
     params = {"name": "p", "status": "pending", "type": None, "after": None, "limit": 26}
     shown = sqlite_plan(tmp_path, sql, params)
     assert f"USING INDEX {index}" in shown and "TEMP B-TREE" not in shown, shown

@@ -50,19 +50,21 @@ from sqlalchemy.sql import ColumnElement
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
 from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of
+from queuelog.storage.postgres_statements import (
+    COLUMN_TYPES,
+    LOCK_COPIED,
+    SEQUENCE_OF,
+    copy_binary,
+    restart_sequence,
+    sequence_state,
+)
+from queuelog.storage.sqlite_statements import GIVEN_OUT, IS_MIGRATED
 from queuelog.storage.tables import api_keys, job_counts, job_events, job_minutes, jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
 COPIED = (api_keys, jobs, job_events)
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
-ALEMBIC_VERSION = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-GIVEN_OUT = text("SELECT seq FROM sqlite_sequence WHERE name = :name")
-SEQUENCE_OF = text("SELECT pg_get_serial_sequence(:table, 'id')")
-COLUMN_TYPES = text(
-    "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
-    " WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped"
-)
 
 
 class CopyFailed(QueuelogError):
@@ -96,7 +98,7 @@ def _is_queue(path: Path) -> bool:
     some other application's file would write queuelog's tables into it)."""
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as probe:
-            return probe.execute(ALEMBIC_VERSION).fetchone() is not None
+            return probe.execute(IS_MIGRATED).fetchone() is not None
     except sqlite3.DatabaseError:
         return False
 
@@ -124,7 +126,7 @@ def copy_database(
 
 
 def _empty_target(write: Connection, replace: bool) -> None:
-    write.exec_driver_sql("LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes IN EXCLUSIVE MODE")
+    write.exec_driver_sql(LOCK_COPIED)
     held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in COPIED}
     if any(held.values()) and not replace:
         listing = ", ".join(f"{name}: {n}" for name, n in held.items() if n)
@@ -146,12 +148,11 @@ def _as_sent(column: Column[Any]) -> ColumnElement[Any]:
 
 
 def _copy_rows(read: Connection, write: Connection, table: Table, batch_rows: int) -> int:
-    types = dict(write.execute(COLUMN_TYPES, {"table": table.name}).all())
+    types = dict(write.execute(text(COLUMN_TYPES), {"table": table.name}).all())
     wire = ["int8" if types[c.name] == "timestamp with time zone" else types[c.name] for c in table.c]
     query = select(*map(_as_sent, table.c)).order_by(table.c.id).execution_options(yield_per=batch_rows)
-    into = f"COPY {table.name} ({', '.join(c.name for c in table.c)}) FROM STDIN (FORMAT BINARY)"
     with write.connection.driver_connection.cursor() as cursor:
-        with cursor.copy(into) as copy:
+        with cursor.copy(copy_binary(table.name, [c.name for c in table.c])) as copy:
             copy.set_types(wire)
             for row in read.execute(query):
                 copy.write_row(row)
@@ -186,13 +187,13 @@ def _copy_minutes(read: Connection, write: Connection, batch_rows: int) -> None:
 def _highest_id(read: Connection, table: Table) -> int:
     """The highest id the source has given out: a stored row's, or a deleted one's."""
     stored = read.execute(select(func.max(table.c.id))).scalar() or 0
-    return max(stored, read.execute(GIVEN_OUT, {"name": table.name}).scalar() or 0)
+    return max(stored, read.execute(text(GIVEN_OUT), {"name": table.name}).scalar() or 0)
 
 
 def _restart_sequence(write: Connection, table: Table, highest: int) -> int:
     """Make the target's next id for `table` exceed `highest` and any it gave out; return it."""
-    sequence = write.execute(SEQUENCE_OF, {"table": table.name}).scalar_one()  # quoted by PostgreSQL
-    last, called = write.exec_driver_sql(f"SELECT last_value, is_called FROM {sequence}").one()
+    sequence = write.execute(text(SEQUENCE_OF), {"table": table.name}).scalar_one()  # quoted by PostgreSQL
+    last, called = write.exec_driver_sql(sequence_state(sequence)).one()
     next_id = max(highest + 1, last + 1 if called else last)
-    write.exec_driver_sql(f"ALTER SEQUENCE {sequence} RESTART WITH {next_id}")
+    write.exec_driver_sql(restart_sequence(sequence, next_id))
     return next_id

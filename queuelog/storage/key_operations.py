@@ -1,4 +1,7 @@
-"""The statements on `api_keys`: create, list, revoke, and the per-request lookup."""
+"""The CLI's statements on `api_keys`: create, list, revoke (SQLAlchemy Core, on an Engine).
+
+The per-request lookup runs on the server's own connections: `ACTIVE_KEY` in the
+statements classes, read by the repository."""
 
 from __future__ import annotations
 
@@ -21,13 +24,6 @@ def _row_to_key(row: Row[Any]) -> ApiKey:
         created_at=row.created_at,
         revoked_at=row.revoked_at,
     )
-
-
-def find_active_key(conn: Connection, key_hash: str) -> ApiKey | None:
-    row = conn.execute(
-        select(api_keys).where(api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None))
-    ).first()
-    return _row_to_key(row) if row is not None else None
 
 
 def create_key(

@@ -29,8 +29,8 @@ import psycopg
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import RemoteEvent, events_as_of, remote_event
-from queuelog.storage.postgres import EVENTS_CHANNEL, PostgresDatabase, connect
-from queuelog.storage.postgres_statements import MAX_EVENT_ID
+from queuelog.storage.postgres import PostgresDatabase, connect
+from queuelog.storage.postgres_statements import LISTEN, PostgresStatements
 
 log = logging.getLogger("queuelog.storage")
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
@@ -39,7 +39,7 @@ CHECKPOINT_SECONDS = 1.0
 
 
 def _newest_event_id(connection: psycopg.Connection[Any]) -> int:
-    row = connection.execute(MAX_EVENT_ID).fetchone()
+    row = connection.execute(PostgresStatements.MAX_EVENT_ID).fetchone()
     return row[0] if row is not None and row[0] is not None else 0
 
 
@@ -85,7 +85,7 @@ class PostgresListener:
         while not self._stop.is_set():
             try:
                 with connect(self._db.url, autocommit=True) as connection:
-                    connection.execute(f"LISTEN {EVENTS_CHANNEL}")
+                    connection.execute(LISTEN)
                     latest = _newest_event_id(connection)
                     if self._checkpoint is not None and latest > self._checkpoint:
                         self._loop.call_soon_threadsafe(self._catch_up, self._checkpoint, latest)

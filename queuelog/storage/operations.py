@@ -1,8 +1,9 @@
 """What each storage operation does with the statements of statements.py, and nothing else.
 
-The functions hand the SQL to the driver's connection. Writes take a `WriteTx` (a
-group-commit transaction: see sqlite.py) and report each transition through `tx.record`;
-reads take a plain connection. State guards
+The functions hand the SQL to the driver's connection, asking it for each statement by
+name (`tx.sql.CLAIM_ANY`): the connection carries its database's text (statements.py).
+Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report each
+transition through `tx.record`; reads take a plain connection. State guards
 (`status = 'running' AND attempt = :attempt`) sit in every UPDATE, so a row that changed
 since it was read is left alone. The rules (limits, sanitising, retry policy) are the
 queue's; they arrive here as values.
@@ -33,11 +34,6 @@ from queuelog.model import (
 from queuelog.storage import counters
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.statements import (
-    ADD_TO_COUNT,
-    ADD_TO_MINUTE,
-    CANCEL_PENDING,
-    CLAIM_ANY,
-    CLAIM_TYPES,
     COL_ATTEMPT,
     COL_CREATED,
     COL_FINISHED,
@@ -48,44 +44,12 @@ from queuelog.storage.statements import (
     COL_STATUS,
     COL_UPDATED,
     COL_WORKER,
-    COMPLETE_CHECKED,
-    COMPLETE_HELD,
-    COUNTS_OF_SCOPES,
-    DELETE_EVENTS_OF,
-    EVENTS_AFTER,
-    EVENTS_OF_JOBS,
-    EVENTS_WITH_IDS,
-    EXPIRE_RUNNING,
-    EXPIRED_LEASES,
-    FAIL_RUNNING,
-    HEARTBEAT,
-    INSERT_EVENT,
-    INSERT_JOB,
-    INSERT_JOB_ONCE,
-    JOB_BY_ID,
-    JOB_BY_IDEMPOTENCY_KEY,
-    JOBS_BY_IDEMPOTENCY_KEYS,
-    JOBS_BY_IDS,
-    KEY_IS_ACTIVE,
     KIND_TEXT,
-    LAST_EVENT_ID,
-    LAST_JOB_ID,
     LEASE_EXPIRED_ERROR,
-    MAX_EVENT_ID,
-    MINUTES_OF_SCOPES,
-    NEXT_DUE_ANY,
-    NEXT_DUE_TYPES,
-    OLDEST_PENDING_AMONG_OWN,
-    OLDEST_PENDING_ANY,
-    OLDEST_PENDING_OF,
     PENDING,
-    PRUNE,
-    PRUNE_MINUTES,
-    RETRY_FINISHED,
     RUNNING,
     STATUS_TEXT,
     RetryDecision,
-    list_statement,
 )
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
@@ -157,13 +121,13 @@ def _same_request(job: Job | NewJob, item: NewJob) -> bool:
 
 def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
-    cursor = tx.execute(INSERT_JOB_ONCE, _row_values(item, created_by, tx.now_us))
+    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, _row_values(item, created_by, tx.now_us))
     if cursor.rowcount == 1:
         job = _new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
         tx.record(EventKind.ENQUEUED, None, job)
         return EnqueueOutcome(job=job, created=True)
     key = {"created_by": created_by, "key": item.idempotency_key}
-    row = tx.execute(JOB_BY_IDEMPOTENCY_KEY, key).fetchone()
+    row = tx.execute(tx.sql.JOB_BY_IDEMPOTENCY_KEY, key).fetchone()
     if row is None:  # pruned between the two statements: try again
         return _enqueue_once(tx, item, created_by)
     existing = decode_job(row)
@@ -185,7 +149,7 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     if keys:
         params = {"created_by": created_by, "keys": jsonutil.dumps(keys).decode()}
-        rows = tx.execute(JOBS_BY_IDEMPOTENCY_KEYS, params).fetchall()
+        rows = tx.execute(tx.sql.JOBS_BY_IDEMPOTENCY_KEYS, params).fetchall()
         existing = {job.idempotency_key: job for job in map(decode_job, rows)}  # type: ignore[misc]
     outcomes: list[EnqueueOutcome | None] = [None] * len(items)
     new: list[int] = []
@@ -220,23 +184,8 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
 def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> Sequence[int]:
     """Insert rows known to be new; returns their ids, in order."""
     if len(rows) == 1:
-        return [tx.execute(INSERT_JOB, rows[0]).lastrowid]  # type: ignore[list-item]
-    return insert_ids(tx, INSERT_JOB, LAST_JOB_ID, rows)
-
-
-def insert_ids(tx: WriteTx, sql: str, last_id_sql: str, rows: list[dict[str, Any]]) -> Sequence[int]:
-    """executemany an INSERT and return the new rows' ids, in order."""
-    if tx.ids_from_returning:
-        return tx.connection.insert_ids(sql, rows)  # type: ignore[attr-defined]
-    # SQLite: AUTOINCREMENT under the write lock hands out consecutive ids after the last
-    # one ever used; the check below makes sure of it before relying on it.
-    before = tx.execute(last_id_sql).fetchone()
-    cursor = tx.executemany(sql, rows)
-    last = tx.execute(last_id_sql).fetchone()[0]
-    first_id = (before[0] if before is not None else 0) + 1
-    if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
-        raise RuntimeError("ids were not consecutive; nothing was written")
-    return range(first_id, first_id + len(rows))
+        return [tx.execute(tx.sql.INSERT_JOB, rows[0]).lastrowid]  # type: ignore[list-item]
+    return tx.connection.insert_ids(tx.sql.INSERT_JOB, rows)
 
 
 # --- claim and the holder's reports --------------------------------------------------------
@@ -259,10 +208,10 @@ def claim(
         "limit": limit,
     }
     if types is None:
-        rows = tx.execute(CLAIM_ANY, params).fetchall()
+        rows = tx.execute(tx.sql.CLAIM_ANY, params).fetchall()
     else:
         params["types"] = jsonutil.dumps(list(types)).decode()
-        rows = tx.execute(CLAIM_TYPES, params).fetchall()
+        rows = tx.execute(tx.sql.CLAIM_TYPES, params).fetchall()
     rows.sort(key=lambda r: (-r[COL_PRIORITY], r[COL_CREATED], r[COL_ID]))  # RETURNING has no order
     claimed = [decode_job(row) for row in rows]
     for job in claimed:
@@ -271,7 +220,7 @@ def claim(
 
 
 def _fetch(tx: WriteTx | Connection, job_id: int) -> Job | None:
-    row = tx.execute(JOB_BY_ID, {"id": job_id}).fetchone()
+    row = tx.execute(tx.sql.JOB_BY_ID, {"id": job_id}).fetchone()
     return decode_job(row) if row is not None else None
 
 
@@ -304,7 +253,7 @@ def heartbeat(tx: WriteTx, worker: str, job_id: int, attempt: int | None, lease_
         "lease": tx.now_us + lease_seconds * 1_000_000,
         "now": tx.now_us,
     }
-    row = tx.execute(HEARTBEAT, params).fetchone()
+    row = tx.execute(tx.sql.HEARTBEAT, params).fetchone()
     if row is None:
         raise _refusal(tx, job_id, worker, attempt)
     return decode_job(row)
@@ -318,7 +267,7 @@ def complete(tx: WriteTx, worker: str, job_id: int, result: Any, attempt: int | 
         "result": compact_json(result) if result is not None else None,
         "now": tx.now_us,
     }
-    row = tx.execute(COMPLETE_HELD, params).fetchone()
+    row = tx.execute(tx.sql.COMPLETE_HELD, params).fetchone()
     if row is None:
         raise _refusal(tx, job_id, worker, attempt)
     job = decode_job(row)
@@ -333,7 +282,7 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
     rowcount check turns any surprise into a CONFLICT for the whole call, never a partial
     write. Rows are checked as read and decoded once, in their completed form.
     """
-    rows = tx.execute(JOBS_BY_IDS, {"ids": _ids_json([item.id for item in items])}).fetchall()
+    rows = tx.execute(tx.sql.JOBS_BY_IDS, {"ids": _ids_json([item.id for item in items])}).fetchall()
     current = {row[COL_ID]: row for row in rows}
     accepted: list[tuple[Any, Completion]] = []
     rejected: list[int] = []
@@ -367,7 +316,7 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
             job = decode_job(done)
             tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
             completed.append(job)
-        if tx.executemany(COMPLETE_CHECKED, params).rowcount != len(accepted):
+        if tx.executemany(tx.sql.COMPLETE_CHECKED, params).rowcount != len(accepted):
             raise Conflict("jobs changed while being completed; nothing was applied")
     return CompletionOutcome(completed=completed, rejected=rejected)
 
@@ -414,7 +363,7 @@ def fail(
         raise NotFound(f"job {job_id} not found")
     check_holder(held, worker, attempt)
     params = _failure_params(held, tx.now, error, delay(held, retryable, retry_in))
-    row = tx.execute(FAIL_RUNNING, params).fetchone()
+    row = tx.execute(tx.sql.FAIL_RUNNING, params).fetchone()
     if row is None:  # pragma: no cover - the write lock keeps the row as read
         raise Conflict(f"job {job_id} changed while being updated")
     job = decode_job(row)
@@ -428,11 +377,11 @@ def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
     One SELECT and one executemany, however many expired; under the write lock the rows
     stay as read, and the rowcount check rolls the operation back if they did not.
     """
-    stale = [decode_job(row) for row in tx.execute(EXPIRED_LEASES, {"now": tx.now_us}).fetchall()]
+    stale = [decode_job(row) for row in tx.execute(tx.sql.EXPIRED_LEASES, {"now": tx.now_us}).fetchall()]
     if not stale:
         return 0
     params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
-    if tx.executemany(EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
+    if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
         raise Conflict("leases changed while being expired; nothing was applied")
     for job, values in zip(stale, params, strict=True):
         tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
@@ -463,7 +412,7 @@ def cancel(tx: WriteTx, job_id: int, scope: JobScope) -> Job:
         raise NotFound(f"job {job_id} not found")
     if job.status is not JobStatus.PENDING:
         raise Conflict(f"job {job_id} is {job.status.name}; only PENDING jobs can be cancelled")
-    row = tx.execute(CANCEL_PENDING, {"id": job_id, "now": tx.now_us}).fetchone()
+    row = tx.execute(tx.sql.CANCEL_PENDING, {"id": job_id, "now": tx.now_us}).fetchone()
     if row is None:  # pragma: no cover - the write lock keeps the row as read
         raise Conflict(f"job {job_id} is no longer PENDING")
     cancelled = decode_job(row)
@@ -477,7 +426,7 @@ def retry(tx: WriteTx, job_id: int) -> Job:
         raise NotFound(f"job {job_id} not found")
     if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
         raise Conflict(f"job {job_id} is {job.status.name}; only FAILED or CANCELLED jobs can be retried")
-    row = tx.execute(RETRY_FINISHED, {"id": job_id, "now": tx.now_us}).fetchone()
+    row = tx.execute(tx.sql.RETRY_FINISHED, {"id": job_id, "now": tx.now_us}).fetchone()
     if row is None:  # pragma: no cover - the write lock keeps the row as read
         raise Conflict(f"job {job_id} changed while being retried")
     retried = decode_job(row)
@@ -487,9 +436,9 @@ def retry(tx: WriteTx, job_id: int) -> Job:
 
 def prune(tx: WriteTx, finished_before: datetime) -> int:
     """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events."""
-    rows = tx.execute(PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
+    rows = tx.execute(tx.sql.PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
     if rows:
-        tx.execute(DELETE_EVENTS_OF, {"ids": _ids_json([r[0] for r in rows])})
+        tx.execute(tx.sql.DELETE_EVENTS_OF, {"ids": _ids_json([r[0] for r in rows])})
         for _, job_type, status, created_by, worker_id in rows:
             tx.forget(job_type, status, created_by, worker_id)
     return len(rows)
@@ -504,21 +453,21 @@ def write_side_effects(tx: WriteTx) -> None:
             for e in tx.events
         ]
         if tx.event_ids is None:
-            tx.executemany(INSERT_EVENT, rows)
+            tx.executemany(tx.sql.INSERT_EVENT, rows)
         else:  # an event tail runs: it must know this process's events from the others'
-            tx.event_ids.extend(insert_ids(tx, INSERT_EVENT, LAST_EVENT_ID, rows))
+            tx.event_ids.extend(tx.connection.insert_ids(tx.sql.INSERT_EVENT, rows))
     # In key order: concurrent transactions (PostgreSQL servers) then lock the shared counter
     # rows in the same order and queue behind each other instead of deadlocking.
     changes = sorted(counters.net(tx.moves))
     if changes:
         tx.executemany(
-            ADD_TO_COUNT,
+            tx.sql.ADD_TO_COUNT,
             [{"scope": k[0], "name": k[1], "type": k[2], "status": k[3], "n": n} for k, n in changes],
         )
     finished = counters.finished(tx.moves, now // MICROS_PER_MINUTE)
     if finished:
         tx.executemany(
-            ADD_TO_MINUTE,
+            tx.sql.ADD_TO_MINUTE,
             [{"scope": k[0], "name": k[1], "minute": k[2], "status": k[3], "n": n} for k, n in finished],
         )
 
@@ -526,7 +475,7 @@ def write_side_effects(tx: WriteTx) -> None:
 def prune_minutes(tx: WriteTx) -> int:
     """Drop job_minutes rows older than counters.MINUTES_KEPT."""
     before = tx.now_us // MICROS_PER_MINUTE - counters.MINUTES_KEPT
-    return tx.execute(PRUNE_MINUTES, {"before": before}).rowcount
+    return tx.execute(tx.sql.PRUNE_MINUTES, {"before": before}).rowcount
 
 
 # --- reads ---------------------------------------------------------------------------------
@@ -538,27 +487,27 @@ def get_job(conn: Connection, job_id: int, scope: JobScope) -> Job | None:
 
 
 def get_jobs(conn: Connection, job_ids: Sequence[int]) -> list[Job]:
-    rows = conn.execute(JOBS_BY_IDS, {"ids": _ids_json(job_ids)}).fetchall()
+    rows = conn.execute(conn.sql.JOBS_BY_IDS, {"ids": _ids_json(job_ids)}).fetchall()
     return [decode_job(row) for row in rows]
 
 
 def last_event_id(conn: Connection) -> int:
-    row = conn.execute(MAX_EVENT_ID).fetchone()
+    row = conn.execute(conn.sql.MAX_EVENT_ID).fetchone()
     return row[0] if row is not None and row[0] is not None else 0
 
 
 def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, str]]:
     """(id, job_id, kind, status) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
-    return [tuple(row) for row in conn.execute(EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
+    return [tuple(row) for row in conn.execute(conn.sql.EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
 
 
 def key_is_active(conn: Connection, name: str) -> bool:
-    return conn.execute(KEY_IS_ACTIVE, {"name": name}).fetchone() is not None
+    return conn.execute(conn.sql.KEY_IS_ACTIVE, {"name": name}).fetchone() is not None
 
 
 def events_of_jobs(conn: Connection, job_ids: Sequence[int], last: int) -> dict[int, list[RecordedEvent]]:
     """Each job's newest `last` events, oldest first, in one read (jobs without any: absent)."""
-    rows = conn.execute(EVENTS_OF_JOBS, {"ids": _ids_json(job_ids), "limit": last}).fetchall()
+    rows = conn.execute(conn.sql.EVENTS_OF_JOBS, {"ids": _ids_json(job_ids), "limit": last}).fetchall()
     events: dict[int, list[RecordedEvent]] = {}
     for job_id, kind, status, at in rows:
         event = RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))  # type: ignore[arg-type]
@@ -567,7 +516,9 @@ def events_of_jobs(conn: Connection, job_ids: Sequence[int], last: int) -> dict[
 
 
 def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str, str]]:
-    return [tuple(row) for row in conn.execute(EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()]  # type: ignore[misc]
+    return [
+        tuple(row) for row in conn.execute(conn.sql.EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()
+    ]  # type: ignore[misc]
 
 
 def _counts_and_everyones(
@@ -579,7 +530,7 @@ def _counts_and_everyones(
         return {}, {}
     everyone = [(counters.ALL, "", 1)]
     wanted = terms if scope.everything else [*terms, *everyone]
-    rows = conn.execute(COUNTS_OF_SCOPES, {"scopes": _scopes_json(wanted)}).fetchall()
+    rows = conn.execute(conn.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(wanted)}).fetchall()
     mine = counters.by_type(rows, terms)
     return mine, mine if scope.everything else counters.by_type(rows, everyone)
 
@@ -642,10 +593,12 @@ def list_jobs(
         # A type filter whose jobs here are all of one status reads as that status.
         only = status if walk_scope else parts[0]
         has = (only is not None, job_type is not None, after_id is not None)
-        sql = list_statement(by_creator, by_worker, *has, walk_scope)
+        sql = conn.sql.list_jobs(by_creator, by_worker, *has, walk_scope)
         rows = conn.execute(sql, {**params, "status": only.value if only else None}).fetchall()
     else:
-        sql = list_statement(by_creator, by_worker, True, job_type is not None, after_id is not None)
+        sql = conn.sql.list_jobs(
+            by_creator, by_worker, True, job_type is not None, after_id is not None, False
+        )
         rows = []
         for part in parts:  # each part's newest first+1: the page is among them
             rows += conn.execute(sql, {**params, "status": part.value}).fetchall()  # type: ignore[union-attr]
@@ -661,7 +614,9 @@ def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minute
     terms = counters.scope_terms(scope)
     found: dict[int, dict[str, int]] = {}
     if terms:
-        rows = conn.execute(MINUTES_OF_SCOPES, {"since": since, "scopes": _scopes_json(terms)}).fetchall()
+        rows = conn.execute(
+            conn.sql.MINUTES_OF_SCOPES, {"since": since, "scopes": _scopes_json(terms)}
+        ).fetchall()
         found = counters.by_minute(rows, terms)
     completed, failed = STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]
     return [
@@ -702,11 +657,12 @@ def _oldest_pending_seconds(
     if _matching(counts, pending, None) == 0:
         return None
     if scope.everything:
-        row = conn.execute(OLDEST_PENDING_ANY, {"now": to_micros(now)}).fetchone()
+        row = conn.execute(conn.sql.OLDEST_PENDING_ANY, {"now": to_micros(now)}).fetchone()
     else:
         params = {"now": to_micros(now), "created_by": scope.created_by}
         own_first = _matching(counts, None, None) < _matching(everyones, pending, None)
-        row = conn.execute(OLDEST_PENDING_AMONG_OWN if own_first else OLDEST_PENDING_OF, params).fetchone()
+        sql = conn.sql.OLDEST_PENDING_AMONG_OWN if own_first else conn.sql.OLDEST_PENDING_OF
+        row = conn.execute(sql, params).fetchone()
     oldest = micros_to_datetime(row[0]) if row is not None else None
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
@@ -714,7 +670,9 @@ def _oldest_pending_seconds(
 def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:
     """When the earliest PENDING job (of these types) becomes due; may be in the past."""
     if types is None:
-        row = conn.execute(NEXT_DUE_ANY).fetchone()
+        row = conn.execute(conn.sql.NEXT_DUE_ANY).fetchone()
     else:
-        row = conn.execute(NEXT_DUE_TYPES, {"types": jsonutil.dumps(list(types)).decode()}).fetchone()
+        row = conn.execute(
+            conn.sql.NEXT_DUE_TYPES, {"types": jsonutil.dumps(list(types)).decode()}
+        ).fetchone()
     return micros_to_datetime(row[0]) if row is not None else None

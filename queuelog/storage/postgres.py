@@ -48,7 +48,15 @@ from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.postgres_statements import AT_ONCE, FOR_SQLITE, FOR_UPDATE
+from queuelog.storage.postgres_statements import (
+    AT_ONCE,
+    DB_NOW,
+    EVENTS_CHANNEL,
+    NOTIFY,
+    RETURNING_ID,
+    PostgresStatements,
+    PostgresWriterStatements,
+)
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.types import from_micros
 
@@ -58,14 +66,12 @@ log = logging.getLogger("queuelog.storage")
 # What a write batch hands back: its outcomes, the events of what it kept, and the ticket of
 # each COMMIT it began (one per attempt; none when it never got that far).
 Committed = tuple[list[Outcome], list[JobEvent], list[int]]
-EVENTS_CHANNEL = "queuelog_events"
 NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
 WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
 CONNECT_TIMEOUT_SECONDS = 5
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
-DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 # An operation that meets a unique violation runs again, at most this many times in all. Only
 # idempotency keys can collide (ids come from a sequence, counters are upserts), and each
@@ -125,26 +131,17 @@ class Result:
 
 
 class PgConnection:
-    """A psycopg connection that runs the SQLite text of statements.py as its PostgreSQL
-    counterpart. `locking`: the writer's reads of rows it is about to update take them
-    FOR UPDATE."""
+    """A psycopg connection, carrying PostgreSQL's statements (`sql`): on a writer
+    (`locking`), the reads of rows it is about to update take them FOR UPDATE."""
 
     def __init__(self, connection: psycopg.Connection[Any], *, locking: bool) -> None:
         self.raw = connection
-        self._locking = locking
-
-    def _sql(self, sql: str) -> str:
-        translated = FOR_SQLITE.get(sql)
-        if translated is None:
-            translated = sql.replace("?", "%s")  # the few plain statements (keys, SELECT 1)
-        if self._locking:
-            translated = FOR_UPDATE.get(translated, translated)
-        return translated
+        self.sql: type[PostgresStatements] = PostgresWriterStatements if locking else PostgresStatements
 
     def execute(self, sql: str, parameters: Any = ()) -> Result:
-        cursor = self.raw.execute(self._sql(sql), parameters or None, binary=True)  # type: ignore[arg-type]
+        cursor = self.raw.execute(sql, parameters or None, binary=True)  # type: ignore[arg-type]
         rows = cursor.fetchall() if cursor.description is not None else []
-        lastrowid = rows[0][0] if rows and sql in _RETURNING_ID else None
+        lastrowid = rows[0][0] if rows and sql in RETURNING_ID else None
         return Result(rows, cursor.rowcount, lastrowid)
 
     def executemany(self, sql: str, parameters: Iterable[Any]) -> Result:
@@ -154,7 +151,7 @@ class PgConnection:
             cursor = self.raw.execute(at_once.sql, at_once.parameters(rows), binary=True)
             return Result([], cursor.rowcount)
         cursor = self.raw.cursor(binary=True)
-        cursor.executemany(self._sql(sql), rows)
+        cursor.executemany(sql, rows)
         return Result([], cursor.rowcount)
 
     def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> list[int]:
@@ -163,15 +160,12 @@ class PgConnection:
             cursor = self.raw.execute(at_once.sql, at_once.parameters(rows), binary=True)
             return sorted(row[0] for row in cursor.fetchall())  # rising in the rows' order
         cursor = self.raw.cursor(binary=True)
-        cursor.executemany(self._sql(sql), rows, returning=True)
+        cursor.executemany(sql, rows, returning=True)
         ids = []
         while True:
             ids.append(cursor.fetchone()[0])  # type: ignore[index]
             if not cursor.nextset():
                 return ids
-
-
-_RETURNING_ID = {sql for sql, pg in FOR_SQLITE.items() if pg.rstrip().endswith("RETURNING id")}
 
 
 def _close(raw: psycopg.Connection[Any] | None) -> None:
@@ -201,6 +195,8 @@ def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
 
 
 class PostgresDatabase(GroupCommit):
+    sql = PostgresStatements
+
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
         super().__init__(on_commit)
         self.url = url
@@ -319,7 +315,7 @@ class PostgresDatabase(GroupCommit):
         transaction is the same thing, and an idempotency race reruns it with one."""
         connection = PgConnection(raw, locking=True)
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
-        tx = WriteTx(connection, from_micros(now_us), ids_from_returning=True)
+        tx = WriteTx(connection, from_micros(now_us))
         if self.own_events is not None:
             tx.event_ids = []
         if savepoints is None:
@@ -345,7 +341,7 @@ class PostgresDatabase(GroupCommit):
         with raw.pipeline():
             ops.write_side_effects(tx)
             for payload in notify_payloads(self.origin, tx.events):
-                raw.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, payload))
+                raw.execute(NOTIFY, (EVENTS_CHANNEL, payload))
         if self.own_events is not None:
             self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure
         with self._tickets_lock:

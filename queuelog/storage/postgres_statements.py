@@ -1,8 +1,8 @@
 """The PostgreSQL text of every statement in statements.py, under the same names.
 
-operations.py is written once, against statements.py; on PostgreSQL the connection
-adapter (postgres.py) swaps each SQLite statement for its counterpart here (`FOR_SQLITE`).
-Values keep the shapes operations.py gives them: timestamps are integer microseconds
+operations.py is written once, against the names of statements.py; on PostgreSQL the
+connection (postgres.py) carries `PostgresStatements` as its `.sql` (`PostgresWriterStatements`
+on a writer). Values keep the shapes operations.py gives them: timestamps are integer microseconds
 (turned into `timestamptz` by `ts()` on the way in, and back by a binary loader on the way
 out), JSON documents are text, id and type lists are JSON arrays.
 
@@ -19,13 +19,18 @@ What differs from SQLite, and why:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from queuelog.storage import statements as sqlite
-from queuelog.storage.codec import JOB_COLUMN_LIST
-from queuelog.storage.statements import EVENT_TAIL_BATCH, EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL
+from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
+
+from queuelog.model import Priority
+from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
+from queuelog.storage.statements import EVENT_TAIL_BATCH, EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL, Statements
+from queuelog.storage.tables import jobs
+from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 
 def as_timestamp(micros: str) -> str:
@@ -47,70 +52,15 @@ def text_list(name: str) -> str:
 
 
 NOW = ts("now")
-_INSERT_COLUMNS = (
-    "type, payload, priority, status, retry_count, max_retries, attempt, idempotency_key,"
-    " run_at, created_by, created_at, updated_at"
-)
-_INSERT_VALUES = (
-    "%(type)s, %(payload)s, %(priority)s, %(status)s, %(retry_count)s, %(max_retries)s,"
-    f" %(attempt)s, %(idempotency_key)s, {ts('run_at')}, %(created_by)s, {ts('created_at')},"
-    f" {ts('updated_at')}"
-)
-INSERT_JOB = f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}) RETURNING id"
-INSERT_JOB_ONCE = (
-    f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})"
-    " ON CONFLICT (created_by, idempotency_key) DO NOTHING RETURNING id"
-)
-JOB_BY_IDEMPOTENCY_KEY = (
-    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s AND idempotency_key = %(key)s"
-)
-JOBS_BY_IDEMPOTENCY_KEYS = (
-    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s"
-    f" AND idempotency_key IN {text_list('keys')}"
-)
-JOB_BY_ID = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id = %(id)s"
-JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
-# Not run on PostgreSQL (ids come from RETURNING); here so that every name has its text.
-LAST_JOB_ID = "SELECT last_value FROM jobs_id_seq"
-LAST_EVENT_ID = "SELECT last_value FROM job_events_id_seq"
-MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-EVENTS_WITH_IDS = f"SELECT id, job_id, kind, status FROM job_events WHERE id IN {id_list('ids')} ORDER BY id"
-EVENTS_AFTER = (
-    "SELECT id, job_id, kind, status FROM job_events"
-    f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
-)
-KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = %(name)s AND revoked_at IS NULL"
-# Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has.
-EVENTS_OF_JOBS = (
-    "SELECT wanted.job_id, newest.kind, newest.status, newest.at"
-    f" FROM (SELECT DISTINCT ids.value AS job_id FROM {id_list('ids')} AS ids) AS wanted"
-    " CROSS JOIN LATERAL (SELECT id, kind, status, at FROM job_events WHERE job_id = wanted.job_id"
-    " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
-)
-INSERT_EVENT = (
-    "INSERT INTO job_events (job_id, kind, status, at)"
-    f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"
-)
-DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE job_id IN {id_list('ids')}"
-ADD_TO_COUNT = (
-    "INSERT INTO job_counts (scope, name, type, status, n)"
-    " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(n)s)"
-    " ON CONFLICT (scope, name, type, status) DO UPDATE SET n = job_counts.n + excluded.n"
-)
-ADD_TO_MINUTE = (
-    "INSERT INTO job_minutes (scope, name, minute, status, n)"
-    " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(n)s)"
-    " ON CONFLICT (scope, name, minute, status) DO UPDATE SET n = job_minutes.n + excluded.n"
-)
-MINUTES_OF_SCOPES = (
-    "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= %(since)s AND (scope, name) IN"
-    " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
-)
-PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
-COUNTS_OF_SCOPES = (
-    "SELECT scope, name, type, status, n FROM job_counts WHERE (scope, name) IN"
-    " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
-)
+
+
+def _job_value(column: str) -> str:
+    """A new job's value for `column`, from the parameter of the same name."""
+    return ts(column) if isinstance(jobs.c[column].type, UtcTimestamp) else f"%({column})s"
+
+
+_INSERT_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
+_INSERT_VALUES = ", ".join(_job_value(column) for column in NEW_JOB_COLUMNS)
 
 _CLAIM = f"""
     UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {NOW},
@@ -123,8 +73,6 @@ _CLAIM = f"""
         FOR UPDATE SKIP LOCKED)
     RETURNING {JOB_COLUMN_LIST}
 """
-CLAIM_ANY = _CLAIM.format(types="")
-CLAIM_TYPES = _CLAIM.format(types=f"AND type IN {text_list('types')}")
 
 
 def state_guard(condition: str) -> str:
@@ -147,10 +95,6 @@ _HOLDER_GUARD = (
     f"id = %(id)s AND {IS_RUNNING} AND worker_id = %(worker)s"
     " AND (%(attempt)s::integer IS NULL OR attempt = %(attempt)s::integer)"
 )
-HEARTBEAT = (
-    f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
-    f" WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
-)
 
 
 def _completed(now: str, result: str) -> str:
@@ -161,44 +105,12 @@ def _completed(now: str, result: str) -> str:
 
 
 _COMPLETED = _completed(NOW, "%(result)s")
-COMPLETE_HELD = f"UPDATE jobs SET {_COMPLETED} WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
-COMPLETE_CHECKED = (
-    f"UPDATE jobs SET {_COMPLETED} WHERE id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
-)
 _FAILURE = (
     "status = %(status)s, retry_count = %(retry_count)s, worker_id = %(worker_id)s,"
     f" lease_expires_at = NULL, run_at = {ts('run_at')}, finished_at = {ts('finished_at')},"
     f" error = %(error)s, updated_at = {NOW}"
 )
 _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
-FAIL_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} RETURNING {JOB_COLUMN_LIST}"
-EXPIRE_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND lease_expires_at < {NOW}"
-EXPIRED_LEASES = f"""
-    SELECT {JOB_COLUMN_LIST} FROM jobs
-    WHERE status = 'running' AND lease_expires_at < {NOW}
-    ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
-    FOR UPDATE SKIP LOCKED
-"""
-CANCEL_PENDING = (
-    f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
-    f" WHERE id = %(id)s AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
-)
-RETRY_FINISHED = (
-    f"UPDATE jobs SET status = 'pending', retry_count = 0, run_at = {NOW}, worker_id = NULL,"
-    f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
-    f" WHERE id = %(id)s AND {IS_RETRIABLE}"
-    f" RETURNING {JOB_COLUMN_LIST}"
-)
-PRUNE = f"""
-    DELETE FROM jobs WHERE id IN (
-        SELECT id FROM jobs
-        WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL}
-        LIMIT {PRUNE_BATCH}
-        FOR UPDATE SKIP LOCKED)
-    RETURNING id, type, status, created_by, worker_id
-"""
-NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs WHERE status = 'pending'"
-NEXT_DUE_TYPES = NEXT_DUE_ANY + f" AND type IN {text_list('types')}"
 _OLDEST_OF_PRIORITY = """
     (SELECT created_at FROM jobs
         WHERE status = 'pending' AND priority = {priority} AND run_at <= {now} {scope}
@@ -207,106 +119,12 @@ _OLDEST_OF_PRIORITY = """
 
 
 def _oldest_pending_sql(scope: str) -> str:
-    parts = [_OLDEST_OF_PRIORITY.format(priority=p, now=NOW, scope=scope) for p in (0, 10, 20, 30)]
+    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, now=NOW, scope=scope) for p in Priority]
     return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ") AS oldest"
 
 
-OLDEST_PENDING_ANY = _oldest_pending_sql("")
-OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = %(created_by)s")
-OLDEST_PENDING_AMONG_OWN = (
-    "SELECT MIN(created_at) FROM jobs"
-    f" WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
-    f" AND run_at <= {NOW}"
-)
-
-# --- many rows in one statement ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SetForm:
-    """A statement that operations.py runs once per row (executemany), written for all the
-    rows at once: each parameter is sent as one array and `unnest` turns them back into rows,
-    in order (`v.n`). One statement instead of a pipeline of as many: a fraction of the
-    PostgreSQL and driver CPU per row."""
-
-    sql: str
-    arrays: tuple[tuple[str, str], ...]  # (parameter, element type), in unnest's column order
-
-    def parameters(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-        return {name: [row[name] for row in rows] for name, _ in self.arrays}
-
-
-def _rows_of(arrays: tuple[tuple[str, str], ...]) -> str:
-    columns = ", ".join(f"%({name})s::{kind}[]" for name, kind in arrays)
-    names = ", ".join(name for name, _ in arrays)
-    return f"unnest({columns}) WITH ORDINALITY AS v({names}, n)"
-
-
-def _ts_of(column: str) -> str:
-    return as_timestamp(f"v.{column}")
-
-
-_JOB_ARRAYS = (
-    ("type", "text"),
-    ("payload", "text"),
-    ("priority", "smallint"),
-    ("status", "text"),
-    ("retry_count", "integer"),
-    ("max_retries", "integer"),
-    ("attempt", "integer"),
-    ("idempotency_key", "text"),
-    ("run_at", "bigint"),
-    ("created_by", "text"),
-    ("created_at", "bigint"),
-    ("updated_at", "bigint"),
-)
-_EVENT_ARRAYS = (("job_id", "bigint"), ("kind", "text"), ("status", "text"), ("at", "bigint"))
-# Rows go in in `n` order, so their ids (one sequence) rise in the order of the rows given.
-INSERT_JOBS_AT_ONCE = SetForm(
-    f"INSERT INTO jobs ({_INSERT_COLUMNS})"
-    " SELECT v.type, v.payload, v.priority, v.status, v.retry_count, v.max_retries, v.attempt,"
-    f" v.idempotency_key, {_ts_of('run_at')}, v.created_by, {_ts_of('created_at')},"
-    f" {_ts_of('updated_at')} FROM {_rows_of(_JOB_ARRAYS)} ORDER BY v.n RETURNING id",
-    _JOB_ARRAYS,
-)
-INSERT_EVENTS_AT_ONCE = SetForm(
-    "INSERT INTO job_events (job_id, kind, status, at)"
-    f" SELECT v.job_id, v.kind, v.status, {_ts_of('at')} FROM {_rows_of(_EVENT_ARRAYS)}"
-    " ORDER BY v.n RETURNING id",
-    _EVENT_ARRAYS,
-)
-_COMPLETION_ARRAYS = (("id", "bigint"), ("attempt", "integer"), ("result", "text"), ("now", "bigint"))
-
-
-def _of_row(name: str, kind: str) -> str:
-    """The element of array parameter `name` that belongs to the row being updated."""
-    return f"(%({name})s::{kind}[])[array_position(%(id)s::bigint[], jobs.id)]"
-
-
-# completeJobs: one UPDATE of the rows found by `id = ANY(...)` on the primary key, each
-# taking its values from the arrays at its id's position (the ids are distinct). Not a join
-# with unnest: under stale statistics the planner rescanned the whole array for every row,
-# or scanned the table. The state guard is one that no partial index serves (`state_guard`).
-COMPLETE_CHECKED_AT_ONCE = SetForm(
-    f"UPDATE jobs SET {_completed(as_timestamp(_of_row('now', 'bigint')), _of_row('result', 'text'))}"
-    f" WHERE id = ANY(%(id)s::bigint[]) AND {IS_RUNNING} AND attempt = {_of_row('attempt', 'integer')}",
-    _COMPLETION_ARRAYS,
-)
-# executemany of these SQLite statements runs as one statement on PostgreSQL.
-AT_ONCE = {
-    sqlite.INSERT_JOB: INSERT_JOBS_AT_ONCE,
-    sqlite.INSERT_EVENT: INSERT_EVENTS_AT_ONCE,
-    sqlite.COMPLETE_CHECKED: COMPLETE_CHECKED_AT_ONCE,
-}
-
-# The writes that read a row before updating it take it locked (see the module docstring).
-FOR_UPDATE = {
-    JOB_BY_ID: JOB_BY_ID + " FOR UPDATE",
-    JOBS_BY_IDS: JOBS_BY_IDS + " ORDER BY id FOR UPDATE",
-}
-
-
-def _list_statement(
+@functools.cache
+def list_statement(
     by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
 ) -> str:
     """`jobs(...)`, newest first. With a status or type filter, the ORDER BY names those
@@ -342,19 +160,250 @@ def _list_statement(
     return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
 
 
-def _translations() -> dict[str, str]:
-    names = [
-        name
-        for name, value in vars(sqlite).items()
-        if name.isupper() and isinstance(value, str) and not name.startswith("_") and name in globals()
-    ]
-    table = {getattr(sqlite, name): globals()[name] for name in names}
-    flags = (False, True)
-    for key in [(c, w, s, t, a) for c in flags for w in flags for s in flags for t in flags for a in flags]:
-        for walk_scope in flags:
-            table[sqlite.list_statement(*key, walk_scope)] = _list_statement(*key, walk_scope)
-    return table
+class PostgresStatements(Statements):
+    INSERT_JOB = f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}) RETURNING id"
+    INSERT_JOB_ONCE = (
+        f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})"
+        " ON CONFLICT (created_by, idempotency_key) DO NOTHING RETURNING id"
+    )
+    JOB_BY_IDEMPOTENCY_KEY = (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s AND idempotency_key = %(key)s"
+    )
+    JOBS_BY_IDEMPOTENCY_KEYS = (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s"
+        f" AND idempotency_key IN {text_list('keys')}"
+    )
+    JOB_BY_ID = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id = %(id)s"
+    JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
+
+    CLAIM_ANY = _CLAIM.format(types="")
+    CLAIM_TYPES = _CLAIM.format(types=f"AND type IN {text_list('types')}")
+    HEARTBEAT = (
+        f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
+        f" WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
+    )
+    COMPLETE_HELD = f"UPDATE jobs SET {_COMPLETED} WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
+    COMPLETE_CHECKED = (
+        f"UPDATE jobs SET {_COMPLETED} WHERE id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
+    )
+    FAIL_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} RETURNING {JOB_COLUMN_LIST}"
+    EXPIRE_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND lease_expires_at < {NOW}"
+    EXPIRED_LEASES = f"""
+        SELECT {JOB_COLUMN_LIST} FROM jobs
+        WHERE status = 'running' AND lease_expires_at < {NOW}
+        ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
+        FOR UPDATE SKIP LOCKED
+    """
+
+    CANCEL_PENDING = (
+        f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
+        f" WHERE id = %(id)s AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
+    )
+    RETRY_FINISHED = (
+        f"UPDATE jobs SET status = 'pending', retry_count = 0, run_at = {NOW}, worker_id = NULL,"
+        f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
+        f" WHERE id = %(id)s AND {IS_RETRIABLE}"
+        f" RETURNING {JOB_COLUMN_LIST}"
+    )
+    PRUNE = f"""
+        DELETE FROM jobs WHERE id IN (
+            SELECT id FROM jobs
+            WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL}
+            LIMIT {PRUNE_BATCH}
+            FOR UPDATE SKIP LOCKED)
+        RETURNING id, type, status, created_by, worker_id
+    """
+
+    NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs WHERE status = 'pending'"
+    NEXT_DUE_TYPES = NEXT_DUE_ANY + f" AND type IN {text_list('types')}"
+    OLDEST_PENDING_ANY = _oldest_pending_sql("")
+    OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = %(created_by)s")
+    OLDEST_PENDING_AMONG_OWN = (
+        "SELECT MIN(created_at) FROM jobs"
+        " WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
+        f" AND run_at <= {NOW}"
+    )
+    list_jobs = staticmethod(list_statement)
+
+    INSERT_EVENT = (
+        "INSERT INTO job_events (job_id, kind, status, at)"
+        f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"
+    )
+    DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE job_id IN {id_list('ids')}"
+    MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
+    EVENTS_WITH_IDS = (
+        f"SELECT id, job_id, kind, status FROM job_events WHERE id IN {id_list('ids')} ORDER BY id"
+    )
+    EVENTS_AFTER = (
+        "SELECT id, job_id, kind, status FROM job_events"
+        f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
+    )
+    # Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has.
+    EVENTS_OF_JOBS = (
+        "SELECT wanted.job_id, newest.kind, newest.status, newest.at"
+        f" FROM (SELECT DISTINCT ids.value AS job_id FROM {id_list('ids')} AS ids) AS wanted"
+        " CROSS JOIN LATERAL (SELECT id, kind, status, at FROM job_events WHERE job_id = wanted.job_id"
+        " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
+    )
+
+    ADD_TO_COUNT = (
+        "INSERT INTO job_counts (scope, name, type, status, n)"
+        " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(n)s)"
+        " ON CONFLICT (scope, name, type, status) DO UPDATE SET n = job_counts.n + excluded.n"
+    )
+    ADD_TO_MINUTE = (
+        "INSERT INTO job_minutes (scope, name, minute, status, n)"
+        " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(n)s)"
+        " ON CONFLICT (scope, name, minute, status) DO UPDATE SET n = job_minutes.n + excluded.n"
+    )
+    COUNTS_OF_SCOPES = (
+        "SELECT scope, name, type, status, n FROM job_counts WHERE (scope, name) IN"
+        " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+    )
+    MINUTES_OF_SCOPES = (
+        "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= %(since)s"
+        " AND (scope, name) IN"
+        " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+    )
+    PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
+
+    ACTIVE_KEY = (
+        "SELECT name, roles, max_priority, created_at FROM api_keys"
+        " WHERE key_hash = %(key_hash)s AND revoked_at IS NULL"
+    )
+    KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = %(name)s AND revoked_at IS NULL"
+    KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
+    PING = "SELECT 1"
 
 
-# Every statement operations.py runs, SQLite text -> PostgreSQL text.
-FOR_SQLITE = _translations()
+class PostgresWriterStatements(PostgresStatements):
+    """A writer's: the rows a write reads before it updates them are taken locked (see the
+    module docstring)."""
+
+    JOB_BY_ID = PostgresStatements.JOB_BY_ID + " FOR UPDATE"
+    JOBS_BY_IDS = PostgresStatements.JOBS_BY_IDS + " ORDER BY id FOR UPDATE"
+
+
+# Statements whose RETURNING gives the new row's id (a cursor's `lastrowid`).
+RETURNING_ID = frozenset(
+    {PostgresStatements.INSERT_JOB, PostgresStatements.INSERT_JOB_ONCE, PostgresStatements.INSERT_EVENT}
+)
+
+# --- many rows in one statement ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetForm:
+    """A statement that operations.py runs once per row (executemany), written for all the
+    rows at once: each parameter is sent as one array and `unnest` turns them back into rows,
+    in order (`v.n`). One statement instead of a pipeline of as many: a fraction of the
+    PostgreSQL and driver CPU per row."""
+
+    sql: str
+    arrays: tuple[tuple[str, str], ...]  # (parameter, element type), in unnest's column order
+
+    def parameters(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+        return {name: [row[name] for row in rows] for name, _ in self.arrays}
+
+
+def _rows_of(arrays: tuple[tuple[str, str], ...]) -> str:
+    columns = ", ".join(f"%({name})s::{kind}[]" for name, kind in arrays)
+    names = ", ".join(name for name, _ in arrays)
+    return f"unnest({columns}) WITH ORDINALITY AS v({names}, n)"
+
+
+def _ts_of(column: str) -> str:
+    return as_timestamp(f"v.{column}")
+
+
+# A job column's array element type, as operations.py sends its values: timestamps as integer
+# microseconds, JSON documents as text. Most specific first (Text is a String).
+_ELEMENT_TYPES = (
+    (UtcTimestamp, "bigint"),
+    (JsonDocument, "text"),
+    (SmallInteger, "smallint"),
+    (BigInteger, "bigint"),
+    (Integer, "integer"),
+    (String, "text"),
+    (Text, "text"),
+)
+
+
+def _element_type(column: str) -> str:
+    for kind, name in _ELEMENT_TYPES:
+        if isinstance(jobs.c[column].type, kind):
+            return name
+    raise TypeError(f"jobs.{column}: no array element type for {jobs.c[column].type!r}")  # at import
+
+
+def _from_array(column: str) -> str:
+    return _ts_of(column) if isinstance(jobs.c[column].type, UtcTimestamp) else f"v.{column}"
+
+
+_JOB_ARRAYS = tuple((column, _element_type(column)) for column in NEW_JOB_COLUMNS)
+_EVENT_ARRAYS = (("job_id", "bigint"), ("kind", "text"), ("status", "text"), ("at", "bigint"))
+# Rows go in in `n` order, so their ids (one sequence) rise in the order of the rows given.
+INSERT_JOBS_AT_ONCE = SetForm(
+    f"INSERT INTO jobs ({_INSERT_COLUMNS})"
+    f" SELECT {', '.join(_from_array(column) for column in NEW_JOB_COLUMNS)}"
+    f" FROM {_rows_of(_JOB_ARRAYS)} ORDER BY v.n RETURNING id",
+    _JOB_ARRAYS,
+)
+INSERT_EVENTS_AT_ONCE = SetForm(
+    "INSERT INTO job_events (job_id, kind, status, at)"
+    f" SELECT v.job_id, v.kind, v.status, {_ts_of('at')} FROM {_rows_of(_EVENT_ARRAYS)}"
+    " ORDER BY v.n RETURNING id",
+    _EVENT_ARRAYS,
+)
+_COMPLETION_ARRAYS = (("id", "bigint"), ("attempt", "integer"), ("result", "text"), ("now", "bigint"))
+
+
+def _of_row(name: str, kind: str) -> str:
+    """The element of array parameter `name` that belongs to the row being updated."""
+    return f"(%({name})s::{kind}[])[array_position(%(id)s::bigint[], jobs.id)]"
+
+
+# completeJobs: one UPDATE of the rows found by `id = ANY(...)` on the primary key, each
+# taking its values from the arrays at its id's position (the ids are distinct). Not a join
+# with unnest: under stale statistics the planner rescanned the whole array for every row,
+# or scanned the table. The state guard is one that no partial index serves (`state_guard`).
+COMPLETE_CHECKED_AT_ONCE = SetForm(
+    f"UPDATE jobs SET {_completed(as_timestamp(_of_row('now', 'bigint')), _of_row('result', 'text'))}"
+    f" WHERE id = ANY(%(id)s::bigint[]) AND {IS_RUNNING} AND attempt = {_of_row('attempt', 'integer')}",
+    _COMPLETION_ARRAYS,
+)
+# executemany of these statements runs as one statement.
+AT_ONCE = {
+    PostgresStatements.INSERT_JOB: INSERT_JOBS_AT_ONCE,
+    PostgresStatements.INSERT_EVENT: INSERT_EVENTS_AT_ONCE,
+    PostgresStatements.COMPLETE_CHECKED: COMPLETE_CHECKED_AT_ONCE,
+}
+
+# --- the server's own ---------------------------------------------------------------------------
+
+EVENTS_CHANNEL = "queuelog_events"
+DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+NOTIFY = "SELECT pg_notify(%s, %s)"
+LISTEN = f"LISTEN {EVENTS_CHANNEL}"
+
+# --- `queuelog copy-database`, on the target ------------------------------------------------
+
+LOCK_COPIED = "LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes IN EXCLUSIVE MODE"
+SEQUENCE_OF = "SELECT pg_get_serial_sequence(:table, 'id')"
+COLUMN_TYPES = (
+    "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
+    " WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped"
+)
+
+
+def sequence_state(sequence: str) -> str:
+    """`sequence` as pg_get_serial_sequence returned it: already quoted."""
+    return f"SELECT last_value, is_called FROM {sequence}"
+
+
+def restart_sequence(sequence: str, next_id: int) -> str:
+    return f"ALTER SEQUENCE {sequence} RESTART WITH {int(next_id)}"
+
+
+def copy_binary(table: str, columns: Sequence[str]) -> str:
+    return f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"

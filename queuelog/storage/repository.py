@@ -44,11 +44,6 @@ if TYPE_CHECKING:
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
-ACTIVE_KEY = (
-    "SELECT name, roles, max_priority, created_at FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL"
-)
-KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
-
 
 class ClaimAbandoned(Exception):
     """Raised inside a claim to roll it back: the client that asked has gone away."""
@@ -217,12 +212,12 @@ class Repository:
         return total
 
     async def ping(self) -> None:
-        await self._db.read_one("SELECT 1")
+        await self._db.read_one(self._db.sql.PING)
 
     # --- API keys --------------------------------------------------------------------------
 
     async def find_active_key(self, key_hash: str) -> ApiKey | None:
-        row = await self._db.read_one(ACTIVE_KEY, (key_hash,))
+        row = await self._db.read_one(self._db.sql.ACTIVE_KEY, {"key_hash": key_hash})
         if row is None:
             return None
         name, roles, max_priority, created_at = row
@@ -244,13 +239,13 @@ class Repository:
         last `refresh_key_generation` read (every request, and every open websocket's watch).
         """
         if isinstance(self._db, SqliteDatabase):
-            row = self._db.read_one_now(KEY_GENERATION)
+            row = self._db.read_one_now(self._db.sql.KEY_GENERATION)
             self._generation = row[0] if row is not None else 0
         return self._generation
 
     async def refresh_key_generation(self) -> int:
         if isinstance(self._db, SqliteDatabase):
             return self.key_generation()
-        row = await self._db.read_one(KEY_GENERATION)
+        row = await self._db.read_one(self._db.sql.KEY_GENERATION)
         self._generation = row[0] if row is not None else 0
         return self._generation

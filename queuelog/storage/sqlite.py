@@ -35,6 +35,7 @@ from queuelog.storage import operations as ops
 from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
+from queuelog.storage.sqlite_statements import LAST_ID_AFTER, SqliteStatements
 from queuelog.storage.transaction import WriteTx
 from queuelog.storage.write_lock import WriteLock
 
@@ -53,7 +54,26 @@ def database_path(url: str) -> str:
     return database
 
 
-def connect(path: str) -> sqlite3.Connection:
+class SqliteConnection(sqlite3.Connection):
+    """sqlite3's connection, carrying SQLite's statements (`sql`) and allocating ids."""
+
+    sql = SqliteStatements
+
+    def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> range:
+        """executemany an INSERT and return the new rows' ids, in order. AUTOINCREMENT under
+        the write lock hands out consecutive ids after the last one ever used; the check
+        below makes sure of it before relying on it."""
+        last_id = LAST_ID_AFTER[sql]
+        before = self.execute(last_id).fetchone()
+        cursor = self.executemany(sql, rows)
+        last = self.execute(last_id).fetchone()[0]
+        first_id = (before[0] if before is not None else 0) + 1
+        if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
+            raise RuntimeError("ids were not consecutive; nothing was written")
+        return range(first_id, first_id + len(rows))
+
+
+def connect(path: str) -> SqliteConnection:
     """A connection in autocommit mode (queuelog issues BEGIN itself), WAL, NORMAL sync."""
     try:
         connection = sqlite3.connect(
@@ -62,6 +82,7 @@ def connect(path: str) -> sqlite3.Connection:
             check_same_thread=False,
             cached_statements=512,
             timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            factory=SqliteConnection,
         )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
@@ -72,6 +93,8 @@ def connect(path: str) -> sqlite3.Connection:
 
 
 class SqliteDatabase(GroupCommit):
+    sql = SqliteStatements
+
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
         super().__init__(on_commit)
         path = database_path(url)

@@ -1,23 +1,20 @@
-"""The SQL of queuelog, built once with SQLAlchemy Core and compiled at import.
+"""The names of the statements queuelog runs, and the constants both databases share.
 
-operations.py runs these on the driver's connection, whose statement cache keeps each one
-prepared. Constants are written into the SQL (`lit`), values are always named parameters.
-SQLite's statements name the partial indexes they need (INDEXED BY): lacking statistics,
-its planner may otherwise pick a status index and sort every pending row.
+Each database has one class holding its SQL under these names: `SqliteStatements`
+(sqlite_statements.py) and `PostgresStatements` (postgres_statements.py). A connection
+carries its database's class as `.sql`, so operations.py asks for `tx.sql.CLAIM_ANY` and
+never sees the text. A class that lacks a name, or adds one not declared here, fails when it
+is defined: at import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, text, update
-from sqlalchemy.dialects import sqlite
-
-from queuelog.model import EventKind, Job, JobStatus, Priority
+from queuelog.model import EventKind, Job, JobStatus
 from queuelog.storage import counters
-from queuelog.storage.codec import COLUMN_INDEX, JOB_COLUMN_LIST
-from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
+from queuelog.storage.codec import COLUMN_INDEX
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
@@ -25,232 +22,10 @@ TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
+EVENT_TAIL_BATCH = 5000
 
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
-
-_DIALECT = sqlite.dialect(paramstyle="named")
-
-
-def _sql(statement: Any) -> str:
-    """The statement's SQL; every value in it is a named parameter or a literal (`lit`)."""
-    compiled = statement.compile(dialect=_DIALECT)
-    embedded = [name for name, bind in compiled.binds.items() if bind.value is not None or bind.expanding]
-    if embedded:  # pragma: no cover - a mistake in a statement below
-        raise RuntimeError(f"values must be parameters or lit(): {embedded}")
-    return str(compiled)
-
-
-def lit(value: str | int | None) -> Any:
-    """A constant written into the SQL itself (never user input)."""
-    if value is None:
-        return null()
-    return literal_column(f"'{value}'" if isinstance(value, str) else str(int(value)))
-
-
-# Status written as a literal, not a bound parameter: SQLite only uses a partial index
-# (`WHERE status = 'pending'`) when it can see the value while planning.
-IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
-IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
-_NEW_COLUMNS = (
-    "type",
-    "payload",
-    "priority",
-    "status",
-    "retry_count",
-    "max_retries",
-    "attempt",
-    "idempotency_key",
-    "run_at",
-    "created_by",
-    "created_at",
-    "updated_at",
-)
-_INSERT_VALUES = {name: bindparam(name) for name in _NEW_COLUMNS}
-
-INSERT_JOB = _sql(insert(jobs).values(_INSERT_VALUES))
-INSERT_JOB_ONCE = _sql(
-    sqlite.insert(jobs)
-    .values(_INSERT_VALUES)
-    .on_conflict_do_nothing(index_elements=["created_by", "idempotency_key"])
-)
-JOB_BY_IDEMPOTENCY_KEY = _sql(
-    select(*jobs.c).where(
-        jobs.c.created_by == bindparam("created_by"), jobs.c.idempotency_key == bindparam("key")
-    )
-)
-JOBS_BY_IDEMPOTENCY_KEYS = (
-    f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = :created_by"
-    " AND idempotency_key IN (SELECT value FROM json_each(:keys))"
-)
-JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
-JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
-LAST_JOB_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'"
-LAST_EVENT_ID = "SELECT seq FROM sqlite_sequence WHERE name = 'job_events'"
-EVENT_TAIL_BATCH = 5000
-MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-EVENTS_WITH_IDS = (
-    "SELECT id, job_id, kind, status FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
-)
-EVENTS_AFTER = (
-    f"SELECT id, job_id, kind, status FROM job_events WHERE id > :after ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
-)
-# Whether a key still works: a waiting claim asks inside its transaction (revoked: no claim).
-KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = :name AND revoked_at IS NULL"
-# Jobs' own events, the newest `limit` of each, by job and oldest first (ix_job_events_job):
-# every `Job.events` of one request in one read.
-EVENTS_OF_JOBS = (
-    "SELECT job_id, kind, status, at FROM (SELECT job_id, id, kind, status, at,"
-    " row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS newness FROM job_events"
-    " WHERE job_id IN (SELECT value FROM json_each(:ids))) AS newest"
-    " WHERE newness <= :limit ORDER BY job_id, id"
-)
-INSERT_EVENT = _sql(insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")}))
-DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
-
-
-def _adding_to(table: Any) -> str:
-    """Upsert that adds `n` to the row with these keys (every primary key column)."""
-    keys = [c.name for c in table.primary_key.columns]
-    return _sql(
-        sqlite.insert(table)
-        .values({n: bindparam(n) for n in (*keys, "n")})
-        .on_conflict_do_update(index_elements=keys, set_={"n": table.c.n + literal_column("excluded.n")})
-    )
-
-
-ADD_TO_COUNT = _adding_to(job_counts)
-ADD_TO_MINUTE = _adding_to(job_minutes)
-MINUTES_OF_SCOPES = (
-    "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= :since"
-    " AND (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
-)
-PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
-COUNTS_OF_SCOPES = (
-    "SELECT scope, name, type, status, n FROM job_counts"
-    " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
-)
-
-# The claim reads ix_jobs_claim by name: lacking statistics, SQLite's planner may otherwise
-# pick a status index and sort every pending row. BEGIN IMMEDIATE makes it atomic.
-_CLAIM = f"""
-    UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = :now,
-        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now
-    WHERE status = 'pending' AND id IN (
-        SELECT id FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND run_at <= :now {{types}}
-        ORDER BY priority DESC, created_at, id
-        LIMIT :limit)
-    RETURNING {JOB_COLUMN_LIST}
-"""
-CLAIM_ANY = _CLAIM.format(types="")
-CLAIM_TYPES = _CLAIM.format(types="AND type IN (SELECT value FROM json_each(:types))")
-
-_HOLDER_GUARD = and_(
-    jobs.c.id == bindparam("id"),
-    IS_RUNNING,
-    jobs.c.worker_id == bindparam("worker"),
-    or_(bindparam("attempt").is_(None), jobs.c.attempt == bindparam("attempt")),
-)
-HEARTBEAT = _sql(
-    update(jobs)
-    .where(_HOLDER_GUARD)
-    .values(lease_expires_at=bindparam("lease"), updated_at=bindparam("now"))
-    .returning(*jobs.c)
-)
-COMPLETE_HELD = _sql(
-    update(jobs)
-    .where(_HOLDER_GUARD)
-    .values(
-        status=lit(JobStatus.COMPLETED.value),
-        result=bindparam("result"),
-        finished_at=bindparam("now"),
-        lease_expires_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-    .returning(*jobs.c)
-)
-COMPLETE_CHECKED = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
-    .values(
-        status=lit(JobStatus.COMPLETED.value),
-        result=bindparam("result"),
-        finished_at=bindparam("now"),
-        lease_expires_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-)
-_FAILURE_VALUES = {
-    "status": bindparam("status"),
-    "retry_count": bindparam("retry_count"),
-    "worker_id": bindparam("worker_id"),
-    "lease_expires_at": lit(None),
-    "run_at": bindparam("run_at"),
-    "finished_at": bindparam("finished_at"),
-    "error": bindparam("error"),
-    "updated_at": bindparam("now"),
-}
-_SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
-FAIL_RUNNING = _sql(update(jobs).where(_SEEN_RUNNING).values(_FAILURE_VALUES).returning(*jobs.c))
-EXPIRE_RUNNING = _sql(
-    update(jobs).where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now")).values(_FAILURE_VALUES)
-)
-EXPIRED_LEASES = f"""
-    SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_lease
-    WHERE status = 'running' AND lease_expires_at < :now
-    ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
-"""
-CANCEL_PENDING = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), IS_PENDING)
-    .values(status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now"))
-    .returning(*jobs.c)
-)
-RETRY_FINISHED = _sql(
-    update(jobs)
-    .where(jobs.c.id == bindparam("id"), jobs.c.status.in_([lit("failed"), lit("cancelled")]))
-    .values(
-        status=lit(PENDING),
-        retry_count=lit(0),
-        run_at=bindparam("now"),
-        worker_id=lit(None),
-        lease_expires_at=lit(None),
-        finished_at=lit(None),
-        updated_at=bindparam("now"),
-    )
-    .returning(*jobs.c)
-)
-PRUNE = f"""
-    DELETE FROM jobs WHERE id IN (
-        SELECT id FROM jobs INDEXED BY ix_jobs_finished
-        WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} LIMIT {PRUNE_BATCH})
-    RETURNING id, type, status, created_by, worker_id
-"""
-NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_due WHERE status = 'pending'"
-NEXT_DUE_TYPES = NEXT_DUE_ANY + " AND type IN (SELECT value FROM json_each(:types))"
-# The oldest due PENDING job: the first due row of each priority in ix_jobs_claim's order.
-_OLDEST_OF_PRIORITY = """
-    SELECT created_at FROM (SELECT created_at FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND priority = {priority} AND run_at <= :now {scope}
-        ORDER BY priority DESC, created_at LIMIT 1)
-"""
-
-
-def _oldest_pending_sql(scope: str) -> str:
-    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, scope=scope) for p in Priority]
-    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ")"
-
-
-OLDEST_PENDING_ANY = _oldest_pending_sql("")
-OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
-# The same through the creator's own jobs, for a creator with fewer jobs than the queue has
-# pending ones (operations._oldest_pending_seconds chooses, from the counters).
-OLDEST_PENDING_AMONG_OWN = (
-    "SELECT MIN(created_at) FROM jobs INDEXED BY ix_jobs_created_by"
-    " WHERE created_by = :created_by AND status = 'pending' AND run_at <= :now"
-)
-
 
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
@@ -264,33 +39,69 @@ COL_RESULT, COL_FINISHED, COL_LEASE, COL_UPDATED = (
 )
 
 
-LIST_STATEMENTS: dict[tuple[bool, bool, bool, bool, bool, bool], str] = {}
+class Statements:
+    """Every statement operations.py and the repository run, by name. Subclass it once per
+    database, defining each name as a class attribute (never instantiated)."""
+
+    # jobs: enqueue
+    INSERT_JOB: ClassVar[str]
+    INSERT_JOB_ONCE: ClassVar[str]
+    JOB_BY_IDEMPOTENCY_KEY: ClassVar[str]
+    JOBS_BY_IDEMPOTENCY_KEYS: ClassVar[str]
+    # jobs: by id
+    JOB_BY_ID: ClassVar[str]
+    JOBS_BY_IDS: ClassVar[str]
+    # jobs: claim and the holder's reports
+    CLAIM_ANY: ClassVar[str]
+    CLAIM_TYPES: ClassVar[str]
+    HEARTBEAT: ClassVar[str]
+    COMPLETE_HELD: ClassVar[str]
+    COMPLETE_CHECKED: ClassVar[str]
+    FAIL_RUNNING: ClassVar[str]
+    EXPIRE_RUNNING: ClassVar[str]
+    EXPIRED_LEASES: ClassVar[str]
+    # jobs: producer and admin actions
+    CANCEL_PENDING: ClassVar[str]
+    RETRY_FINISHED: ClassVar[str]
+    PRUNE: ClassVar[str]
+    # jobs: reads
+    NEXT_DUE_ANY: ClassVar[str]
+    NEXT_DUE_TYPES: ClassVar[str]
+    OLDEST_PENDING_ANY: ClassVar[str]
+    OLDEST_PENDING_OF: ClassVar[str]
+    OLDEST_PENDING_AMONG_OWN: ClassVar[str]
+    # `list_jobs(by_creator, by_worker, status, job_type, after, walk_scope)`: `jobs(...)`
+    list_jobs: ClassVar[Callable[[bool, bool, bool, bool, bool, bool], str]]
+    # job_events
+    INSERT_EVENT: ClassVar[str]
+    DELETE_EVENTS_OF: ClassVar[str]
+    MAX_EVENT_ID: ClassVar[str]
+    EVENTS_WITH_IDS: ClassVar[str]
+    EVENTS_AFTER: ClassVar[str]
+    EVENTS_OF_JOBS: ClassVar[str]
+    # job_counts and job_minutes
+    ADD_TO_COUNT: ClassVar[str]
+    ADD_TO_MINUTE: ClassVar[str]
+    COUNTS_OF_SCOPES: ClassVar[str]
+    MINUTES_OF_SCOPES: ClassVar[str]
+    PRUNE_MINUTES: ClassVar[str]
+    # api_keys and key_state: every request's key checks
+    ACTIVE_KEY: ClassVar[str]
+    KEY_IS_ACTIVE: ClassVar[str]
+    KEY_GENERATION: ClassVar[str]
+    PING: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared = set(statement_names())
+        defined = {name for name in vars(cls) if name.isupper() or name in declared}
+        inherited = {name for name in declared if hasattr(cls, name)}
+        missing = sorted(declared - inherited)
+        unknown = sorted(name for name in defined - declared if not name.startswith("_"))
+        if missing or unknown:
+            raise TypeError(f"{cls.__name__}: missing statements {missing}, undeclared {unknown}")
 
 
-def list_statement(
-    by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
-) -> str:
-    """`jobs(...)`, newest first. `walk_scope`: walk the caller's own index (created_by or
-    worker_id, then id) and test status and type on each row, instead of walking the
-    filter's index and testing the caller on each row. SQLite has no statistics to choose
-    between them, so list_jobs does, from the counters; a unary `+` keeps a column's index
-    out of the plan."""
-    key = (by_creator, by_worker, status, job_type, after, walk_scope)
-    statement = LIST_STATEMENTS.get(key)
-    if statement is None:
-        filters: list[Any] = []
-        if by_creator and by_worker:
-            filters.append(or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name")))
-        elif by_creator:
-            filters.append(jobs.c.created_by == bindparam("name"))
-        elif by_worker:
-            filters.append(jobs.c.worker_id == bindparam("name"))
-        if status:
-            filters.append(text("+status = :status") if walk_scope else jobs.c.status == bindparam("status"))
-        if job_type:
-            filters.append(text("+type = :type") if walk_scope else jobs.c.type == bindparam("type"))
-        if after:
-            filters.append(jobs.c.id < bindparam("after"))
-        query = select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())
-        statement = LIST_STATEMENTS[key] = _sql(query) + " LIMIT :limit"
-    return statement
+def statement_names() -> tuple[str, ...]:
+    """Every name a database's statements class must define."""
+    return tuple(Statements.__annotations__)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from queuelog.model import EventKind, Job, JobEvent
 from queuelog.storage.counters import STATUS_TEXT, Move
+from queuelog.storage.statements import Statements
 from queuelog.storage.types import to_micros
 
 
@@ -26,16 +27,22 @@ class Cursor(Protocol):
 
 
 class Connection(Protocol):
+    """A database's connection (sqlite.SqliteConnection, postgres.PgConnection), carrying the
+    database's statements as `sql`."""
+
+    sql: type[Statements]
+
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+    def insert_ids(self, sql: str, rows: list[dict[str, Any]], /) -> Sequence[int]:
+        """executemany an INSERT; the new rows' ids, in the rows' order."""
+        ...
 
 
 class WriteTx:
-    def __init__(self, connection: Connection, now: datetime, *, ids_from_returning: bool = False) -> None:
+    def __init__(self, connection: Connection, now: datetime) -> None:
         self.connection = connection
-        # PostgreSQL hands out ids to many processes at once: new ids come from RETURNING
-        # (`connection.insert_ids`) instead of SQLite's consecutive AUTOINCREMENT range.
-        self.ids_from_returning = ids_from_returning
+        self.sql = connection.sql
         # The ids of the events this transaction writes, collected only when an event tail
         # (event_tail.py) must tell this process's events from other processes'.
         self.event_ids: list[int] | None = None

@@ -1,0 +1,52 @@
+"""Each database defines every statement of statements.py, under the same names, taking the
+same parameters: operations.py asks for a statement by name and passes one set of values."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+
+from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.statements import Statements, statement_names
+
+DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
+SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
+LIST_SHAPES = list(itertools.product((False, True), repeat=6))
+
+
+@pytest.mark.parametrize("database", DATABASES, ids=lambda d: d.__name__)
+def test_every_name_is_defined(database: type[Statements]) -> None:
+    for name in statement_names():
+        statement = getattr(database, name)
+        if name == "list_jobs":
+            assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
+        else:
+            assert isinstance(statement, str) and statement.strip(), name
+
+
+def test_both_databases_take_the_same_parameters() -> None:
+    for name in statement_names():
+        if name == "list_jobs":
+            pairs = [(SqliteStatements.list_jobs(*s), PostgresStatements.list_jobs(*s)) for s in LIST_SHAPES]
+        else:
+            pairs = [(getattr(SqliteStatements, name), getattr(PostgresStatements, name))]
+        for sqlite, postgres in pairs:
+            assert set(SQLITE_PARAMETER.findall(sqlite)) == set(POSTGRES_PARAMETER.findall(postgres)), name
+
+
+def test_a_database_without_a_statement_fails_when_it_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"missing statements \['ACTIVE_KEY', 'ADD_TO_COUNT', "):
+
+        class Partial(Statements):
+            PING = "SELECT 1"
+
+
+def test_a_statement_no_database_declares_fails_when_it_is_defined() -> None:
+    with pytest.raises(TypeError, match=r"undeclared \['CLAIM_EVERYTHING'\]"):
+
+        class Extra(SqliteStatements):
+            CLAIM_EVERYTHING = "UPDATE jobs SET status = 'running'"
