@@ -127,31 +127,31 @@ class Job:
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> Job:
-        return cls(
-            id=data["id"],
-            type=data["type"],
-            payload=data["payload"],
-            priority=data["priority"],
-            status=data["status"],
-            retry_count=data["retryCount"],
-            max_retries=data["maxRetries"],
-            attempt=data["attempt"],
-            idempotency_key=data.get("idempotencyKey"),
-            worker_id=data.get("workerId"),
-            claimed_at=_time(data.get("claimedAt")),
-            lease_expires_at=_time(data.get("leaseExpiresAt")),
-            run_at=_time(data["runAt"]),  # type: ignore[arg-type]
-            finished_at=_time(data.get("finishedAt")),
-            result=data.get("result"),
-            error=data.get("error"),
-            created_at=_time(data["createdAt"]),  # type: ignore[arg-type]
-            updated_at=_time(data["updatedAt"]),  # type: ignore[arg-type]
-        )
+        """From a selection of JOB_FIELDS or WORKER_JOB_FIELDS (`error` may be absent, as may
+        any field whose annotation allows None); timestamps are parsed."""
+        values = {}
+        for name, key, is_time, optional in _JOB_FROM_GRAPHQL:
+            value = data.get(key) if optional else data[key]
+            values[name] = _time(value) if is_time else value
+        return cls(**values)
 
 
 def _graphql_name(field_name: str) -> str:
     head, *rest = field_name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+# (field, GraphQL name, a timestamp?, may be absent or null?) for each field of Job; the
+# annotations are text here (`from __future__ import annotations`).
+_JOB_FROM_GRAPHQL = tuple(
+    (
+        f.name,
+        _graphql_name(f.name),
+        str(f.type).startswith("datetime"),
+        "None" in str(f.type) or f.type == "Any",
+    )
+    for f in fields(Job)
+)
 
 
 # The selection is the Job dataclass's fields (tests/test_job_fields.py keeps those equal to

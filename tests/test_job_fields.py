@@ -5,6 +5,12 @@ generated from the table); the GraphQL `Job` type exposes every model field but 
 internal `created_by`, plus the relations computed on request (`events`, which takes an
 argument and reads job_events); the Python client's `Job` has exactly the GraphQL fields but
 those relations, and its selections are derived from it.
+
+The lists a new column would otherwise need by hand are generated from the table (the
+INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/new_job.py) or from the
+client's dataclass (`client.Job.from_graphql`); the client-side selections chosen by hand
+(the worker's, the dashboard's and the bench's copy of it) are checked here against the
+schema, and each failure names the file to fix.
 """
 
 from __future__ import annotations
@@ -52,3 +58,108 @@ def test_the_client_selections_name_graphql_fields() -> None:
     graphql_names = set(graphql_job_fields().values())
     assert set(client.JOB_FIELDS.split()) == graphql_names
     assert set(client.WORKER_JOB_FIELDS.split()) == graphql_names - {"error"}
+
+
+# --- the lists derived from the table, and the client-side lists checked against the schema ---
+
+
+def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> None:
+    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.postgres_statements import INSERT_JOBS_AT_ONCE, PostgresStatements
+    from queuelog.storage.sqlite_statements import SqliteStatements
+
+    assert set(NEW_JOB_COLUMNS) == {c.name for c in jobs.c} - {"id"} - LIFECYCLE_COLUMNS
+    inserted = ", ".join(NEW_JOB_COLUMNS)
+    for statement in (
+        SqliteStatements.INSERT_JOB,
+        PostgresStatements.INSERT_JOB,
+        PostgresStatements.INSERT_JOB_ONCE,
+        INSERT_JOBS_AT_ONCE.sql,
+    ):
+        assert f"INSERT INTO jobs ({inserted})" in statement
+    assert [name for name, _ in INSERT_JOBS_AT_ONCE.arrays] == list(NEW_JOB_COLUMNS)
+
+
+def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
+    from datetime import UTC, datetime
+
+    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.new_job import new_job, row_values
+    from queuelog.storage.types import to_micros
+
+    now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
+    row = row_values(item, "producer", to_micros(now))
+    assert list(row) == list(NEW_JOB_COLUMNS)
+    assert row["payload"] == '{"to":"a"}' and row["priority"] == 20 and row["run_at"] == to_micros(now)
+    job = new_job(7, item, "producer", now)
+    assert all(getattr(job, column) is None for column in LIFECYCLE_COLUMNS)
+    assert (job.id, job.idempotency_key, job.run_at, job.status) == (7, "key-1", now, model.JobStatus.PENDING)
+
+
+def test_a_column_that_no_enqueue_fills_is_named_at_import() -> None:
+    import pytest
+
+    from queuelog.storage import new_job
+
+    with pytest.raises(RuntimeError, match=r"jobs.concurrency_key: model.NewJob has no field"):
+        new_job._from_new_job("concurrency_key")
+
+
+def test_the_client_reads_every_field_of_its_job_from_its_graphql_name() -> None:
+    from datetime import datetime
+
+    names = graphql_job_fields()
+    data: dict[str, object] = {name: f"value of {field}" for field, name in names.items()}
+    times = {f.name for f in dataclasses.fields(client.Job) if str(f.type).startswith("datetime")}
+    for field in times:
+        data[names[field]] = "2026-01-02T03:04:05Z"
+    job = client.Job.from_graphql(data)
+    for field in names:
+        expected = (
+            datetime.fromisoformat("2026-01-02T03:04:05+00:00") if field in times else data[names[field]]
+        )
+        assert getattr(job, field) == expected, field
+    del data["error"]  # a worker's selection
+    assert client.Job.from_graphql(data).error is None
+
+
+def test_the_worker_claims_the_fields_of_its_job_context_and_the_lease() -> None:
+    from queuelog import worker
+
+    claimed = worker.CLAIM_FIELDS.split()
+    context = [client._graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
+    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], "queuelog/worker.py CLAIM_FIELDS"
+    assert set(claimed) <= set(graphql_job_fields().values()), "queuelog/worker.py CLAIM_FIELDS"
+    worker.JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
+
+
+def _javascript_string(source: str, name: str) -> str:
+    """The value of `const NAME = "..." + `...`;`: its literals joined (templates as written)."""
+    import re
+
+    match = re.search(rf"const {name} =\s*(.*?);\n", source, re.DOTALL)
+    assert match, name
+    return "".join(
+        quoted or template for quoted, template in re.findall(r'"([^"]*)"|`([^`]*)`', match.group(1))
+    )
+
+
+def test_the_dashboard_asks_for_job_fields_and_shows_only_what_it_asked_for() -> None:
+    """The dashboard shows a chosen set of fields (a new column need not appear there); each
+    must be a field of the schema's Job, and each one its script reads must be asked for."""
+    import re
+    from pathlib import Path
+
+    from bench import _dashboard
+
+    source = (Path(__file__).parent.parent / "queuelog/web/static/dashboard.js").read_text()
+    timeline = re.search(r"const TIMELINE_EVENTS = (\d+);", source)
+    assert timeline
+    row = _javascript_string(source, "ROW_FIELDS")
+    detail = _javascript_string(source, "DETAIL_FIELDS").replace("${TIMELINE_EVENTS}", timeline.group(1))
+    asked = set(row.split()) | set(detail.split("events(")[0].split()) | {"error"}  # error: ADMIN's detail
+    assert asked <= set(graphql_job_fields().values()), ("queuelog/web/static/dashboard.js", asked)
+    read = set(re.findall(r"\bjob\.([a-zA-Z]+)", source)) - {"events"}
+    assert read <= asked, ("queuelog/web/static/dashboard.js reads fields it never asks for", read - asked)
+    assert (row, detail) == (_dashboard.ROW_FIELDS, _dashboard.DETAIL_FIELDS), "bench/_dashboard.py"

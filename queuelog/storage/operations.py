@@ -33,6 +33,7 @@ from queuelog.model import (
 )
 from queuelog.storage import counters
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
+from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.statements import (
     COL_ATTEMPT,
     COL_CREATED,
@@ -64,47 +65,6 @@ def _ids_json(ids: Sequence[int]) -> str:
 # --- enqueue -------------------------------------------------------------------------------
 
 
-def _row_values(item: NewJob, created_by: str, now_us: int) -> dict[str, Any]:
-    return {
-        "type": item.type,
-        "payload": item.payload_json,
-        "priority": item.priority.value,
-        "status": PENDING,
-        "retry_count": 0,
-        "max_retries": item.max_retries,
-        "attempt": 0,
-        "idempotency_key": item.idempotency_key,
-        "run_at": to_micros(item.run_at) if item.run_at is not None else now_us,
-        "created_by": created_by,
-        "created_at": now_us,
-        "updated_at": now_us,
-    }
-
-
-def _new_job(job_id: int, item: NewJob, created_by: str, now: datetime) -> Job:
-    return Job(
-        id=job_id,
-        type=item.type,
-        payload=item.payload,
-        priority=item.priority,
-        status=JobStatus.PENDING,
-        retry_count=0,
-        max_retries=item.max_retries,
-        attempt=0,
-        idempotency_key=item.idempotency_key,
-        worker_id=None,
-        claimed_at=None,
-        lease_expires_at=None,
-        run_at=item.run_at if item.run_at is not None else now,
-        finished_at=None,
-        result=None,
-        error=None,
-        created_by=created_by,
-        created_at=now,
-        updated_at=now,
-    )
-
-
 def same_json(a: Any, b: Any) -> bool:
     """JSON equality: object key order does not matter; 1, true and "1" all differ."""
     return jsonutil.canonical(a) == jsonutil.canonical(b)
@@ -121,9 +81,9 @@ def _same_request(job: Job | NewJob, item: NewJob) -> bool:
 
 def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
-    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, _row_values(item, created_by, tx.now_us))
+    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
     if cursor.rowcount == 1:
-        job = _new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
+        job = new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
         tx.record(EventKind.ENQUEUED, None, job)
         return EnqueueOutcome(job=job, created=True)
     key = {"created_by": created_by, "key": item.idempotency_key}
@@ -171,9 +131,9 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
             first_with_key[key] = i
             new.append(i)
     if new:
-        ids = _insert_new(tx, [_row_values(items[i], created_by, tx.now_us) for i in new])
+        ids = _insert_new(tx, [row_values(items[i], created_by, tx.now_us) for i in new])
         for job_id, i in zip(ids, new, strict=True):
-            job = _new_job(job_id, items[i], created_by, tx.now)
+            job = new_job(job_id, items[i], created_by, tx.now)
             tx.record(EventKind.ENQUEUED, None, job)
             outcomes[i] = EnqueueOutcome(job=job, created=True)
     for i, first in repeats:
