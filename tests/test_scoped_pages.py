@@ -1,9 +1,11 @@
 """Pages of a caller who sees only some jobs (a producer's own, a worker's own), filtered.
 
 list_jobs answers them by walking either the caller's index or the filter's, whichever the
-counters say holds fewer rows (storage/operations.py). Both walks must give the same exact
+counters say holds fewer rows (storage/read_plans.py). Both walks must give the same exact
 pages and totals; these tests make each walk happen and check the pages against what the
-test itself enqueued.
+test itself enqueued. Each asserts first, through the planner and the counts its server
+holds, that the walk it names is the one list_jobs takes (tests/test_read_plans.py tests
+the planner's choices on their own).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import Any
 import pytest
 from conftest import Server, sqlite_plan
 
+from queuelog.model import JobStatus
+from queuelog.storage import counters
+from queuelog.storage.read_plans import Walk, plan_list
 from queuelog.storage.sqlite_statements import SqliteStatements
 
 PAGE = """query($status: JobStatus, $type: String, $after: String) {
@@ -45,6 +50,18 @@ def every_page(server: Server, key: str, **variables: Any) -> tuple[list[str], i
     return ids, totals.pop()
 
 
+def walk_of(
+    server: Server, name: str, role: str, status: str | None = None, job_type: str | None = None
+) -> Walk:
+    """The walk list_jobs takes for this caller and filter, given the counters as they are."""
+    rows = server.sql("SELECT scope, name, type, status, n FROM job_counts")
+    scope = counters.PRODUCER if role == "producer" else counters.WORKER
+    mine = counters.by_type(rows, [(scope, name, 1)])  # type: ignore[arg-type]
+    everyones = counters.by_type(rows, [(counters.ALL, "", 1)])  # type: ignore[arg-type]
+    wanted = JobStatus[status] if status is not None else None
+    return plan_list(mine, everyones, role == "producer", role == "worker", wanted, job_type).walk
+
+
 def newest_first(ids: list[str]) -> list[str]:
     return sorted(ids, key=int, reverse=True)
 
@@ -52,8 +69,9 @@ def newest_first(ids: list[str]) -> list[str]:
 def test_a_small_and_a_big_producer_see_exactly_their_filtered_jobs(
     server: Server, unique: Callable[[str], str]
 ) -> None:
-    small = server.make_key(unique("small"), "producer")
-    big = server.make_key(unique("big"), "producer")
+    small_name, big_name = unique("small"), unique("big")
+    small = server.make_key(small_name, "producer")
+    big = server.make_key(big_name, "producer")
     small_ids = enqueue_many(server, small, ["email", "report", "email"])
     big_types = ["email", "report", "resize"] * 12
     big_ids = enqueue_many(server, big, big_types)
@@ -61,12 +79,15 @@ def test_a_small_and_a_big_producer_see_exactly_their_filtered_jobs(
     server.gql(f'mutation {{ cancelJob(id: "{cancelled}") {{ status }} }}', key=small).ok()
 
     # small: 3 jobs, fewer than any filter's -> its own index
+    assert walk_of(server, small_name, "producer", "PENDING") is Walk.SCOPE
+    assert walk_of(server, small_name, "producer", job_type="email") is Walk.SCOPE
     assert every_page(server, small, status="PENDING") == (newest_first(small_ids[1:]), 2)
     assert every_page(server, small, status="CANCELLED") == ([cancelled], 1)
     assert every_page(server, small, status="FAILED") == ([], 0)
     assert every_page(server, small, type="email") == (newest_first([small_ids[0], small_ids[2]]), 2)
     assert every_page(server, small, status="PENDING", type="email") == ([small_ids[2]], 1)
     # big: 36 jobs, more than PENDING "report" has -> the filter's index
+    assert walk_of(server, big_name, "producer", "PENDING", "report") is Walk.FILTER
     reports = [i for i, t in zip(big_ids, big_types, strict=True) if t == "report"]
     assert every_page(server, big, status="PENDING", type="report") == (newest_first(reports), 12)
     assert every_page(server, big, type="resize")[1] == 12
@@ -150,6 +171,7 @@ def test_a_type_filter_read_status_by_status_gives_the_same_exact_pages(
         server.gql(f'mutation {{ cancelJob(id: "{job_id}") {{ status }} }}', key=producer).ok()
     # mixed: 24 jobs, 12 reports (8 PENDING, 4 CANCELLED): 2 rows per match on its own
     # index, 1 on each status of the type's
+    assert walk_of(server, "mixed", "producer", job_type="report") is Walk.FILTER_BY_STATUS
     assert every_page(server, producer, type="report") == (newest_first(reports), 12)
 
     claim = "mutation($t: [String!]) { claimJobs(limit: 100, types: $t) { id attempt } }"
@@ -159,5 +181,6 @@ def test_a_type_filter_read_status_by_status_gives_the_same_exact_pages(
     for job in emails[::2]:
         server.gql(complete, {"id": job["id"], "a": job["attempt"]}, key=worker).ok()
     # the worker: 12 emails (6 RUNNING, 6 COMPLETED) of its 20 jobs
+    assert walk_of(server, "worker", "worker", job_type="email") is Walk.FILTER_BY_STATUS
     assert every_page(server, worker, type="email") == (newest_first([j["id"] for j in emails]), 12)
     assert every_page(server, worker, type="email", status="COMPLETED")[1] == 6

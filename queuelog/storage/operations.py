@@ -12,7 +12,7 @@ queue's; they arrive here as values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,7 @@ from queuelog.model import (
 from queuelog.storage import counters
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
+from queuelog.storage.read_plans import OldestPending, Walk, plan_list, plan_oldest_pending
 from queuelog.storage.statements import (
     COL_ATTEMPT,
     COL_CREATED,
@@ -51,6 +52,7 @@ from queuelog.storage.statements import (
     RUNNING,
     STATUS_TEXT,
     RetryDecision,
+    Statements,
 )
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
@@ -500,14 +502,6 @@ def _scopes_json(terms: list[tuple[str, str, int]]) -> str:
     return jsonutil.dumps([[scope, name] for scope, name, _ in terms]).decode()
 
 
-def _matching(counts: dict[str, dict[str, int]], status: JobStatus | None, job_type: str | None) -> int:
-    total = 0
-    for per_type, per_status in counts.items():
-        if job_type is None or per_type == job_type:
-            total += per_status.get(status.value, 0) if status is not None else sum(per_status.values())
-    return total
-
-
 def list_jobs(
     conn: Connection,
     scope: JobScope,
@@ -518,52 +512,34 @@ def list_jobs(
 ) -> tuple[list[Job], bool, int]:
     """Newest first (id DESC). Returns the page, whether more follow, and the total count.
 
-    The counters give the total exactly, and steer the read. No matching job: no read at
-    all. A caller who sees only some jobs (by creator or by worker) and filters walks either
-    its own index, testing status and type on each row, or the filter's index, testing the
-    caller on each row, split by status so that each part walks jobs of one status: status
-    follows age (the newest jobs are pending, the oldest finished), so one walk through
-    every status would pass the whole backlog of others' pending jobs before reaching a
-    worker's finished ones (82 ms at 1M jobs). Of the two, the one that passes fewer rows
-    per match, by the counters' proportions (a producer with 20 jobs asking for PENDING
-    among 500k others: its own index, 0.3 ms instead of 190).
+    The counters give the total exactly, and choose the walk (read_plans.plan_list): no
+    matching job, no read at all.
     """
     if not scope.everything and scope.created_by is None and scope.worker_id is None:
         return [], False, 0
     mine, everyones = _counts_and_everyones(conn, scope)
-    total = _matching(mine, status, job_type)
-    if total == 0:
-        return [], False, 0
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
+    plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type)
+    if plan.walk is Walk.NOTHING:
+        return [], False, 0
+    has_status = plan.statuses[0] is not None
+    walk_scope = plan.walk is Walk.SCOPE
+    sql = conn.sql.list_jobs(
+        by_creator, by_worker, has_status, job_type is not None, after_id is not None, walk_scope
+    )
     params = {
         "name": scope.created_by if by_creator else scope.worker_id,
-        "status": status.value if status is not None else None,
         "type": job_type,
         "after": after_id,
         "limit": first + 1,
     }
-    parts: list[JobStatus | None] = [status]
-    walk_scope = False
-    if by_creator != by_worker and (status is not None or job_type is not None):
-        parts = [status] if status is not None else [s for s in JobStatus if _matching(mine, s, job_type)]
-        per_match = [_matching(everyones, s, job_type) / _matching(mine, s, job_type) for s in parts]
-        walk_scope = _matching(mine, None, None) / total <= max(per_match)
-    if walk_scope or len(parts) == 1:
-        # A type filter whose jobs here are all of one status reads as that status.
-        only = status if walk_scope else parts[0]
-        has = (only is not None, job_type is not None, after_id is not None)
-        sql = conn.sql.list_jobs(by_creator, by_worker, *has, walk_scope)
-        rows = conn.execute(sql, {**params, "status": only.value if only else None}).fetchall()
-    else:
-        sql = conn.sql.list_jobs(
-            by_creator, by_worker, True, job_type is not None, after_id is not None, False
-        )
-        rows = []
-        for part in parts:  # each part's newest first+1: the page is among them
-            rows += conn.execute(sql, {**params, "status": part.value}).fetchall()  # type: ignore[union-attr]
+    rows = []
+    for part in plan.statuses:  # each part's newest first+1: the page is among them
+        rows += conn.execute(sql, {**params, "status": part.value if part else None}).fetchall()
+    if len(plan.statuses) > 1:
         rows.sort(key=lambda row: row[COL_ID], reverse=True)
-    return [decode_job(r) for r in rows[:first]], len(rows) > first, total
+    return [decode_job(r) for r in rows[:first]], len(rows) > first, plan.total
 
 
 def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minutes: int) -> list[MinuteCount]:
@@ -609,22 +585,22 @@ def _oldest_pending_seconds(
     counts: dict[str, dict[str, int]],
     everyones: dict[str, dict[str, int]],
 ) -> float | None:
-    """From the counters first: no PENDING job in the scope, no read. A creator's oldest
-    is found through whichever index holds fewer rows: its own jobs, or every pending one."""
-    pending = JobStatus.PENDING
-    if scope.created_by is None and not scope.everything:  # a PENDING job never has a worker_id
+    """From the counters first (read_plans.plan_oldest_pending): no PENDING job in the scope,
+    no read."""
+    plan = plan_oldest_pending(scope.everything, scope.created_by is not None, counts, everyones)
+    if plan is OldestPending.NOTHING:
         return None
-    if _matching(counts, pending, None) == 0:
-        return None
-    if scope.everything:
-        row = conn.execute(conn.sql.OLDEST_PENDING_ANY, {"now": to_micros(now)}).fetchone()
-    else:
-        params = {"now": to_micros(now), "created_by": scope.created_by}
-        own_first = _matching(counts, None, None) < _matching(everyones, pending, None)
-        sql = conn.sql.OLDEST_PENDING_AMONG_OWN if own_first else conn.sql.OLDEST_PENDING_OF
-        row = conn.execute(sql, params).fetchone()
+    params = {"now": to_micros(now), "created_by": scope.created_by}
+    row = conn.execute(_OLDEST_PENDING[plan](conn.sql), params).fetchone()
     oldest = micros_to_datetime(row[0]) if row is not None else None
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+_OLDEST_PENDING: dict[OldestPending, Callable[[type[Statements]], str]] = {
+    OldestPending.EVERY_PENDING: lambda sql: sql.OLDEST_PENDING_ANY,
+    OldestPending.AMONG_OWN: lambda sql: sql.OLDEST_PENDING_AMONG_OWN,
+    OldestPending.OWN_AMONG_PENDING: lambda sql: sql.OLDEST_PENDING_OF,
+}
 
 
 def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:

@@ -1,0 +1,96 @@
+"""Which walk `jobs(...)` and `oldestPendingSeconds` choose, from the counters alone
+(storage/read_plans.py). The shapes are those of tests/test_scoped_pages.py, which checks
+that each walk gives the same exact pages."""
+
+from __future__ import annotations
+
+from queuelog.model import JobStatus
+from queuelog.storage.read_plans import ListPlan, OldestPending, Walk, plan_list, plan_oldest_pending
+
+PENDING, RUNNING, COMPLETED, CANCELLED = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.COMPLETED,
+    JobStatus.CANCELLED,
+)
+
+
+def counts(**per_type: dict[str, int]) -> dict[str, dict[str, int]]:
+    return dict(per_type)
+
+
+# A queue of 500 pending emails and reports from others, and 2,000 completed ones.
+OTHERS = counts(email={"pending": 300, "completed": 1000}, report={"pending": 200, "completed": 1000})
+
+
+def plus(a: dict[str, dict[str, int]], b: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    together = {t: dict(s) for t, s in a.items()}
+    for job_type, per_status in b.items():
+        for status, n in per_status.items():
+            together.setdefault(job_type, {})[status] = together.get(job_type, {}).get(status, 0) + n
+    return together
+
+
+def test_a_small_producer_filtering_walks_its_own_index() -> None:
+    small = counts(email={"pending": 1, "cancelled": 1}, report={"pending": 1})
+    everyone = plus(OTHERS, small)
+    assert plan_list(small, everyone, True, False, PENDING, None) == ListPlan(Walk.SCOPE, (PENDING,), 2)
+    assert plan_list(small, everyone, True, False, None, "email").walk is Walk.SCOPE
+    assert plan_list(small, everyone, True, False, PENDING, "email") == ListPlan(Walk.SCOPE, (PENDING,), 1)
+
+
+def test_a_big_producer_filtering_walks_the_filters_index() -> None:
+    big = counts(email={"pending": 290}, report={"pending": 12}, resize={"pending": 300})
+    everyone = plus(OTHERS, big)
+    assert plan_list(big, everyone, True, False, PENDING, "report") == ListPlan(Walk.FILTER, (PENDING,), 12)
+    # its resize jobs are all PENDING: the type filter reads as that status
+    assert plan_list(big, everyone, True, False, None, "resize") == ListPlan(Walk.FILTER, (PENDING,), 300)
+
+
+def test_a_type_filter_over_several_statuses_reads_each_status_of_the_filters_index() -> None:
+    mixed = counts(email={"pending": 12}, report={"pending": 8, "cancelled": 4})
+    assert plan_list(mixed, mixed, True, False, None, "report") == ListPlan(
+        Walk.FILTER_BY_STATUS, (PENDING, CANCELLED), 12
+    )
+    worker = counts(email={"running": 6, "completed": 6}, report={"running": 8})
+    everyone = counts(email={"running": 6, "completed": 6}, report={"running": 8})
+    assert plan_list(worker, everyone, False, True, None, "email") == ListPlan(
+        Walk.FILTER_BY_STATUS, (RUNNING, COMPLETED), 12
+    )
+
+
+def test_a_worker_among_many_walks_its_own_index() -> None:
+    worker = counts(email={"running": 2, "completed": 1})
+    everyone = plus(plus(OTHERS, counts(email={"running": 100})), worker)  # others hold 100
+    assert plan_list(worker, everyone, False, True, RUNNING, None) == ListPlan(Walk.SCOPE, (RUNNING,), 2)
+    # alone with its running jobs, the status index passes no one else's
+    assert plan_list(worker, plus(OTHERS, worker), False, True, RUNNING, None).walk is Walk.FILTER
+
+
+def test_no_matching_job_reads_nothing() -> None:
+    mine = counts(email={"pending": 3})
+    assert plan_list(mine, mine, True, False, JobStatus.FAILED, None) == ListPlan(Walk.NOTHING, (), 0)
+    assert plan_list({}, OTHERS, False, True, None, None).walk is Walk.NOTHING
+
+
+def test_without_a_filter_or_seeing_everything_the_filters_index_or_the_key_is_walked() -> None:
+    mine = counts(email={"pending": 3})
+    assert plan_list(mine, OTHERS, True, False, None, None) == ListPlan(Walk.FILTER, (None,), 3)
+    assert plan_list(OTHERS, OTHERS, False, False, PENDING, "email") == ListPlan(Walk.FILTER, (PENDING,), 300)
+    # a key with both roles sees (created_by = name OR worker_id = name): one walk
+    assert plan_list(mine, OTHERS, True, True, PENDING, None) == ListPlan(Walk.FILTER, (PENDING,), 3)
+
+
+def test_the_oldest_pending_job_is_found_through_the_smaller_index() -> None:
+    small = counts(email={"pending": 2})
+    big = counts(email={"pending": 5, "cancelled": 25})
+    everyone = plus(small, big)  # 7 pending
+    assert plan_oldest_pending(False, True, small, everyone) is OldestPending.AMONG_OWN
+    assert plan_oldest_pending(False, True, big, everyone) is OldestPending.OWN_AMONG_PENDING
+    assert plan_oldest_pending(True, False, everyone, everyone) is OldestPending.EVERY_PENDING
+
+
+def test_no_pending_job_in_the_scope_reads_nothing() -> None:
+    done = counts(email={"cancelled": 2})
+    assert plan_oldest_pending(False, True, done, OTHERS) is OldestPending.NOTHING
+    assert plan_oldest_pending(False, False, OTHERS, OTHERS) is OldestPending.NOTHING  # a worker alone
