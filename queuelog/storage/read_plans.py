@@ -16,6 +16,20 @@ from queuelog.model import JobStatus
 Counts = dict[str, dict[str, int]]
 
 
+class Walk(enum.Enum):
+    NOTHING = enum.auto()  # no matching job: no read
+    SCOPE = enum.auto()  # the caller's index (created_by or worker_id), testing status and type
+    FILTER = enum.auto()  # the filter's index (or the primary key), testing the caller
+    FILTER_BY_STATUS = enum.auto()  # the filter's index once per status, the pages merged
+
+
+class OldestPending(enum.Enum):
+    NOTHING = enum.auto()  # no due PENDING job in the scope: no read
+    EVERY_PENDING = enum.auto()  # every pending job's (ix_jobs_claim)
+    AMONG_OWN = enum.auto()  # the creator's own jobs (ix_jobs_created_by)
+    OWN_AMONG_PENDING = enum.auto()  # the creator's among every pending job (ix_jobs_claim)
+
+
 def matching(counts: Counts, status: JobStatus | None, job_type: str | None) -> int:
     """The jobs counted with this status and type (None: any)."""
     total = 0
@@ -23,13 +37,6 @@ def matching(counts: Counts, status: JobStatus | None, job_type: str | None) -> 
         if job_type is None or per_type == job_type:
             total += per_status.get(status.value, 0) if status is not None else sum(per_status.values())
     return total
-
-
-class Walk(enum.Enum):
-    NOTHING = "no matching job: no read"
-    SCOPE = "the caller's index (created_by or worker_id), testing status and type on each row"
-    FILTER = "the filter's index (or the primary key), testing the caller on each row"
-    FILTER_BY_STATUS = "the filter's index once per status, the pages merged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +76,6 @@ def plan_list(
         return ListPlan(Walk.SCOPE, (status,), total)
     # A type filter whose jobs here are all of one status reads as that status.
     return ListPlan(Walk.FILTER if len(parts) == 1 else Walk.FILTER_BY_STATUS, parts, total)
-
-
-class OldestPending(enum.Enum):
-    NOTHING = "no due PENDING job in the scope: no read"
-    EVERY_PENDING = "every pending job's (ix_jobs_claim)"
-    AMONG_OWN = "the creator's own jobs (ix_jobs_created_by)"
-    OWN_AMONG_PENDING = "the creator's among every pending job (ix_jobs_claim)"
 
 
 def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones: Counts) -> OldestPending:
