@@ -1,5 +1,8 @@
 """Copying a queue to another database: `queuelog copy-database`, SQLite to PostgreSQL.
 
+The target is always PostgreSQL; the source SQLite file (and its -wal and -shm) is made
+owner-only (0600) like every SQLite file queuelog opens (engine.protect_sqlite_file).
+
 Both ends are at Alembic's head when `copy_database` runs (the CLI migrates them first).
 
 The source is only read: in one transaction taken under SQLite's write lock (engine.py), so
@@ -49,7 +52,7 @@ from sqlalchemy.sql import ColumnElement
 
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
 from queuelog.storage.counters import CountKey, count_keys
-from queuelog.storage.engine import dialect_of
+from queuelog.storage.engine import dialect_of, protect_sqlite_file
 from queuelog.storage.postgres_statements import (
     COLUMN_TYPES,
     LOCK_COPIED,
@@ -89,6 +92,7 @@ def check_urls(source_url: str, target_url: str) -> None:
         raise NotFound(f"no SQLite database at {path}")
     if not _is_queue(Path(path)):
         raise BadInput(f"{path} is not a queuelog database")
+    protect_sqlite_file(path)  # the probe may have made a -shm as open as the file itself
     if (kind := dialect_of(target_url)) != "postgresql":
         raise BadInput(f"the target must be a PostgreSQL database (postgresql://...), not {kind!r}")
 

@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
-from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS
+from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS, protect_sqlite_file
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
 from queuelog.storage.sqlite_statements import LAST_ID_AFTER, SqliteStatements
@@ -74,7 +74,9 @@ class SqliteConnection(sqlite3.Connection):
 
 
 def connect(path: str) -> SqliteConnection:
-    """A connection in autocommit mode (queuelog issues BEGIN itself), WAL, NORMAL sync."""
+    """A connection in autocommit mode (queuelog issues BEGIN itself), WAL, NORMAL sync, on a
+    file only its owner may read (engine.protect_sqlite_file)."""
+    protect_sqlite_file(path)
     try:
         connection = sqlite3.connect(
             path,
