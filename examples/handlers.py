@@ -1,4 +1,5 @@
-"""Job handlers for `queuelog worker --handlers handlers:HANDLERS` (run from this folder)."""
+"""Job handlers for `QUEUELOG_API_KEY=KEY queuelog worker --url URL --handlers handlers:HANDLERS`
+(run from this folder; the WORKER key in the environment stays out of `ps`)."""
 
 import asyncio
 

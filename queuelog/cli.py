@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # `queuelog worker` (which needs none of them) starts quickly.
 
 PROG = "queuelog"
+API_KEY_VARIABLE = "QUEUELOG_API_KEY"  # queuelog.client's, named here without importing httpx
 SHUTDOWN_GRACE_SECONDS = 5
 # Settings whose flags would show a secret to anyone running `ps` on the host.
 SECRET_SETTINGS = frozenset({"metrics_token"})
@@ -108,9 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name")
     _database_flag(revoke)
 
-    worker = commands.add_parser("worker", help="run job handlers from Python code")
+    worker = commands.add_parser(
+        "worker",
+        help="run job handlers from Python code",
+        description=(
+            f"Run job handlers from Python code. Give the WORKER key in ${API_KEY_VARIABLE}: "
+            "every user of the host can read a --key flag in the process list (ps)."
+        ),
+    )
     worker.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
-    worker.add_argument("--key", required=True, help="a WORKER key")
+    worker.add_argument(
+        "--key",
+        default=None,
+        help=f"a WORKER key (default: ${API_KEY_VARIABLE}; prefer that: a flag's value shows in ps)",
+    )
     worker.add_argument(
         "--handlers",
         required=True,
@@ -314,6 +326,16 @@ def load_handlers(spec: str) -> dict[str, object]:
     return handlers
 
 
+def worker_key(given: str | None) -> str:
+    """--key, else $QUEUELOG_API_KEY."""
+    from queuelog.client import MissingKey, resolve_key
+
+    try:
+        return resolve_key(given)
+    except MissingKey:
+        raise CommandError(f"no API key: set {API_KEY_VARIABLE} (or pass --key, which ps shows)") from None
+
+
 def cmd_worker(args: argparse.Namespace) -> None:
     from queuelog.worker import Worker
 
@@ -321,13 +343,14 @@ def cmd_worker(args: argparse.Namespace) -> None:
         raise CommandError("--concurrency must be at least 1")
     if args.grace < 0:
         raise CommandError("--grace must not be negative")
+    key = worker_key(args.key)
     handlers = load_handlers(args.handlers)
     print(
         f"queuelog worker: {', '.join(sorted(handlers))} from {args.url} (concurrency {args.concurrency})",
         file=sys.stderr,
         flush=True,
     )
-    Worker(args.url, args.key, handlers, concurrency=args.concurrency, grace=args.grace).run_forever()
+    Worker(args.url, key, handlers, concurrency=args.concurrency, grace=args.grace).run_forever()
 
 
 def _is_database_error(exc: BaseException) -> bool:

@@ -1,19 +1,21 @@
 """Python clients for producers, tools and workers (API.md section 7).
 
     from queuelog.client import Client
-    with Client("http://127.0.0.1:8000", key) as queue:
+    with Client("http://127.0.0.1:8000") as queue:  # the key from $QUEUELOG_API_KEY
         job = queue.enqueue("email", {"to": "a@example.com"})
 
-`AsyncClient` has the same methods as coroutines; `Client` runs one on a private event
-loop thread. Contract errors are raised as `queuelog.errors.QueuelogError` subclasses
-carrying `.code` (`Forbidden`, `BadInput`, `Conflict`, `NotFound`, ...); a server that
-cannot be reached raises `ServerUnreachable`.
+`Client(url, key)` takes it as an argument instead; with neither, construction raises
+`MissingKey` (a ValueError). `AsyncClient` has the same methods as coroutines; `Client`
+runs one on a private event loop thread. Contract errors are raised as
+`queuelog.errors.QueuelogError` subclasses carrying `.code` (`Forbidden`, `BadInput`,
+`Conflict`, `NotFound`, ...); a server that cannot be reached raises `ServerUnreachable`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -42,6 +44,7 @@ from queuelog.errors import (
 )
 
 T = TypeVar("T")
+API_KEY_VARIABLE = "QUEUELOG_API_KEY"
 DEFAULT_TIMEOUT = 30.0
 PAGE_SIZE = 100
 # A kept-alive connection idle longer than this is not reused: the server may be closing
@@ -58,6 +61,20 @@ class ServerUnreachable(QueuelogError):
     """The request did not get an answer (connection refused, timeout, bad gateway...)."""
 
     code = "UNREACHABLE"
+
+
+class MissingKey(ValueError):
+    """No API key was given and QUEUELOG_API_KEY is not set (or is empty)."""
+
+
+def resolve_key(key: str | None) -> str:
+    """`key`, or $QUEUELOG_API_KEY when it is None: a key in the environment, unlike one in
+    a command's arguments, is not shown to every user of the host by `ps`."""
+    if key is None:
+        key = os.environ.get(API_KEY_VARIABLE)
+    if not key:
+        raise MissingKey(f"no API key: pass one, or set {API_KEY_VARIABLE}")
+    return key
 
 
 ERRORS_BY_CODE: dict[str, type[QueuelogError]] = {
@@ -358,11 +375,13 @@ class AsyncClient:
     def __init__(
         self,
         url: str,
-        key: str,
+        key: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """`key` defaults to $QUEUELOG_API_KEY; with neither, MissingKey."""
+        key = resolve_key(key)
         self.url = graphql_url(url)
         self.timeout = timeout
         self._http = httpx.AsyncClient(
@@ -622,7 +641,9 @@ class AsyncClient:
 class Client:
     """The synchronous client: AsyncClient's methods, run on a private event-loop thread."""
 
-    def __init__(self, url: str, key: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, url: str, key: str | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """`key` defaults to $QUEUELOG_API_KEY; with neither, MissingKey."""
+        key = resolve_key(key)  # before the loop thread starts: a missing key leaves none behind
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="queuelog-client", daemon=True)
         self._thread.start()

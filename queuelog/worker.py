@@ -8,7 +8,9 @@
         ...
         return {"sent": True}           # becomes the job's result
 
-    Worker("http://127.0.0.1:8000", key, handlers={"email": send_email}).run_forever()
+    Worker("http://127.0.0.1:8000", handlers={"email": send_email}).run_forever()
+
+The key comes from $QUEUELOG_API_KEY (kept out of `ps`), or `Worker(url, key, handlers)`.
 
 At most `concurrency` handlers run at once; async handlers on the loop, sync ones in
 daemon threads (kept for the next job). The free slots are claimed together, in one
@@ -290,13 +292,15 @@ class Worker:
     def __init__(
         self,
         url: str,
-        key: str,
-        handlers: Mapping[str, Handler],
+        key: str | None = None,
+        handlers: Mapping[str, Handler] | None = None,
         *,
         concurrency: int = 4,
         grace: float = 30.0,
         client: AsyncClient | None = None,
     ) -> None:
+        """`key` defaults to $QUEUELOG_API_KEY (client.MissingKey with neither); `client`, when
+        given, is used instead of one made from `url` and `key`."""
         if not handlers:
             raise ValueError("a worker needs at least one handler")
         if concurrency < 1:
