@@ -222,6 +222,20 @@ def test_a_refusal_is_one_debug_line_at_most(
     assert "\n" not in record.getMessage() and code in record.getMessage()
 
 
+def test_a_cost_refusal_is_one_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    """Refused by QUEUELOG_MAX_COST before it runs (an extension, not a validation rule):
+    logged like any other refusal, as one DEBUG line naming the operation."""
+    caplog.set_level(logging.DEBUG)
+    schema = build_schema(Settings(max_cost=10))
+    query = "query Costly { jobs(first: 100) { nodes { id } } }"
+    result = asyncio.run(schema.execute(query, context_value=context()))
+
+    assert [e.extensions["code"] for e in result.errors] == ["BAD_USER_INPUT"]
+    [record] = records(caplog)
+    assert (record.levelno, record.name, record.exc_info) == (logging.DEBUG, "queuelog.refusals", None)
+    assert record.getMessage().startswith("refused BAD_USER_INPUT (operation Costly, path -): ")
+
+
 @pytest.mark.parametrize(
     ("error", "logged"),
     [

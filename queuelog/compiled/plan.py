@@ -156,7 +156,9 @@ class Planner:
             log.exception("could not plan a valid document; it will run the general way")
             return None
 
-    def _plan_operation(self, operation: OperationDefinitionNode, name: str | None) -> OperationPlan:
+    def _plan_operation(
+        self, operation: OperationDefinitionNode, operation_name: str | None
+    ) -> OperationPlan:
         if operation.operation is OperationType.QUERY:
             root = self._schema.query_type
         elif operation.operation is OperationType.MUTATION:
@@ -201,12 +203,12 @@ class Planner:
                 arguments.append(Argument(python_names[name], None, literal))
         value = plan_value(self._schema, field.type, node.selection_set)
         key = node.alias.value if node.alias else node.name.value
-        if name is None and operation.name is not None:
-            name = operation.name.value
+        if operation_name is None and operation.name is not None:
+            operation_name = operation.name.value
         return OperationPlan(
             root=FieldPlan(key, None, value, root.name, node.name.value, site_of(node)),
             key=key,
-            operation_name=name,
+            operation_name=operation_name,
             resolver=resolver,
             guard=field_guard(field.extensions),
             arguments=arguments,
