@@ -264,6 +264,50 @@ def run_in_graphiql(page: Page, document: str) -> None:
     page.click(".graphiql-execute-button")
 
 
+STORED = "() => [localStorage, sessionStorage].flatMap(s => Object.keys(s).map(k => `${k}=${s.getItem(k)}`))"
+
+
+def stored_entries(page: Page, marker: str) -> list[str]:
+    """Every localStorage and sessionStorage entry (key=value) that holds `marker`."""
+    return [entry for entry in page.evaluate(STORED) if marker in entry]
+
+
+def run_marked_operation_in_graphiql(tab: Tab, marker: str) -> Page:
+    """Sign in on GraphiQL and run an operation whose text and variables carry `marker`, then
+    wait until GraphiQL has stored it (its tabs are written half a second after a change)."""
+    page = tab.open("/graphql")
+    page.fill("input[name=key]", tab.server.admin_key)
+    page.press("input[name=key]", "Enter")
+    expect(page.locator("#key-message")).to_contain_text("Using the key of admin")
+    variables = page.locator('textarea[aria-label="Variables (JSON)"]')
+    variables.evaluate(
+        "(t, text) => t.closest('.CodeMirror').CodeMirror.setValue(text)", json.dumps({"note": marker})
+    )
+    run_in_graphiql(page, f"# {marker}\nquery Marked {{ me {{ name }} }}")
+    expect(page.locator(".graphiql-response")).to_contain_text('"name": "admin"')
+    deadline = time.monotonic() + 5
+    while len(stored_entries(page, marker)) < 2 and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    return page
+
+
+def editor_texts(page: Page) -> str:
+    """What GraphiQL's editors hold: operation, variables, headers and response."""
+    return page.locator(".CodeMirror").evaluate_all("es => es.map(e => e.CodeMirror.getValue()).join('\\n')")
+
+
+def assert_graphiql_shows_no_trace(page: Page, marker: str) -> None:
+    """GraphiQL, opened afresh: neither its editors nor its history hold `marker`."""
+    page.goto(page.url.split("#")[0])
+    expect(page.locator(".graphiql-container")).to_be_visible()
+    editors = editor_texts(page)
+    assert "query Overview" in editors and marker not in editors
+    page.get_by_role("button", name="Show History").click()
+    expect(page.locator(".graphiql-history")).to_be_visible()
+    assert marker not in page.locator(".graphiql-history").inner_text()
+    assert stored_entries(page, marker) == []
+
+
 def axe_violations(page: Page) -> list[dict[str, Any]]:
     """Serious and critical axe-core violations (WCAG 2 A/AA rules) on the page as it is.
 
@@ -350,7 +394,47 @@ def test_graphiql_loads_offline_sends_the_key_and_runs_a_query_and_a_subscriptio
     assert server.admin_key not in page.evaluate("() => JSON.stringify(localStorage)")
     assert server.admin_key not in page.url
     page.click("#forget")
-    assert page.evaluate("() => sessionStorage.length") == 0
+    assert page.evaluate("() => sessionStorage.getItem('queuelog.key')") is None
+    assert server.admin_key not in page.evaluate("() => JSON.stringify(sessionStorage)")
+
+
+def test_forgetting_the_key_in_graphiql_clears_its_stored_history_tabs_and_variables(tab: Tab) -> None:
+    marker = f"payload-marker-{time.monotonic_ns()}"
+    page = run_marked_operation_in_graphiql(tab, marker)
+    stored = stored_entries(page, marker)
+    assert any(entry.startswith("graphiql:queries=") for entry in stored), stored  # the history
+    assert page.evaluate("m => Object.values(localStorage).some(v => v.includes(m))", marker) is False, (
+        "GraphiQL keeps its state in this tab (sessionStorage), not in localStorage"
+    )
+
+    # An edit just before Forget: GraphiQL saves its tabs half a second after a change.
+    page.locator(".graphiql-query-editor .CodeMirror").evaluate(
+        "(element, text) => element.CodeMirror.setValue(text)", f"# {marker}, edited"
+    )
+    page.click("#forget")
+    expect(page.locator("#key-message")).to_contain_text("Key forgotten")
+    expect(page.locator(".graphiql-query-editor")).to_contain_text("query Overview")  # a fresh editor
+    assert marker not in editor_texts(page)
+    deadline = time.monotonic() + 1.5  # the old editor's delayed saves must not bring it back
+    while time.monotonic() < deadline:
+        assert stored_entries(page, marker) == []
+        page.wait_for_timeout(25)
+    assert_graphiql_shows_no_trace(page, marker)
+
+
+def test_forgetting_the_key_on_the_dashboard_clears_graphiqls_stored_state_too(tab: Tab) -> None:
+    marker = f"payload-marker-{time.monotonic_ns()}"
+    page = run_marked_operation_in_graphiql(tab, marker)
+    assert stored_entries(page, marker)
+    # What an older GraphiQL (or version of this page) left in localStorage goes as well.
+    page.evaluate("m => localStorage.setItem('graphiql:queries', JSON.stringify([{query: m}]))", marker)
+    page.click('nav a[href="/"]')
+    expect(page.locator("#app")).to_be_visible()  # the same tab: the key came along
+    page.click("#forget")
+    expect(page.locator("#signin")).to_be_visible()
+    assert stored_entries(page, marker) == []
+    page.goto(tab.server.url + "/graphql")
+    assert_graphiql_shows_no_trace(page, marker)
 
 
 def test_graphiql_page_has_a_strict_policy_and_no_serious_accessibility_violations(tab: Tab) -> None:
@@ -410,6 +494,26 @@ def test_dashboard_signs_in_with_a_key_shows_counts_and_forgets_the_key(tab: Tab
     assert page.locator("tr[data-job-id]").count() == 0, "nothing the key could read stays on the page"
     assert page.locator("#sparkline polyline").evaluate_all("ls => ls.map(l => l.points.length)") == [0, 0]
     expect(page.locator("#throughput-text")).to_have_text("Loading…")
+
+
+@pytest.mark.parametrize("then", ["acknowledged", "dropped"])
+def test_forgetting_the_key_while_the_socket_connects_raises_no_script_error(tab: Tab, then: str) -> None:
+    # The websocket goes to a stand-in that answers connection_init only once Forget is clicked.
+    sockets: list[Any] = []
+    tab.context.route_web_socket(LOCAL_WS, lambda socket: sockets.append(socket))
+    page = tab.sign_in(tab.server.admin_key)
+    deadline = time.monotonic() + 5
+    while not sockets and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    page.click("#forget")
+    expect(page.locator("#signin")).to_be_visible()
+    for socket in sockets:
+        if then == "acknowledged":
+            socket.send(json.dumps({"type": "connection_ack"}))
+        else:
+            socket.close(code=1011)
+    page.wait_for_timeout(500)
+    assert sockets and tab.watch.errors == []
 
 
 def test_a_job_enqueued_by_another_client_appears_live_within_a_second(tab: Tab) -> None:
@@ -525,6 +629,88 @@ def test_a_viewer_sees_no_cancel_or_retry_and_no_error(tab: Tab) -> None:
     documents = tab.watch.posted + tab.watch.ws_sent
     assert any("jobUpdated" in d for d in tab.watch.ws_sent), "the detail follows the job live"
     assert not [d for d in documents if re.search(r"\berror\b", d)], "Job.error is never requested"
+
+
+def test_a_link_to_no_such_job_shows_nothing_of_the_job_open_before(tab: Tab) -> None:
+    server = tab.server
+    marker = f"payload-marker-{time.monotonic_ns()}"
+    job_id = enqueue(server, "report", payload={"note": marker})
+    page = tab.sign_in(server.admin_key, f"/#job/{job_id}")
+    detail = page.locator("#detail")
+    expect(page.locator("#detail-payload")).to_contain_text(marker)
+    expect(detail.get_by_role("button", name="Cancel job")).to_be_visible()
+    missing = str(int(job_id) + 10**9)  # well formed, and no job has it
+    for target in ("abc", missing, "", "%E0%A4%A", job_id + "x"):
+        page.evaluate("hash => { window.location.hash = hash; }", f"#job/{target}")
+        expect(page.locator("#detail-title")).to_have_text("No such job")
+        expect(page.locator("#detail-message")).to_contain_text(
+            "no job" if target == "" else "may not see it"
+        )
+        assert_nothing_of(page, job_id, marker)
+    assert not page.locator("#banner").is_visible(), "no such job is not an error of the server's"
+    assert axe_violations(page) == [], "the dashboard saying no such job"
+
+    page.evaluate("hash => { window.location.hash = hash; }", f"#job/{job_id}")
+    expect(page.locator("#detail-payload")).to_contain_text(marker)
+    expect(page.locator("#detail-message")).to_be_hidden()
+
+
+def assert_nothing_of(page: Page, job_id: str, marker: str) -> None:
+    """The detail pane shows no field, timeline, action, id or payload of job `job_id`."""
+    text = page.locator("#detail").inner_text()
+    assert marker not in text and "report" not in text
+    assert not re.search(rf"#{job_id}\b", text), text
+    for part in ("#detail-fields", "#timeline", "#actions"):
+        assert page.locator(f"{part} > *").count() == 0, part
+    assert page.locator("#detail-payload").inner_text() == ""
+
+
+def test_a_slow_answer_for_one_job_never_paints_it_under_another(tab: Tab) -> None:
+    server = tab.server
+    marker = f"payload-marker-{time.monotonic_ns()}"
+    first = enqueue(server, "report", payload={"note": marker})
+    second = enqueue(server, "email", payload={"note": "the second job"})
+    page = tab.sign_in(server.admin_key, f"/#job/{first}")
+    expect(page.locator("#detail-payload")).to_contain_text(marker)
+    expect(page.locator("[data-live]")).to_have_attribute("data-live", "live")
+    held: list[Any] = []
+
+    def hold_job_reads(route: Any) -> None:
+        document = json.loads(route.request.post_data or "{}").get("query", "")
+        if document.startswith("query Job("):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route("**/graphql", hold_job_reads)
+    page.evaluate("hash => { window.location.hash = hash; }", f"#job/{second}")
+    expect(page.locator("#detail-title")).to_contain_text(f"Job #{second}")
+    assert_nothing_of(page, first, marker)  # while the second job loads
+
+    page.evaluate("hash => { window.location.hash = hash; }", f"#job/{first}")
+    page.evaluate("hash => { window.location.hash = hash; }", f"#job/{second}")
+    deadline = time.monotonic() + 5
+    while len(held) < 3 and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    reads = {
+        job_id: [r for r in held if r.request.post_data_json["variables"]["id"] == job_id]
+        for job_id in (first, second)
+    }
+    assert reads[first] and len(reads[second]) >= 2, reads
+    for route in reads[second]:  # the second job's reads answer first ...
+        answer_now(page, route)
+    expect(page.locator("#detail-payload")).to_contain_text("the second job")
+    for route in reads[first]:  # ... and the first job's come late
+        answer_now(page, route)
+    page.wait_for_timeout(200)
+    expect(page.locator("#detail-title")).to_contain_text(f"Job #{second} · email")
+    assert marker not in page.locator("#detail").inner_text()
+
+
+def answer_now(page: Page, route: Any) -> None:
+    """Let a held request through and wait until the page has its answer."""
+    with page.expect_response(lambda response: response.request == route.request):
+        route.continue_()
 
 
 def test_while_the_socket_is_down_the_page_polls_and_shows_refusals_plainly(tab: Tab) -> None:

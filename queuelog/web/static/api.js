@@ -1,9 +1,10 @@
 // The public GraphQL API over HTTP and over the websocket (graphql-transport-ws), with a key.
 
 export class ApiError extends Error {
-  constructor(message, code) {
+  constructor(message, code, path = []) {
     super(message);
     this.code = code;
+    this.path = path; // the field the error is about, if it is about one: ["job"]
   }
 
   // "CONFLICT: job 3 is not PENDING": the contract's code, then the server's own words.
@@ -35,7 +36,7 @@ export async function request(key, query, variables = {}) {
   const errors = body.errors || [];
   if (errors.length) {
     const code = (errors[0].extensions && errors[0].extensions.code) || "";
-    throw new ApiError(errors[0].message, response.status === 401 ? "UNAUTHENTICATED" : code);
+    throw new ApiError(errors[0].message, response.status === 401 ? "UNAUTHENTICATED" : code, errors[0].path);
   }
   return body.data;
 }
@@ -52,7 +53,7 @@ export const KEY_REFUSED = 4403;
 // A graphql-ws client that sends the key in connection_init and keeps reconnecting (with
 // back-off) unless the key is refused. `on` takes graphql-ws events (connected, closed, ...).
 export function socketClient(key, on = {}, lazy = false) {
-  return window.graphqlWs.createClient({
+  const client = window.graphqlWs.createClient({
     url: websocketUrl(),
     connectionParams: { authorization: `Bearer ${key}` },
     lazy,
@@ -63,4 +64,28 @@ export function socketClient(key, on = {}, lazy = false) {
     shouldRetry: (event) => !(event && event.code === KEY_REFUSED),
     on,
   });
+  return closingQuietly(client);
+}
+
+// Disposing of a graphql-ws (5.16) client while its socket connects (the key forgotten at once)
+// leaves uncaught errors: dispose() rejects if that connection fails, and if it succeeds, the
+// client's subscriptions try to send on the socket dispose() has just closed. So dispose()
+// ends the subscriptions first and swallows its own failure: the socket is gone either way.
+function closingQuietly(client) {
+  const { subscribe, dispose } = client;
+  const open = new Set();
+  client.subscribe = (payload, sink) => {
+    const unsubscribe = subscribe(payload, sink);
+    const end = () => {
+      open.delete(end);
+      unsubscribe();
+    };
+    open.add(end);
+    return end;
+  };
+  client.dispose = () => {
+    open.forEach((end) => end());
+    return Promise.resolve(dispose()).catch(() => {});
+  };
+  return client;
 }

@@ -37,6 +37,7 @@ const state = {
   nextCursor: null,
   jobsRequest: 0,
   detailId: null,
+  detailView: 0, // bumped whenever the detail pane turns to another job (or closes)
   detail: null,
   stopDetailUpdates: null,
 };
@@ -111,7 +112,8 @@ function signOut(message, kind = "error") {
   state.timers.forEach(clearInterval);
   state.timers = [];
   stopPolling();
-  Object.assign(state, { key: "", me: null, detail: null, detailId: null });
+  closeDetail();
+  Object.assign(state, { key: "", me: null });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
@@ -122,7 +124,6 @@ function signOut(message, kind = "error") {
   $("previous").disabled = true;
   $("status-filter").value = "";
   $("type-filter").replaceChildren(new Option("any", ""));
-  $("detail").hidden = true;
   $("app").hidden = true;
   $("forget").hidden = true;
   $("live").hidden = true;
@@ -171,8 +172,7 @@ function reopenSocket() {
 }
 
 function closeSocket() {
-  if (state.stopDetailUpdates) state.stopDetailUpdates();
-  state.stopDetailUpdates = null;
+  stopFollowing();
   if (state.socket) state.socket.dispose();
   state.socket = null;
   setLive(false);
@@ -353,64 +353,116 @@ function detailQuery(operation) {
   return `mutation Act($id: ID!) { ${operation}(id: $id) { ${fields} } }`;
 }
 
+// `#job/<id>`: the id as the link gives it (text that does not decode is kept as it is).
+function hashJobId() {
+  const match = /^#job\/(.*)$/.exec(window.location.hash);
+  if (!match) return null;
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return match[1];
+  }
+}
+
 async function route(focus) {
-  const match = /^#job\/(.+)$/.exec(window.location.hash);
-  const id = match ? decodeURIComponent(match[1]) : null;
+  const id = hashJobId();
   if (!state.key) return;
   if (id === null) {
     closeDetail();
     return;
   }
+  openDetail(id);
+  if (focus) $("detail-title").focus();
+  const view = state.detailView;
+  await quietly(loadDetail(id));
+  if (state.socket && view === state.detailView && state.detailId !== null) followDetail(id);
+}
+
+// The pane turns to job `id`, empty until its answer comes: nothing of the job shown before
+// stays under the new heading, and that job's late answers and updates are dropped.
+function openDetail(id) {
+  stopFollowing();
+  state.detailView += 1;
   state.detailId = id;
-  state.detail = null;
-  document.querySelectorAll("#jobs tr.selected").forEach((r) => r.classList.remove("selected"));
-  const row = document.querySelector(`#jobs tr[data-job-id="${CSS.escape(id)}"]`);
-  if (row) row.classList.add("selected");
+  clearDetail();
+  selectRow(id);
   $("detail").hidden = false;
   $("workspace").classList.remove("no-detail");
-  $("detail-title").textContent = `Job #${id}`;
-  showDetailMessage("");
-  if (focus) $("detail-title").focus();
-  await quietly(loadDetail(id));
-  if (state.socket && id === state.detailId) followDetail(id);
+  $("detail-title").textContent = `Job #${shortId(id)}`;
 }
 
 function closeDetail() {
-  if (state.stopDetailUpdates) state.stopDetailUpdates();
-  state.stopDetailUpdates = null;
+  stopFollowing();
+  state.detailView += 1;
   state.detailId = null;
-  state.detail = null;
+  clearDetail();
+  selectRow(null);
   $("detail").hidden = true;
   $("workspace").classList.add("no-detail");
+}
+
+// Shown again by renderDetail: while a job loads, and when there is none, the pane is empty.
+function clearDetail() {
+  state.detail = null;
+  $("detail-body").hidden = true;
+  ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
+  delete $("actions").dataset.signature;
+  $("detail-payload").textContent = "";
+  $("detail-result").textContent = "";
+  $("detail-error").textContent = "";
+  $("detail-error-block").hidden = true;
+  showDetailMessage("");
+}
+
+function selectRow(id) {
   document.querySelectorAll("#jobs tr.selected").forEach((r) => r.classList.remove("selected"));
+  const row = id === null ? null : document.querySelector(`#jobs tr[data-job-id="${CSS.escape(id)}"]`);
+  if (row) row.classList.add("selected");
+}
+
+// A link's id can be any text: only so much of it is shown.
+function shortId(id) {
+  return id.length > 40 ? `${id.slice(0, 40)}…` : id;
 }
 
 async function loadDetail(id) {
-  const { job } = await call(detailQuery("job"), { id });
-  if (id !== state.detailId) return;
-  if (!job) {
-    state.detail = null;
-    ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
-    delete $("actions").dataset.signature;
-    $("detail-payload").textContent = "";
-    $("detail-result").textContent = "";
-    $("detail-error-block").hidden = true;
-    showDetailMessage(`Job #${id} does not exist, or this key may not see it.`);
-    return;
+  const view = state.detailView;
+  const job = await readJob(id);
+  if (view !== state.detailView) return; // the person has moved on to another job
+  if (job) renderDetail(job);
+  else showNoSuchJob(id);
+}
+
+// job(id), or null when there is no such job for this key, which includes an id the server
+// cannot even parse ("abc", ""): that error is about the `job` field's one argument.
+async function readJob(id) {
+  try {
+    return (await call(detailQuery("job"), { id })).job;
+  } catch (error) {
+    if (error.code === "BAD_USER_INPUT" && error.path[0] === "job") return null;
+    throw error;
   }
-  renderDetail(job);
+}
+
+function showNoSuchJob(id) {
+  clearDetail();
+  state.detailId = null; // nothing to refresh or follow
+  $("detail-title").textContent = "No such job";
+  showDetailMessage(
+    id ? `Job #${shortId(id)} does not exist, or this key may not see it.` : "This link names no job.",
+  );
 }
 
 // jobUpdated: the job as it is now, then after every change, until it is terminal.
 function followDetail(id) {
-  if (state.stopDetailUpdates) state.stopDetailUpdates();
-  const session = state.session;
+  stopFollowing();
+  const view = state.detailView;
   state.stopDetailUpdates = state.socket.subscribe(
     { query: detailQuery("jobUpdated"), variables: { id } },
     {
       next: (message) => {
         const job = message.data && message.data.jobUpdated;
-        if (job && session === state.session && job.id === state.detailId) renderDetail(job);
+        if (job && view === state.detailView) renderDetail(job);
       },
       error: () => {},
       complete: () => {},
@@ -418,8 +470,14 @@ function followDetail(id) {
   );
 }
 
+function stopFollowing() {
+  if (state.stopDetailUpdates) state.stopDetailUpdates();
+  state.stopDetailUpdates = null;
+}
+
 function renderDetail(job) {
   state.detail = job;
+  $("detail-body").hidden = false;
   $("detail-title").textContent = `Job #${job.id} · ${job.type}`;
   const fields = [
     ["Status", statusBadge(job.status)],
@@ -469,11 +527,12 @@ function actionButton(label, operation, id) {
   button.type = "button";
   button.textContent = label;
   button.addEventListener("click", async () => {
+    const view = state.detailView;
     button.disabled = true;
     showDetailMessage("");
     try {
       const job = (await call(detailQuery(operation), { id }))[operation];
-      if (job.id === state.detailId) {
+      if (view === state.detailView) {
         renderDetail(job);
         if (state.socket) followDetail(job.id); // a retried job changes again
       }

@@ -1,7 +1,7 @@
 // GraphiQL with the key from the key box: HTTP requests carry `Authorization: Bearer <key>`,
 // subscriptions send it in the websocket's connection_init payload.
 import { request, socketClient } from "./api.js";
-import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
+import { bindKeyForm, forgetStoredKey, graphiqlKeys, showMessage, storeKey, storedKey } from "./keybox.js";
 
 const DEFAULT_QUERY = `# queuelog's GraphiQL. Enter an API key above; it stays in this tab only.
 # Run with Ctrl-Enter. Subscriptions (jobEvents, jobUpdated) use the same key.
@@ -26,6 +26,23 @@ function keylessFetcher() {
   });
 }
 
+// GraphiQL's storage (tabs, history, variables, responses) in this tab's sessionStorage rather
+// than its default, localStorage: it ends with the tab, and "Forget key" clears it (keybox.js).
+// Each GraphiQL gets its own; once a newer one is rendered, the old one's late writes (it saves
+// its tabs half a second after a change) are dropped, so that a forgotten editor cannot return.
+function tabStorage(owner) {
+  const current = () => owner === generation;
+  return {
+    getItem: (name) => sessionStorage.getItem(name),
+    setItem: (name, value) => current() && sessionStorage.setItem(name, value),
+    removeItem: (name) => current() && sessionStorage.removeItem(name),
+    get length() {
+      return graphiqlKeys(sessionStorage).length;
+    },
+    clear: () => current() && graphiqlKeys(sessionStorage).forEach((name) => sessionStorage.removeItem(name)),
+  };
+}
+
 function render(key) {
   if (socket) socket.dispose();
   socket = key ? socketClient(key, {}, true) : null;
@@ -41,8 +58,9 @@ function render(key) {
     window.React.createElement(window.GraphiQL, {
       key: generation, // a new key: a new GraphiQL, which loads the schema with it
       fetcher,
+      storage: tabStorage(generation),
       defaultQuery: DEFAULT_QUERY,
-      shouldPersistHeaders: false, // headers a person types never reach localStorage
+      shouldPersistHeaders: false, // headers a person types (tokens, often) are never stored
       isHeadersEditorEnabled: true,
       defaultEditorToolsVisibility: false,
     }),
@@ -87,8 +105,8 @@ new MutationObserver(labelEditors).observe(document.getElementById("graphiql"), 
 
 bindKeyForm(form, useKey);
 forget.addEventListener("click", () => {
-  forgetStoredKey();
-  render("");
+  forgetStoredKey(); // and GraphiQL's stored state with it
+  render(""); // a fresh GraphiQL, with the default operation and an empty history
   showMessage(message, "Key forgotten. Enter a key to go on.");
   form.elements.namedItem("key").focus();
 });

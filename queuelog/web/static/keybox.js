@@ -1,6 +1,9 @@
 // The key box shared by GraphiQL and the dashboard. A key lives in this tab's sessionStorage
 // only: never a cookie (that would let other sites' forms use it), never a URL.
 const STORAGE_NAME = "queuelog.key";
+// GraphiQL names its entries `graphiql:<name>`. They live in sessionStorage (see
+// graphiql-page.js); localStorage is swept too, for what older versions of the page left there.
+const GRAPHIQL_PREFIX = "graphiql:";
 
 export function storedKey() {
   try {
@@ -14,8 +17,26 @@ export function storeKey(key) {
   sessionStorage.setItem(STORAGE_NAME, key);
 }
 
+// Forgetting the key also forgets what GraphiQL stored while it was in use (tabs, history,
+// variables, responses), on whichever page: both pages share this origin's storage.
 export function forgetStoredKey() {
   sessionStorage.removeItem(STORAGE_NAME);
+  forgetGraphiqlState();
+}
+
+export function graphiqlKeys(storage) {
+  return Object.keys(storage).filter((name) => name.startsWith(GRAPHIQL_PREFIX));
+}
+
+function forgetGraphiqlState() {
+  for (const area of ["sessionStorage", "localStorage"]) {
+    try {
+      const storage = window[area];
+      graphiqlKeys(storage).forEach((name) => storage.removeItem(name));
+    } catch {
+      // storage disabled: nothing was kept there
+    }
+  }
 }
 
 // Binds a form holding <input name="key">: Enter or the button calls onKey(key); the field
