@@ -216,9 +216,10 @@ def test_a_database_left_0644_is_tightened_on_open_with_one_warning(tmp_path: Pa
     assert again.returncode == 0 and again.stderr == "", "warned again about files already 0600"
 
 
-def test_keys_create_makes_an_owner_only_database(tmp_path: Path) -> None:
-    database = tmp_path / "keys.db"
-    result = queuelog(
+def create_worker_key(database: Path, umask: int = 0o022) -> subprocess.CompletedProcess[str]:
+    """`queuelog keys create` of a WORKER key named w, in the database's directory."""
+    url = f"sqlite:///{database}"
+    return queuelog(
         "keys",
         "create",
         "--name",
@@ -226,10 +227,15 @@ def test_keys_create_makes_an_owner_only_database(tmp_path: Path) -> None:
         "--role",
         "worker",
         "--database-url",
-        f"sqlite:///{database}",
-        cwd=tmp_path,
-        umask=0o000,
+        url,
+        cwd=database.parent,
+        umask=umask,
     )
+
+
+def test_keys_create_makes_an_owner_only_database(tmp_path: Path) -> None:
+    database = tmp_path / "keys.db"
+    result = create_worker_key(database, umask=0o000)
     assert result.returncode == 0, result.stderr
     assert modes_beside(database) == {"keys.db": OWNER_ONLY}
 
@@ -239,17 +245,7 @@ def test_copy_database_tightens_its_sqlite_source(tmp_path: Path) -> None:
     the source is the SQLite file copy-database touches."""
     require_backend("postgresql")
     database = tmp_path / "source.db"
-    made = queuelog(
-        "keys",
-        "create",
-        "--name",
-        "w",
-        "--role",
-        "worker",
-        "--database-url",
-        f"sqlite:///{database}",
-        cwd=tmp_path,
-    )
+    made = create_worker_key(database)
     assert made.returncode == 0, made.stderr
     name = POSTGRES.create()
     try:
