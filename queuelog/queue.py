@@ -160,19 +160,17 @@ class JobQueue:
         return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
 
     async def history(
-        self, principal: Principal, job: Job, last: int, read: HistoryRead | None = None
+        self, principal: Principal, job: Job, last: int, read: HistoryRead
     ) -> list[RecordedEvent]:
         """The recorded events of a job the caller was shown (so already may see).
 
         `read` is where the events come from: `histories` batched over a request (the
-        resolvers pass a DataLoader's `load`), else a read of this job alone.
+        resolvers pass a DataLoader's `load`).
         """
         if not 1 <= last <= MAX_HISTORY:
             raise BadInput(f"last must be between 1 and {MAX_HISTORY}")
         if not principal.scope.allows(job):
             return []
-        if read is None:
-            return (await self.histories([(job.id, last)]))[0]
         return await read((job.id, last))
 
     async def histories(self, wanted: Sequence[tuple[int, int]]) -> list[list[RecordedEvent]]:
