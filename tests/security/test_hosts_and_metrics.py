@@ -24,11 +24,8 @@ by test_lifecycle.py and test_counters.py.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from conftest import Server, serving
+from test_cli import cli
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -222,20 +220,8 @@ def test_other_json_answers_say_nosniff(unguarded: Server) -> None:
     assert refused.status_code == 401 and refused.headers["x-content-type-options"] == "nosniff"
 
 
-def queuelog(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-    return subprocess.run(
-        [sys.executable, "-m", "queuelog", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-    )
-
-
 def test_serve_help_shows_both_flags_and_prefers_the_variable_for_the_token(tmp_path: Path) -> None:
-    shown = " ".join(queuelog("serve", "--help", cwd=tmp_path).stdout.split())
+    shown = " ".join(cli("serve", "--help", cwd=tmp_path).stdout.split())
     assert "--allowed-hosts ALLOWED_HOSTS default: $QUEUELOG_ALLOWED_HOSTS or (empty)" in shown
     assert "--metrics-token METRICS_TOKEN default: $QUEUELOG_METRICS_TOKEN or (empty)" in shown
     assert "prefer $QUEUELOG_METRICS_TOKEN: a flag's value shows in ps" in shown
@@ -258,7 +244,7 @@ def test_a_malformed_host_pattern_is_refused_naming_the_variable(pattern: str, m
 
 def test_a_malformed_host_pattern_stops_serve_with_one_line(tmp_path: Path) -> None:
     database = f"sqlite:///{tmp_path / 'queuelog.db'}"
-    ran = queuelog("serve", "--database-url", database, "--allowed-hosts", "*example.com", cwd=tmp_path)
+    ran = cli("serve", "--database-url", database, "--allowed-hosts", "*example.com", cwd=tmp_path)
     assert ran.returncode == 1, (ran.stdout, ran.stderr)
     assert not (tmp_path / "queuelog.db").exists()  # refused before the database is touched
     expected = "queuelog: error: QUEUELOG_ALLOWED_HOSTS: '*example.com': wildcards look like *.example.com"
