@@ -33,6 +33,7 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     VariableNode,
+    get_operation_ast,
     parse,
     specified_rules,
     type_from_ast,
@@ -136,20 +137,17 @@ class Planner:
         operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
         if len(operations) != len(document.definitions):
             return None  # fragments
-        if operation_name is None:
-            chosen = operations if len(operations) == 1 else []
-        else:
-            chosen = [o for o in operations if o.name is not None and o.name.value == operation_name]
-        if len(chosen) != 1:
+        chosen = get_operation_ast(document, operation_name)
+        if chosen is None:
             return None
         try:
             # With every variable at its bound: a document that could go over the limit runs
             # the general way, which checks the cost of the request's own variables.
-            self._cost.check(self._schema, chosen[0], {}, None)
+            self._cost.check(self._schema, chosen, {}, None)
         except CostTooHigh:
             return None
         try:
-            return self._plan_operation(chosen[0], operation_name)
+            return self._plan_operation(chosen, operation_name)
         except Unsupported:
             return None
         except Exception:  # a bug here must cost speed, never the request

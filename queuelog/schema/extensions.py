@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode
+from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode, get_operation_ast
 from strawberry.extensions import (
     AddValidationRules,
     MaxTokensLimiter,
@@ -150,7 +150,7 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
         def on_execute(self) -> Iterator[None]:
             context = self.execution_context
             document = context.graphql_document
-            operation = _chosen_operation(document, context._provided_operation_name)
+            operation = get_operation_ast(document, context._provided_operation_name)
             if operation is not None:
                 fragments = {
                     d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
@@ -162,13 +162,6 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
             yield
 
     return CostLimit
-
-
-def _chosen_operation(document: Any, name: str | None) -> OperationDefinitionNode | None:
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    if name is None:
-        return operations[0] if len(operations) == 1 else None
-    return next((o for o in operations if o.name is not None and o.name.value == name), None)
 
 
 def schema_extensions(settings: Settings) -> list:
