@@ -16,7 +16,7 @@ from typing import Any
 from queuelog import jsonutil
 from queuelog.model import Job, JobStatus, Priority
 from queuelog.storage.tables import jobs
-from queuelog.storage.types import JsonDocument, UtcTimestamp, compact_json, to_micros
+from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)
@@ -52,14 +52,6 @@ def micros_to_datetime(value: int | None) -> datetime | None:
 
 def json_or_none(value: str | None) -> Any:
     return None if value is None else jsonutil.loads(value)
-
-
-def datetime_to_micros(value: datetime | None) -> int | None:
-    return None if value is None else to_micros(value)
-
-
-def json_text_or_none(value: Any) -> str | None:
-    return None if value is None else compact_json(value)
 
 
 def _decoder_for(column: Any) -> str | None:
