@@ -516,7 +516,6 @@ def test_subscriptions_per_connection_are_bounded(server: Server) -> None:
     run(scenario())
 
 
-
 def test_a_websocket_message_over_the_body_limit_closes_the_connection(
     start_server: Callable[..., Server],
 ) -> None:
@@ -535,6 +534,7 @@ def test_a_websocket_message_over_the_body_limit_closes_the_connection(
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
 
     run(scenario())
+
 
 # --- origins ---------------------------------------------------------------------------------------
 
@@ -623,7 +623,7 @@ def test_an_operation_sent_over_a_socket_opened_before_the_revoke_is_refused(
         async with connected(idle, producer.secret) as client:
             await asyncio.to_thread(revoke, idle, producer.name)
             mutation = (
-                "mutation($p: JSON!) { enqueueJob(input: {type: \"email\", payload: $p}) { job { id } } }"
+                'mutation($p: JSON!) { enqueueJob(input: {type: "email", payload: $p}) { job { id } } }'
             )
             with contextlib.suppress(ConnectionClosed):
                 await client.subscribe("late", mutation, {"p": {"marker": marker}})
@@ -635,7 +635,7 @@ def test_an_operation_sent_over_a_socket_opened_before_the_revoke_is_refused(
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
 
     run(scenario())
-    stored = idle.gql("query { jobs(type: \"email\", first: 100) { nodes { payload } } }").ok()
+    stored = idle.gql('query { jobs(type: "email", first: 100) { nodes { payload } } }').ok()
     assert marker not in json.dumps(stored)
 
 
