@@ -108,7 +108,12 @@ SERVER_ENV = {"QUEUELOG_LEASE_CHECK_SECONDS": "0.2"}
 DEFAULT_SEED = 20261129
 MIX_OPERATIONS = 300
 CHECKPOINTS = (75, 150, 225, 300)
-QUIET_TRIES = 15
+# Expiry and pruning move the table now and then; on a busy machine one checkpoint's reads
+# take longer, and more of them see a move: take it again up to this many times.
+QUIET_TRIES = 60
+# Not a benchmark: ~15 s on SQLite, ~25 s on PostgreSQL on a quiet machine, more than twice
+# that under -n 4 on two busy cores. Past it, something hangs.
+MIX_DEADLINE = 240
 
 JOB = "id type status attempt workerId"
 ENQUEUE = f"mutation($input: EnqueueJobInput!) {{ enqueueJob(input: $input) {{ created job {{ {JOB} }} }} }}"
@@ -925,7 +930,7 @@ def start_counting_server(start_server: Callable[..., Server]) -> Server:
     return start_server(env=SERVER_ENV, **SERVER_SETTINGS)
 
 
-def drain_early_type(mix: Mix, deadline_seconds: float = 15) -> None:
+def drain_early_type(mix: Mix, deadline_seconds: float = 60) -> None:
     """Finish every job of the "early" type (no new ones come), then wait for the pruner."""
     admin = mix.cast.admin
     worker = mix.cast.workers[0]
@@ -1003,7 +1008,8 @@ def test_counts_equal_a_full_count_through_a_random_mix(start_server: Callable[.
     }
     missing = [what for what, ok in coverage.items() if not ok]
     assert not missing, f"the mix never exercised: {missing}; done={dict(done)}\n{mix.where()}"
-    assert elapsed < 60, f"the mix took {elapsed:.1f} s (seed={seed})"
+    print(f"the mix took {elapsed:.1f} s")
+    assert elapsed < MIX_DEADLINE, f"the mix took {elapsed:.1f} s (seed={seed})"
 
 
 def test_a_fresh_server_counts_nothing(start_server: Callable[..., Server]) -> None:
