@@ -28,7 +28,7 @@ T = TypeVar("T")
 LEASE_SECONDS = 2
 ENQUEUE_MANY = "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { job { id } } }"
 JOB = "query($id: ID!) { job(id: $id) { id status attempt result } }"
-TIMEOUT = 20.0
+TIMEOUT = 60.0  # only bounds waits
 
 
 class RecordingClient(AsyncClient):
@@ -149,7 +149,7 @@ def test_quick_jobs_are_never_heartbeated_and_batch_up(server: Server) -> None:
 
 
 def test_a_job_past_its_lease_is_heartbeated_and_completes_once(server: Server) -> None:
-    (long_id,) = enqueue(server, "b_long", 1, {"seconds": 2.5})
+    (long_id,) = enqueue(server, "b_long", 1, {"seconds": 4.5})
     quick_ids = enqueue(server, "b_quick", 20)
 
     async def long(job: JobContext) -> dict[str, Any]:
@@ -163,11 +163,13 @@ def test_a_job_past_its_lease_is_heartbeated_and_completes_once(server: Server) 
         await until(lambda: sum(client.completions) == 21, "21 completions")
 
     _, client = run_worker(server, {"b_long": long, "b_quick": quick}, scenario, concurrency=4)
-    # A third of a 2 s lease: beats at about 0.67, 1.33 and 2 s into the 2.5 s handler.
+    # A third of a 2 s lease after the claim and after each beat: about 6 beats in the 4.5 s
+    # handler. Each beat's round trip delays the next, so a busy machine sees fewer; at least
+    # two are needed to hold the job for more than two leases.
     assert set(client.heartbeats) == {long_id}
-    assert 2 <= len(client.heartbeats) <= 4, client.heartbeats
+    assert 2 <= len(client.heartbeats) <= 8, client.heartbeats
     finished = job(server, long_id)
-    assert (finished["status"], finished["attempt"], finished["result"]) == ("COMPLETED", 1, {"slept": 2.5})
+    assert (finished["status"], finished["attempt"], finished["result"]) == ("COMPLETED", 1, {"slept": 4.5})
     assert all(job(server, i)["attempt"] == 1 for i in quick_ids)
 
 
@@ -178,16 +180,19 @@ def test_an_idle_worker_long_polls_and_starts_a_new_job_at_once(server: Server) 
         started[job.id] = time.monotonic()
 
     async def scenario(worker: Worker, client: RecordingClient) -> tuple[float, int]:
-        await asyncio.sleep(1.0)
+        await until(lambda: client.claims_sent >= 1, "the first claim")
+        await asyncio.sleep(1.0)  # idle: that claim waits on the server
         claims_while_idle = client.claims_sent
-        enqueued_at = time.monotonic()
         (job_id,) = await asyncio.to_thread(enqueue, server, "b_idle", 1)
+        enqueued_at = time.monotonic()  # the enqueue has answered: the job is there
         await until(lambda: job_id in started, "the new job to start")
         return started[job_id] - enqueued_at, claims_while_idle
 
     (delay, claims_while_idle), _ = run_worker(server, {"b_idle": idle}, scenario, concurrency=4)
     assert claims_while_idle <= 2  # one waiting claim, not a poll loop
-    assert delay < 1.0, f"an idle worker took {delay:.3f}s to start a new job"
+    # Promised: within milliseconds (API.md, claims with waitSeconds). A claim that was not
+    # woken would return after its 20 s wait; 5 s is room for a starved 2-core machine.
+    assert delay < 5.0, f"an idle worker took {delay:.3f}s to start a new job"
 
 
 def test_stop_abandons_the_waiting_claim(server: Server, tmp_path: Path) -> None:
