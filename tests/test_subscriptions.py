@@ -649,15 +649,18 @@ def test_an_idle_socket_of_a_revoked_key_is_ended_within_a_second(
         async with connected(idle, viewer.secret) as client:
             await client.subscribe("events", JOB_EVENTS, {"types": ["report"]})
             await asyncio.sleep(0.2)
-            revoked_at = asyncio.get_running_loop().time()
             await asyncio.to_thread(revoke, idle, viewer.name)
+            revoked_at = asyncio.get_running_loop().time()  # committed: the server can see it
             message = await client.message_for("events", timeout=5)
+            ended_after = asyncio.get_running_loop().time() - revoked_at
             assert message["type"] == "error", message
             assert message["payload"][0]["extensions"]["code"] == "UNAUTHENTICATED", message
             with pytest.raises(ConnectionClosed) as closed:
                 await client.recv(timeout=5)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
-            assert asyncio.get_running_loop().time() - revoked_at < 2.0
+            # The server looks every 0.5 s (README): within a second, and as much again for a
+            # starved machine. The revoke's own time (a new engine, a connection) is not counted.
+            assert ended_after < 2.0, ended_after
 
     run(scenario())
 
