@@ -25,6 +25,7 @@ Proven here, on both databases:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -200,14 +201,16 @@ def test_a_subscription_is_held_to_the_limit_per_event(tight: Server, unique: Ca
             for op_id, query in (("over", over), ("fits", fits)):
                 await ws.send(json.dumps({"id": op_id, "type": "subscribe", "payload": {"query": query}}))
             refusal = json.loads(await asyncio.wait_for(ws.recv(), 10))
-            await asyncio.sleep(0.5)  # "fits" is subscribed by now
-            await asyncio.to_thread(
-                tight.gql, 'mutation { enqueueJob(input: {type: "noop"}) { job { id } } }', None, producer
-            )
-            while True:  # the refusal may be followed by its "complete"
-                delivered = json.loads(await asyncio.wait_for(ws.recv(), 10))
-                if delivered["id"] == "fits":
-                    return refusal, delivered
+            for _ in range(20):  # "fits" starts listening at some point: enqueue until it hears
+                await asyncio.to_thread(
+                    tight.gql, 'mutation { enqueueJob(input: {type: "noop"}) { job { id } } }', None, producer
+                )
+                with contextlib.suppress(TimeoutError):
+                    while True:  # the refusal may be followed by its "complete"
+                        delivered = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                        if delivered["id"] == "fits":
+                            return refusal, delivered
+            pytest.fail("the subscription that fits never delivered an event")
 
     refusal, delivered = asyncio.run(scenario())
     assert refusal["id"] == "over", refusal
@@ -283,11 +286,18 @@ def test_the_sdks_and_workers_documents_fit(
             return {"ok": True}
 
         made = await client.enqueue("resize", {"fail": True}, max_retries=0)
-        await client.enqueue_many([{"type": "resize", "payload": {"n": n}} for n in range(2)])
+        others = await client.enqueue_many([{"type": "resize", "payload": {"n": n}} for n in range(2)])
         worker = Worker(guarded.url, worker_key, handlers={"resize": handle})
         running = asyncio.create_task(worker.run())
         await asyncio.wait_for(done.wait(), 30)
-        await asyncio.sleep(0.5)
+        ids = [made.id, *(answer.job.id for answer in others)]
+        deadline = time.monotonic() + 30
+        while True:  # the worker has reported every outcome (failJob, completeJobs)
+            statuses = [getattr(await admin.get(job_id), "status", None) for job_id in ids]
+            if statuses == ["FAILED", "COMPLETED", "COMPLETED"]:
+                break
+            assert time.monotonic() < deadline, statuses
+            await asyncio.sleep(0.05)
         worker.stop()
         await asyncio.wait_for(running, 30)
         assert (await client.get(made.id)) is not None
