@@ -369,12 +369,15 @@ def run(scenario: Awaitable[T], timeout: float = 150.0) -> T:
     return asyncio.run(asyncio.wait_for(scenario, timeout))  # type: ignore[arg-type]
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], deadline: float, what: str) -> None:
-    """Poll `check` until it holds; fail, saying `what`, after `deadline` seconds."""
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], deadline: float, what: str | Callable[[], str]
+) -> None:
+    """Poll `check` until it holds; fail, saying `what` (or what it returns then), after
+    `deadline` seconds."""
     end = time.monotonic() + deadline
     while not await check():
         if time.monotonic() > end:
-            pytest.fail(f"not within {deadline:.0f} s: {what}")
+            pytest.fail(f"not within {deadline:.0f} s: {what if isinstance(what, str) else what()}")
         await asyncio.sleep(0.1)
 
 
@@ -492,26 +495,35 @@ FINISHED_EVENTS = (
 )
 
 
+async def cancelled_sentinel(http: httpx.AsyncClient, server: Server, key: str) -> str:
+    """A job enqueued and cancelled on `server`: a CANCELLED event every subscriber hears."""
+    answer = await graphql(http, server, key, ENQUEUE, {"input": {"type": "email"}})
+    job_id = answer.ok()["enqueueJob"]["job"]["id"]
+    (await graphql(http, server, key, CANCEL, {"id": job_id})).ok()
+    return job_id
+
+
 async def watch_completions(
-    http: httpx.AsyncClient, server: Server, key: str, completed: Counter[str], live: asyncio.Event
+    http: httpx.AsyncClient,
+    server: Server,
+    key: str,
+    completed: Counter[str],
+    cancelled: set[str],
+    live: asyncio.Event,
 ) -> None:
-    """Count, per job id, the COMPLETED events a jobEvents subscriber on `server` receives."""
+    """Count, per job id, the COMPLETED events a jobEvents subscriber on `server` receives;
+    note the CANCELLED ones."""
     async with open_socket(server, key) as socket:
         await socket.subscribe("done", FINISHED_EVENTS)
-
-        async def cancelled_sentinel() -> str:
-            answer = await graphql(http, server, key, ENQUEUE, {"input": {"type": "email"}})
-            job_id = answer.ok()["enqueueJob"]["job"]["id"]
-            (await graphql(http, server, key, CANCEL, {"id": job_id})).ok()
-            return job_id
-
-        await until_live(socket, "done", cancelled_sentinel)
+        await until_live(socket, "done", lambda: cancelled_sentinel(http, server, key))
         live.set()
         while True:
             event = (await socket.data("done", 3600))["jobEvents"]
             if event["kind"] == "COMPLETED":
                 assert (event["job"]["type"], event["job"]["status"]) == ("noop", "COMPLETED"), event
                 completed[event["job"]["id"]] += 1
+            else:
+                cancelled.add(event["job"]["id"])
 
 
 @pytest.mark.parametrize("feed", ["notify", "poll"])
@@ -528,6 +540,7 @@ def test_three_servers_and_24_sdk_workers_complete_3000_jobs_each_exactly_once(
     home_of = {key.name: i % SERVERS for i, key in enumerate(worker_keys)}
     runs: Counter[str] = Counter()
     heard: list[Counter[str]] = [Counter() for _ in servers]  # COMPLETED events per subscriber
+    heard_cancelled: list[set[str]] = [set() for _ in servers]
 
     async def handle(job: JobContext) -> dict[str, Any]:
         runs[job.id] += 1
@@ -538,7 +551,9 @@ def test_three_servers_and_24_sdk_workers_complete_3000_jobs_each_exactly_once(
         async with httpx.AsyncClient(timeout=60) as http:
             lives = [asyncio.Event() for _ in servers]
             watchers = [
-                asyncio.create_task(watch_completions(http, server, cluster.admin_key, heard[s], lives[s]))
+                asyncio.create_task(
+                    watch_completions(http, server, cluster.admin_key, heard[s], heard_cancelled[s], lives[s])
+                )
                 for s, server in enumerate(servers)
             ]
             try:
@@ -552,8 +567,22 @@ def test_three_servers_and_24_sdk_workers_complete_3000_jobs_each_exactly_once(
                             watcher.result()  # a subscriber that ended shows why
                     return all(len(counts) >= DRAIN_JOBS for counts in heard)
 
-                await wait_until(every_subscriber_heard_all, 30, "every subscriber heard every completion")
-                await asyncio.sleep(0.5)  # anything more (a duplicate) would arrive now
+                def who_heard_what() -> str:
+                    heard_of = [f"server {s + 1}: {len(counts)}" for s, counts in enumerate(heard)]
+                    return (
+                        f"every subscriber heard every completion ({', '.join(heard_of)} of"
+                        f" {DRAIN_JOBS}); the servers' logs:\n{cluster.logs()}"
+                    )
+
+                await wait_until(every_subscriber_heard_all, 30, who_heard_what)
+                # A duplicate would come before a later event: one sentinel made on each server
+                # after the drain, heard by every subscriber, ends the time one could arrive.
+                last = {await cancelled_sentinel(http, server, cluster.admin_key) for server in servers}
+
+                async def every_subscriber_heard_the_sentinels() -> bool:
+                    return all(last <= cancelled for cancelled in heard_cancelled)
+
+                await wait_until(every_subscriber_heard_the_sentinels, 30, "the sentinels after the drain")
             finally:
                 for watcher in watchers:
                     watcher.cancel()
@@ -599,7 +628,7 @@ def test_three_servers_and_24_sdk_workers_complete_3000_jobs_each_exactly_once(
         return elapsed
 
     with capture_job_lines() as lines:
-        enqueued, elapsed = run(scenario(lines))
+        enqueued, elapsed = run(scenario(lines), timeout=DRAIN_DEADLINE + 120)
     expected = set(enqueued)
     assert len(expected) == DRAIN_JOBS
     sentinels = sql(pg_database, "SELECT count(*) FROM jobs WHERE type = 'email' AND status = 'cancelled'")[
