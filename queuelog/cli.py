@@ -263,11 +263,6 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
-    from queuelog.storage.engine import dialect_of
-
-    if args.workers > 1 and settings.event_feed == "auto" and dialect_of(settings.database_url) == "sqlite":
-        # Processes on one SQLite file hear each other's events by reading job_events.
-        settings = settings.replace(event_feed="poll")
     engine = open_migrated(settings.database_url)
     try:
         created = keys.bootstrap_admin(engine)

@@ -49,7 +49,7 @@ class Settings:
     dashboard: bool = True
     cors_origins: tuple[str, ...] = ()
     # How a server hears other server processes' events (Scaling out in the README):
-    # auto = notify on PostgreSQL, local on SQLite (poll with `serve --workers N`).
+    # auto = notify on PostgreSQL, poll on SQLite (hears any process on the same file).
     event_feed: str = "auto"
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})

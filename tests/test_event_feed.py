@@ -24,7 +24,8 @@ import pytest
 from conftest import Databases, Server, launch_server
 from websockets.asyncio.client import connect
 
-from queuelog.model import EventKind, JobEvent, JobStatus
+from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
+from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
@@ -100,6 +101,54 @@ def test_the_tail_delivers_others_events_once_skips_its_own_and_fills_holes(tmp_
         await tail.poll()  # nothing new: nothing delivered twice
         assert len(delivered) == 4
         await db.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_path: Path) -> None:
+    """With `others_wrote` (PRAGMA data_version), the tail moves past this process's events
+    without reading them, and reads only once another connection has committed."""
+
+    async def scenario() -> None:
+        delivered: list[tuple[EventKind, int]] = []
+        url = migrated(tmp_path / "q.db")
+        db = SqliteDatabase(url, lambda events: None)
+        other = SqliteDatabase(url, lambda events: None)  # another process, to SQLite
+        db.own_events = own = OwnEvents()
+        tail = EventTail(
+            db,
+            own,
+            lambda events: delivered.extend((e.kind, e.job.id) for e in events),
+            None,
+            db.others_wrote,
+        )
+        await tail.start()
+        await tail.close()  # drive poll() by hand below
+        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+
+        async def write_own() -> int:
+            (outcome,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+            return outcome.job.id
+
+        await tail.poll()  # the first look always reads
+        for _ in range(3):
+            await write_own()
+            assert await tail.poll() == 0  # no row read
+        assert delivered == []
+
+        insert_job_and_event(other, 4, 100)
+        assert await tail.poll() == 1  # only the other's row: its own three were passed over
+        assert delivered == [(EventKind.ENQUEUED, 100)]
+        await write_own()
+        assert await tail.poll() == 0
+
+        insert_job_and_event(other, 6, 101)
+        mine = await write_own()  # event 7
+        assert await tail.poll() == 2  # both read; its own skipped
+        assert delivered[1:] == [(EventKind.ENQUEUED, 101)]
+        assert mine not in [job_id for _, job_id in delivered]
+        await db.close()
+        await other.close()
 
     asyncio.run(scenario())
 

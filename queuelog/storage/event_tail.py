@@ -1,11 +1,17 @@
 """Other processes' job events, found by reading `job_events` forward by id.
 
-The feed for SQLite with `serve --workers N` (processes on one file), and the fallback for
-PostgreSQL where LISTEN/NOTIFY is unavailable (PgBouncer in transaction mode):
-QUEUELOG_EVENT_FEED=poll. Every EVENT_POLL_SECONDS the tail reads the events after the
-last one it saw (one indexed range read; nothing when idle), skips this process's own
-(their ids are collected at commit: `OwnEvents`), reads the other events' jobs back in one
-statement and delivers them: each job as it is now, with its status as of the event.
+The feed on SQLite (QUEUELOG_EVENT_FEED=auto or poll: several `queuelog serve` processes
+on one file, started by `--workers N` or by a process manager), and the fallback for
+PostgreSQL where LISTEN/NOTIFY is unavailable (PgBouncer in transaction mode): every
+EVENT_POLL_SECONDS the tail reads the events after the last one it saw (one indexed range
+read), skips this process's own (their ids are collected at commit: `OwnEvents`), reads the
+other events' jobs back in one statement and delivers them: each job as it is now, with its
+status as of the event.
+
+On SQLite it first asks whether any other connection has committed since it last looked
+(`others_wrote`: PRAGMA data_version, microseconds). When none has, every event after the
+last one seen is this process's own, so it moves past them without reading: a server that
+is alone on its file pays a few microseconds per poll, whatever its write rate.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
 PostgreSQL a lower id may commit after a higher one: ids skipped over are kept as holes
@@ -82,6 +88,11 @@ class OwnEvents:
         self._runs.clear()
         self.add(kept)
 
+    @property
+    def last(self) -> int:
+        """The highest id held (0 when none)."""
+        return self._runs[-1][1] if self._runs else 0
+
     def __contains__(self, event_id: int) -> bool:
         return any(first <= event_id <= last for first, last in self._runs)
 
@@ -98,11 +109,15 @@ class EventTail:
         own: OwnEvents,
         deliver: Callable[[Sequence[JobEvent]], None],
         before_delivery: Callable[[], Awaitable[Any]] | None = None,
+        others_wrote: Callable[[], bool] | None = None,
     ) -> None:
         self._db = db
         self._own = own
         self._deliver = deliver
         self._before_delivery = before_delivery  # as in listener.py: the keys generation
+        # SQLite only: False means no other connection committed since the last call, and
+        # every id this process added to `own` has committed (or been withdrawn).
+        self._others_wrote = others_wrote
         self._high = 0  # the highest event id handled
         self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
         self._task: asyncio.Task[None] | None = None
@@ -126,6 +141,10 @@ class EventTail:
 
     async def poll(self) -> int:
         """Read and deliver what is new; returns how many new rows were read."""
+        if self._others_wrote is not None and not self._holes and not self._others_wrote():
+            self._high = max(self._high, self._own.last)
+            self._own.forget_through(self._high)
+            return 0
         rows: list[tuple[int, int, str, str]] = await self._db.read(ops.events_after, self._high)
         late: list[tuple[int, int, str, str]] = []
         if self._holes:

@@ -79,13 +79,14 @@ class Repository:
 
     async def open(self) -> None:
         """Start hearing other server processes' events, as QUEUELOG_EVENT_FEED says:
-        `notify` (PostgreSQL LISTEN/NOTIFY; the default there), `poll` (read job_events
-        forward: SQLite with `serve --workers N`, or PostgreSQL behind PgBouncer in
-        transaction mode) or `local` (one process alone; SQLite's default)."""
+        `auto` (the default: `notify` on PostgreSQL, `poll` on SQLite), `notify` (PostgreSQL
+        LISTEN/NOTIFY), `poll` (read job_events forward: any processes on one SQLite file,
+        or PostgreSQL behind PgBouncer in transaction mode) or `local` (hear nobody: one
+        process alone on a SQLite file, sure to stay so)."""
         sqlite = isinstance(self._db, SqliteDatabase)
         feed = self._event_feed
         if feed == "auto":
-            feed = "local" if sqlite else "notify"
+            feed = "poll" if sqlite else "notify"
         if feed == "notify" and sqlite:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
@@ -96,7 +97,11 @@ class Repository:
             await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
         elif feed == "poll":
             self._db.own_events = OwnEvents()
-            tail = EventTail(self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation)
+            # On SQLite the tail reads rows only once another process has committed.
+            others_wrote = self._db.others_wrote if isinstance(self._db, SqliteDatabase) else None
+            tail = EventTail(
+                self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation, others_wrote
+            )
             self._feed = tail
             await tail.start()
 

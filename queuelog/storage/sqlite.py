@@ -107,8 +107,9 @@ class SqliteDatabase(GroupCommit):
         self._flush_scheduled = False
         self._in_thread = False
         self._thread: ThreadPoolExecutor | None = None
-        # Set when an event tail runs (`serve --workers N`): the ids of this process's events.
+        # Set when an event tail runs (every SQLite feed but `local`): this process's event ids.
         self.own_events: OwnEvents | None = None
+        self._data_version: int | None = None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -205,6 +206,18 @@ class SqliteDatabase(GroupCommit):
     def read_one_now(self, sql: str, parameters: Any = ()) -> Any:
         """One row of one statement (its own implicit read transaction)."""
         return self._reader.execute(sql, parameters).fetchone()
+
+    def others_wrote(self) -> bool:
+        """Whether another connection (another process) may have committed since the last
+        call. The writer's PRAGMA data_version moves only on other connections' commits, never
+        on its own, and costs a few microseconds. While the writer waits on its thread another
+        process held the write lock: that answers yes without touching the connection."""
+        if self._in_thread:
+            return True
+        version = self._writer.execute("PRAGMA data_version").fetchall()[0][0]
+        changed = version != self._data_version
+        self._data_version = version
+        return changed
 
     async def close(self) -> None:
         await self._drained()
