@@ -5,6 +5,8 @@ Attacked and proven:
   real database, with the job's status as of the event; ids that commit out of order (as on
   PostgreSQL, simulated here with explicit ids on SQLite) are held as holes and delivered
   when they appear;
+- on SQLite the tail reads no row while only its own process writes (PRAGMA data_version),
+  and reads exactly the other connection's rows once one commits;
 - `serve --workers 3` on one SQLite file: a subscriber on one process sees every job enqueued
   over many connections, whichever process took them;
 - two servers on one PostgreSQL database with QUEUELOG_EVENT_FEED=poll (the PgBouncer
@@ -15,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import Databases, Server, launch_server
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
 from queuelog.storage import operations as ops
@@ -163,9 +165,12 @@ def test_own_event_ids_are_forgotten_once_passed() -> None:
     assert 8 not in own and 7 in own
 
 
-async def watch_until(server: Server, wanted: set[str], send: Callable[[], Any]) -> set[str]:
-    """Subscribe to jobEvents on `server`, run `send`, and collect the ids of ENQUEUED events
-    until every wanted id arrived (or the deadline passes)."""
+async def watch_until(
+    server: Server, wanted: set[str], send: Callable[[], Any], sentinel: Callable[[], Awaitable[list[str]]]
+) -> set[str]:
+    """Subscribe to jobEvents on `server`; once it is live (a `sentinel` job's event has
+    arrived), run `send`, and collect the ids of ENQUEUED events until every wanted id
+    arrived (or the deadline passes)."""
     seen: set[str] = set()
     async with connect(server.ws_url, subprotocols=["graphql-transport-ws"]) as ws:  # type: ignore[list-item]
         await ws.send(
@@ -175,7 +180,7 @@ async def watch_until(server: Server, wanted: set[str], send: Callable[[], Any])
         )
         assert json.loads(await ws.recv())["type"] == "connection_ack"
         await ws.send(json.dumps({"id": "1", "type": "subscribe", "payload": {"query": SUBSCRIBE}}))
-        await asyncio.sleep(0.3)
+        await until_live(ws, sentinel)
         ids = await send()
         wanted.update(ids)
         loop = asyncio.get_running_loop()
@@ -187,6 +192,24 @@ async def watch_until(server: Server, wanted: set[str], send: Callable[[], Any])
                 if event["kind"] == "ENQUEUED":
                     seen.add(event["job"]["id"])
     return seen
+
+
+async def until_live(ws: ClientConnection, sentinel: Callable[[], Awaitable[list[str]]]) -> None:
+    """Enqueue sentinel jobs until one's event arrives: the subscription is then live."""
+    sentinels: set[str] = set()
+    for _ in range(20):
+        sentinels.update(await sentinel())
+        try:
+            while True:
+                message = json.loads(await asyncio.wait_for(ws.recv(), 0.5))
+                if (
+                    message["type"] == "next"
+                    and message["payload"]["data"]["jobEvents"]["job"]["id"] in sentinels
+                ):
+                    return
+        except TimeoutError:
+            continue
+    pytest.fail("the subscription never delivered a sentinel job's event")
 
 
 async def enqueue_over_fresh_connections(server: Server, count: int) -> list[str]:
@@ -203,7 +226,14 @@ def test_workers_on_one_sqlite_file_hear_each_others_events(tmp_path: Path) -> N
     server = launch_server(tmp_path, workers=3)
     try:
         wanted: set[str] = set()
-        seen = asyncio.run(watch_until(server, wanted, lambda: enqueue_over_fresh_connections(server, 30)))
+        seen = asyncio.run(
+            watch_until(
+                server,
+                wanted,
+                lambda: enqueue_over_fresh_connections(server, 30),
+                lambda: enqueue_over_fresh_connections(server, 1),
+            )
+        )
         assert len(wanted) == 30
         assert wanted <= seen, f"missing events for jobs {sorted(wanted - seen)}"
     finally:
@@ -221,7 +251,14 @@ def test_the_polling_feed_carries_events_between_postgresql_servers(
     second = launch_server(tmp_path / "b", database_url=url, event_feed="poll", admin_key=first.admin_key)
     try:
         wanted: set[str] = set()
-        seen = asyncio.run(watch_until(first, wanted, lambda: enqueue_over_fresh_connections(second, 20)))
+        seen = asyncio.run(
+            watch_until(
+                first,
+                wanted,
+                lambda: enqueue_over_fresh_connections(second, 20),
+                lambda: enqueue_over_fresh_connections(second, 1),
+            )
+        )
         assert len(wanted) == 20
         assert wanted <= seen, f"missing events for jobs {sorted(wanted - seen)}"
     finally:
