@@ -8,12 +8,11 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from queuelog.model import Completion
+from queuelog.model import Completion, CompletionOutcome, EnqueueOutcome, Job
 from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext
 from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
-from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
 
 Ctx = Info[RequestContext, None]
 
@@ -24,13 +23,13 @@ def _enqueue_fields(item: EnqueueJobInput) -> dict[str, Any]:
     return vars(item)
 
 
-async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueJobPayload:
+async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueOutcome:
     (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_fields(input)])
-    return outcome  # type: ignore[return-value]  # model.EnqueueOutcome has the payload's fields
+    return outcome
 
 
-async def enqueue_jobs(info: Ctx, inputs: list[EnqueueJobInput]) -> list[EnqueueJobPayload]:
-    return await queue(info).enqueue(caller(info), [_enqueue_fields(i) for i in inputs])  # type: ignore[return-value]
+async def enqueue_jobs(info: Ctx, inputs: list[EnqueueJobInput]) -> list[EnqueueOutcome]:
+    return await queue(info).enqueue(caller(info), [_enqueue_fields(i) for i in inputs])
 
 
 async def _claim(
@@ -46,7 +45,7 @@ async def _claim(
         wait_seconds=wait_seconds,
         client_gone=gone,
     )
-    return claimed  # type: ignore[return-value]  # model.Job objects, resolved as Job
+    return claimed
 
 
 async def claim_job(
@@ -72,18 +71,18 @@ async def claim_jobs(
 async def heartbeat_job(
     info: Ctx, id: strawberry.ID, attempt: int | None = None, lease_seconds: int | None = None
 ) -> Job:
-    return await queue(info).heartbeat(caller(info), parse_job_id(id), attempt, lease_seconds)  # type: ignore[return-value]
+    return await queue(info).heartbeat(caller(info), parse_job_id(id), attempt, lease_seconds)
 
 
 async def complete_job(
     info: Ctx, id: strawberry.ID, result: JSON | None = None, attempt: int | None = None
 ) -> Job:
-    return await queue(info).complete(caller(info), parse_job_id(id), result, attempt)  # type: ignore[return-value]
+    return await queue(info).complete(caller(info), parse_job_id(id), result, attempt)
 
 
-async def complete_jobs(info: Ctx, items: list[CompleteJobInput]) -> CompleteJobsPayload:
+async def complete_jobs(info: Ctx, items: list[CompleteJobInput]) -> CompletionOutcome:
     completions = [_completion(i) for i in items]
-    return await queue(info).complete_many(caller(info), completions)  # type: ignore[return-value]
+    return await queue(info).complete_many(caller(info), completions)
 
 
 def _completion(item: CompleteJobInput) -> Completion:
@@ -99,12 +98,12 @@ async def fail_job(
     attempt: int | None = None,
 ) -> Job:
     job_id = parse_job_id(id)
-    return await queue(info).fail(caller(info), job_id, error, retryable, retry_in_seconds, attempt)  # type: ignore[return-value]
+    return await queue(info).fail(caller(info), job_id, error, retryable, retry_in_seconds, attempt)
 
 
 async def cancel_job(info: Ctx, id: strawberry.ID) -> Job:
-    return await queue(info).cancel(caller(info), parse_job_id(id))  # type: ignore[return-value]
+    return await queue(info).cancel(caller(info), parse_job_id(id))
 
 
 async def retry_job(info: Ctx, id: strawberry.ID) -> Job:
-    return await queue(info).retry(parse_job_id(id))  # type: ignore[return-value]
+    return await queue(info).retry(parse_job_id(id))

@@ -5,18 +5,11 @@ from __future__ import annotations
 import strawberry
 from strawberry.types import Info
 
+from queuelog.model import Job
 from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import decode_cursor, encode_cursor, parse_job_id
 from queuelog.schema.context import RequestContext
-from queuelog.schema.types import (
-    Job,
-    JobConnection,
-    JobEdge,
-    JobStatus,
-    PageInfo,
-    Principal,
-    QueueStats,
-)
+from queuelog.schema.types import JobConnection, JobEdge, JobStatus, PageInfo, Principal, QueueStats
 
 Ctx = Info[RequestContext, None]
 
@@ -31,7 +24,7 @@ async def me(info: Ctx) -> Principal:
 
 
 async def job(info: Ctx, id: strawberry.ID) -> Job | None:
-    return await queue(info).get(caller(info), parse_job_id(id))  # type: ignore[return-value]
+    return await queue(info).get(caller(info), parse_job_id(id))
 
 
 async def jobs(
@@ -43,10 +36,10 @@ async def jobs(
 ) -> JobConnection:
     after_id = decode_cursor(after) if after is not None else None
     page, has_next, total = await queue(info).list(caller(info), status, type, first, after_id)
-    edges = [JobEdge(node=j, cursor=encode_cursor(j.id)) for j in page]  # type: ignore[arg-type]
+    edges = [JobEdge(node=j, cursor=encode_cursor(j.id)) for j in page]
     return JobConnection(
         edges=edges,
-        nodes=page,  # type: ignore[arg-type]
+        nodes=page,
         page_info=PageInfo(has_next_page=has_next, end_cursor=edges[-1].cursor if edges else None),
         total_count=total,
     )

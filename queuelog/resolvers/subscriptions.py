@@ -8,11 +8,12 @@ import strawberry
 from strawberry.types import Info
 
 from queuelog.errors import NotFound
+from queuelog.model import Job
 from queuelog.model import JobEvent as JobEventRecord
 from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext
-from queuelog.schema.types import Job, JobEvent, JobStatus
+from queuelog.schema.types import JobEvent, JobStatus
 
 Ctx = Info[RequestContext, None]
 
@@ -28,7 +29,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         current = await queue(info).get(principal, job_id)
         if current is None:
             raise NotFound(f"job {job_id} not found")
-        yield current  # type: ignore[misc]  # a model.Job, resolved as Job
+        yield current
         if current.status.is_terminal:
             return
         async for event in updates:
@@ -38,7 +39,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
                 return
             current = event.job
             await info.context.ensure_key_still_valid()
-            yield current  # type: ignore[misc]  # a model.Job, resolved as Job
+            yield current
             if current.status.is_terminal:
                 return
 

@@ -1,4 +1,5 @@
-"""Query, Mutation and Subscription: each field names its resolver and the roles it needs."""
+"""Query, Mutation and Subscription: each field names its resolver, the roles it needs and, where
+the resolver returns a `queuelog.model` object, the GraphQL type that reads it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from strawberry.permission import PermissionExtension
 from queuelog.auth import Action
 from queuelog.resolvers import mutations, queries, subscriptions
 from queuelog.schema.permissions import RoleAllows
+from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
 
 
 def allowed(action: Action) -> list[Any]:
@@ -19,7 +21,7 @@ def allowed(action: Action) -> list[Any]:
 @strawberry.type
 class Query:
     me = strawberry.field(resolver=queries.me)
-    job = strawberry.field(resolver=queries.job, extensions=allowed(Action.READ))
+    job = strawberry.field(resolver=queries.job, graphql_type=Job | None, extensions=allowed(Action.READ))
     jobs = strawberry.field(
         resolver=queries.jobs, extensions=allowed(Action.READ), description="Newest first. first: 1..100."
     )
@@ -28,41 +30,58 @@ class Query:
 
 @strawberry.type
 class Mutation:
-    enqueue_job = strawberry.mutation(resolver=mutations.enqueue_job, extensions=allowed(Action.ENQUEUE))
+    enqueue_job = strawberry.mutation(
+        resolver=mutations.enqueue_job, graphql_type=EnqueueJobPayload, extensions=allowed(Action.ENQUEUE)
+    )
     enqueue_jobs = strawberry.mutation(
         resolver=mutations.enqueue_jobs,
+        graphql_type=list[EnqueueJobPayload],
         extensions=allowed(Action.ENQUEUE),
         description="All or nothing, at most 1000 inputs.",
     )
     claim_job = strawberry.mutation(
         resolver=mutations.claim_job,
+        graphql_type=Job | None,
         extensions=allowed(Action.WORK),
         description="The next due PENDING job (priority DESC, createdAt ASC, id ASC), or null.\n"
         "waitSeconds (0..30, default 0): when none is due, wait up to that long for one (long poll).",
     )
     claim_jobs = strawberry.mutation(
         resolver=mutations.claim_jobs,
+        graphql_type=list[Job],
         extensions=allowed(Action.WORK),
         description=(
             "Up to limit (1..100) jobs in claim order, each claimed once; waitSeconds as in claimJob."
         ),
     )
-    heartbeat_job = strawberry.mutation(resolver=mutations.heartbeat_job, extensions=allowed(Action.WORK))
-    complete_job = strawberry.mutation(resolver=mutations.complete_job, extensions=allowed(Action.WORK))
+    heartbeat_job = strawberry.mutation(
+        resolver=mutations.heartbeat_job, graphql_type=Job, extensions=allowed(Action.WORK)
+    )
+    complete_job = strawberry.mutation(
+        resolver=mutations.complete_job, graphql_type=Job, extensions=allowed(Action.WORK)
+    )
     complete_jobs = strawberry.mutation(
         resolver=mutations.complete_jobs,
+        graphql_type=CompleteJobsPayload,
         extensions=allowed(Action.WORK),
         description="Complete up to 100 held jobs in one call (a worker's batched acknowledgements).",
     )
-    fail_job = strawberry.mutation(resolver=mutations.fail_job, extensions=allowed(Action.WORK))
-    cancel_job = strawberry.mutation(resolver=mutations.cancel_job, extensions=allowed(Action.CANCEL))
-    retry_job = strawberry.mutation(resolver=mutations.retry_job, extensions=allowed(Action.RETRY))
+    fail_job = strawberry.mutation(
+        resolver=mutations.fail_job, graphql_type=Job, extensions=allowed(Action.WORK)
+    )
+    cancel_job = strawberry.mutation(
+        resolver=mutations.cancel_job, graphql_type=Job, extensions=allowed(Action.CANCEL)
+    )
+    retry_job = strawberry.mutation(
+        resolver=mutations.retry_job, graphql_type=Job, extensions=allowed(Action.RETRY)
+    )
 
 
 @strawberry.type
 class Subscription:
     job_updated = strawberry.subscription(
         resolver=subscriptions.job_updated,
+        graphql_type=Job,
         extensions=allowed(Action.READ),
         description="The job as it is now, then again after every change, until it is terminal.",
     )

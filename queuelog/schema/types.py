@@ -1,4 +1,11 @@
-"""The GraphQL output types of schema.graphql, built from the model's records."""
+"""The GraphQL output types of schema.graphql, built from the model's records.
+
+`Job`, `EnqueueJobPayload` and `CompleteJobsPayload` are declarations only, never
+instantiated: resolvers return `model.Job`, `model.EnqueueOutcome` and
+`model.CompletionOutcome`, whose attributes are those fields, and Strawberry's resolvers read
+them as they are (no copy per job). So a field that holds one of them has the model's class
+as its Python type and names the GraphQL type with `graphql_type` (here and in root.py).
+"""
 
 from __future__ import annotations
 
@@ -14,15 +21,18 @@ from queuelog.resolvers import fields
 from queuelog.schema.context import RequestContext
 from queuelog.schema.permissions import AdminOnlyField
 
-JobStatus = strawberry.enum(
-    model.JobStatus, description="pending -> running -> completed | failed; pending -> cancelled."
-)
-JobPriority = strawberry.enum(
-    model.Priority,
+# strawberry.enum marks the class it is given as a GraphQL enum and returns it: the schema's
+# enums are the model's own.
+JobStatus = model.JobStatus
+JobPriority = model.Priority
+Role = model.Role
+strawberry.enum(JobStatus, description="pending -> running -> completed | failed; pending -> cancelled.")
+strawberry.enum(
+    JobPriority,
     name="JobPriority",
     description="Stored as 0, 10, 20, 30 so that ORDER BY priority DESC sorts directly.",
 )
-Role = strawberry.enum(model.Role)
+strawberry.enum(Role)
 
 
 EVENT_KINDS = "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED"
@@ -33,6 +43,13 @@ class JobTransition:
     kind: str = strawberry.field(description=f"As JobEvent.kind: one of {EVENT_KINDS}.")
     status: JobStatus = strawberry.field(description="The job's status right after it.")
     at: datetime
+
+
+async def job_transitions(
+    root: model.Job, info: Info[RequestContext, None], last: int = 50
+) -> list[JobTransition]:
+    recorded = await fields.job_events(info, root, last)
+    return [JobTransition(kind=e.kind.value, status=e.status, at=e.at) for e in recorded]
 
 
 @strawberry.type
@@ -65,32 +82,25 @@ class Job:
     result: JSON | None
     created_at: datetime
     updated_at: datetime
-
-    # Resolvers return `queuelog.model.Job` itself: its attributes are these fields.
-    @strawberry.field(
+    error: str | None = strawberry.field(
         description=(
             "Sanitized worker error. ADMIN only: any other caller gets null plus a FORBIDDEN "
             "error at this path."
         ),
         extensions=[PermissionExtension(permissions=[AdminOnlyField()], use_directives=False)],
     )
-    def error(self) -> str | None:
-        return self.error  # type: ignore[return-value]  # self is a model.Job, whose error is text
-
-    @strawberry.field(
+    events = strawberry.field(
+        resolver=job_transitions,
         description=(
             "The job's recorded transitions, oldest first: its newest `last` (1..100). They are "
             "kept as long as the job is."
-        )
+        ),
     )
-    async def events(self, info: Info[RequestContext, None], last: int = 50) -> list[JobTransition]:
-        recorded = await fields.job_events(info, self, last)  # type: ignore[arg-type]  # a model.Job
-        return [JobTransition(kind=e.kind.value, status=e.status, at=e.at) for e in recorded]  # type: ignore[arg-type]
 
 
 @strawberry.type
 class JobEdge:
-    node: Job
+    node: model.Job = strawberry.field(graphql_type=Job)
     cursor: str
 
 
@@ -103,7 +113,7 @@ class PageInfo:
 @strawberry.type
 class JobConnection:
     edges: list[JobEdge]
-    nodes: list[Job]
+    nodes: list[model.Job] = strawberry.field(graphql_type=list[Job])
     page_info: PageInfo
     total_count: int
 
@@ -140,6 +150,11 @@ class ThroughputMinute:
     failed: int
 
 
+async def throughput_minutes(info: Info[RequestContext, None], minutes: int = 30) -> list[ThroughputMinute]:
+    found = await fields.throughput(info, minutes)
+    return [ThroughputMinute(at=m.at, completed=m.completed, failed=m.failed) for m in found]
+
+
 @strawberry.type
 class QueueStats:
     counts: StatusCounts
@@ -147,17 +162,14 @@ class QueueStats:
     oldest_pending_seconds: float | None = strawberry.field(
         description="Age in seconds of the oldest job that is PENDING and due (runAt <= now); null when none."
     )
-
-    @strawberry.field(
+    throughput = strawberry.field(
+        resolver=throughput_minutes,
         description=(
             "Jobs the caller sees that finished in each of the last `minutes` minutes (1..1440), "
             "oldest first, the current minute (so far) last; minutes with none are listed with zeros. "
             "Kept for 24 hours."
-        )
+        ),
     )
-    async def throughput(self, info: Info[RequestContext, None], minutes: int = 30) -> list[ThroughputMinute]:
-        found = await fields.throughput(info, minutes)
-        return [ThroughputMinute(at=m.at, completed=m.completed, failed=m.failed) for m in found]
 
     @classmethod
     def from_model(cls, stats: model.QueueStats) -> QueueStats:
@@ -177,7 +189,7 @@ class Principal:
 
 @strawberry.type
 class EnqueueJobPayload:
-    job: Job
+    job: model.Job = strawberry.field(graphql_type=Job)
     created: bool = strawberry.field(
         description="false when an earlier job with the same idempotency key was returned instead."
     )
@@ -185,7 +197,7 @@ class EnqueueJobPayload:
 
 @strawberry.type
 class CompleteJobsPayload:
-    completed: list[Job]
+    completed: list[model.Job] = strawberry.field(graphql_type=list[Job])
     rejected: list[strawberry.ID] = strawberry.field(
         description=(
             "Items not applied: not held by the caller, not RUNNING, or attempt mismatch. "
@@ -197,9 +209,9 @@ class CompleteJobsPayload:
 @strawberry.type
 class JobEvent:
     kind: str = strawberry.field(description=f"One of: {EVENT_KINDS}.")
-    job: Job
+    job: model.Job = strawberry.field(graphql_type=Job)
     at: datetime
 
     @classmethod
     def from_model(cls, event: model.JobEvent) -> JobEvent:
-        return cls(kind=event.kind.value, job=event.job, at=event.at)  # type: ignore[arg-type]
+        return cls(kind=event.kind.value, job=event.job, at=event.at)
