@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import threading
-import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from concurrent.futures import Future
@@ -26,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 
 try:  # faster parsing of responses (a claim of 100 jobs is ~20 kB); the json module otherwise
@@ -50,7 +50,7 @@ PAGE_SIZE = 100
 # A kept-alive connection idle longer than this is not reused: the server may be closing
 # it (uvicorn's keep-alive timeout is 5 s), and a request sent into that would be lost.
 PLAIN_HTTP_REUSE_SECONDS = 2.0
-PLAIN_HTTP_IDLE_CONNECTIONS = 8
+PLAIN_HTTP_CONNECTIONS = 64
 
 
 class ServerError(QueuelogError):
@@ -239,36 +239,43 @@ def _enqueue_input(
     return item
 
 
-class _Unanswered(EOFError):
-    """The connection ended before a single byte of the answer came back."""
-
-
 class PlainHTTP:
-    """HTTP/1.1 POSTs of JSON to one plain-`http` URL, over asyncio streams, kept alive.
+    """POSTs of JSON to one plain-`http` URL, through one aiohttp session (connections kept
+    alive): the worker's two hot calls, `claimJobs` and `completeJobs`.
 
-    The worker's two hot calls (`claimJobs`, `completeJobs`) go through this rather than
-    httpx: httpx (with httpcore, h11 and anyio) spends several hundred microseconds of CPU
-    per request, a raw request tens, and at thousands of jobs a second that is what limits
-    a worker. Only what those calls need: no TLS, proxies, redirects, cookies or
-    compression (AsyncClient uses httpx whenever any of those could apply). A request that
-    fails or is cancelled closes its connection, so a long-polling claim abandoned that way
-    is dropped by the server unclaimed.
+    Not httpx, which AsyncClient uses for everything else: end to end (`python -m
+    bench.fig_transport`, one worker draining no-op jobs from a server on the same host),
+    the worker spent about 2.7x the CPU per job through httpx and drained about 0.75x the
+    jobs a second. The hand-written HTTP/1.1 client on asyncio streams that this replaced
+    spent about 0.75x aiohttp's CPU per job (22 against 29.5 us), but the worker drained as
+    many jobs a second through aiohttp (0.93x-1.08x of it), so it was not worth its code
+    (issue 15's rule: aiohttp within 20% end to end, use it). Plain `http`
+    only, with no proxy and no credentials in the URL (`usable`): anything else goes through
+    httpx. A request that fails or is cancelled closes its connection, so a long-polling
+    claim abandoned that way is dropped by the server unclaimed. An idle connection is not
+    reused after PLAIN_HTTP_REUSE_SECONDS, nor once the server has closed it.
+
+    Resends. A request goes out once, unless the caller passes `idempotent=True`: then, if
+    its connection fails before an answer comes whole (the server closed a kept-alive
+    connection as the request went out, say), it is sent once more on a new connection.
+    Nothing proves the server had not read and applied the first copy (it may have closed
+    after committing, or a proxy may have dropped the answer), so only requests that are
+    safe to repeat are marked so: the worker's `completeJobs`, whose items carry the
+    attempt, so that a second copy changes nothing and comes back with those items rejected
+    (the worker then asks whether they are COMPLETED at that attempt, and logs them
+    completed if so). `claimJobs` is never resent: a second copy would claim more jobs while
+    the first copy's stayed RUNNING under this worker, unseen, until their lease expired. A
+    claim whose answer is lost raises instead, and the worker takes over what it may have
+    claimed (`queuelog.worker`). aiohttp itself never repeats a POST.
     """
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"not a plain http URL: {url}")
-        self.host = parts.hostname
-        self.port = parts.port or 80
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        host_header = parts.netloc.rsplit("@", 1)[-1]
-        lines = [f"POST {target} HTTP/1.1", f"Host: {host_header}", "Accept: application/json"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        self._head = ("\r\n".join(lines) + "\r\nContent-Type: application/json\r\nContent-Length: ").encode(
-            "latin-1"
-        )
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+        self.url = url
+        self._headers = headers | {"Content-Type": "application/json", "Accept": "application/json"}
+        self._session: aiohttp.ClientSession | None = None
 
     @staticmethod
     def usable(url: str) -> bool:
@@ -282,93 +289,41 @@ class PlainHTTP:
             return True
         return bool(urllib.request.proxy_bypass(parts.hostname))
 
-    async def post(self, body: bytes, timeout: float) -> tuple[int, bytes]:
-        """Send one POST; returns (status, body). Raises OSError, EOFError, ValueError or
-        TimeoutError when there is no proper answer."""
-        request = b"%s%d\r\n\r\n%s" % (self._head, len(body), body)
-        async with asyncio.timeout(timeout):
-            reader, writer, reused = await self._connection()
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:  # here, not in __init__: a session belongs to a running loop
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(
+                    limit=PLAIN_HTTP_CONNECTIONS, keepalive_timeout=PLAIN_HTTP_REUSE_SECONDS
+                ),
+                skip_auto_headers=("User-Agent", "Accept-Encoding"),
+                auto_decompress=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                trust_env=False,  # `usable` sent anything a proxy would apply to through httpx
+            )
+        return self._session
+
+    async def post(self, body: bytes, timeout: float, *, idempotent: bool = False) -> tuple[int, bytes]:
+        """Send one POST; returns (status, body). Raises aiohttp.ClientError, OSError or
+        TimeoutError when there is no proper answer. Only an `idempotent` request is sent a
+        second time (see the class's docstring)."""
+        session = self._open()
+        tries = 2 if idempotent else 1
+        for attempt in range(1, tries + 1):
             try:
-                writer.write(request)
-                status, keep_alive, content = await self._response(reader)
-            except _Unanswered:
-                writer.transport.abort()
-                if not reused:
+                async with session.post(
+                    self.url, data=body, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as response:
+                    return response.status, await response.read()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError):
+                if attempt == tries:
                     raise
-                # The server closed the kept-alive connection as the request went out: it
-                # never read it. Once more, on a new connection.
-                reader, writer = await asyncio.open_connection(self.host, self.port)
-                try:
-                    writer.write(request)
-                    status, keep_alive, content = await self._response(reader)
-                except BaseException:
-                    writer.transport.abort()
-                    raise
-            except BaseException:
-                writer.transport.abort()
-                raise
-        if keep_alive and len(self._idle) < PLAIN_HTTP_IDLE_CONNECTIONS:
-            self._idle.append((reader, writer, time.monotonic()))
-        else:
-            writer.transport.abort()
-        return status, content
+        raise AssertionError("not reached")
 
-    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bool]:
-        now = time.monotonic()
-        while self._idle:
-            reader, writer, since = self._idle.pop()
-            if now - since < PLAIN_HTTP_REUSE_SECONDS and not reader.at_eof() and not writer.is_closing():
-                return reader, writer, True
-            writer.transport.abort()
-        reader, writer = await asyncio.open_connection(self.host, self.port)
-        return reader, writer, False
-
-    @staticmethod
-    async def _response(reader: asyncio.StreamReader) -> tuple[int, bool, bytes]:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            if not exc.partial:
-                raise _Unanswered("the connection closed before any answer") from exc
-            raise
-        except ConnectionError as exc:
-            raise _Unanswered(f"{type(exc).__name__}: {exc}") from exc
-        while True:
-            status_line, *header_lines = head[:-4].split(b"\r\n")
-            version, status_text, *_ = status_line.split(b" ", 2) + [b""]
-            status = int(status_text)
-            if status >= 200:
-                break
-            head = await reader.readuntil(b"\r\n\r\n")  # an interim 1xx answer: the real one follows
-        headers: dict[bytes, bytes] = {}
-        for line in header_lines:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        connection = headers.get(b"connection", b"").lower()
-        keep_alive = b"close" not in connection if version == b"HTTP/1.1" else b"keep-alive" in connection
-        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-            chunks = []
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-                if size == 0:
-                    while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-                        pass
-                    break
-                chunks.append(await reader.readexactly(size + 2))
-                if not chunks[-1].endswith(b"\r\n"):
-                    raise ValueError("malformed chunk")
-            return status, keep_alive, b"".join(chunk[:-2] for chunk in chunks)
-        length = headers.get(b"content-length")
-        if length is not None:
-            return status, keep_alive, await reader.readexactly(int(length))
-        if status in (204, 304):
-            return status, keep_alive, b""
-        return status, False, await reader.read()  # the body runs until the server closes
-
-    def close(self) -> None:
-        for _, writer, _ in self._idle:
-            writer.transport.abort()
-        self._idle.clear()
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
 
 class AsyncClient:
@@ -405,7 +360,7 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         if self._plain is not None:
-            self._plain.close()
+            await self._plain.aclose()
         await self._http.aclose()
 
     async def execute(
@@ -415,17 +370,20 @@ class AsyncClient:
         return await self.post_json(encode_json({"query": query, "variables": variables or {}}), timeout)
 
     async def post_json(
-        self, body: bytes, timeout: float | None = None, *, plain: bool = False
+        self, body: bytes, timeout: float | None = None, *, plain: bool = False, idempotent: bool = False
     ) -> dict[str, Any]:
         """`execute` for a request body already encoded as JSON ({"query": ..., "variables": ...}).
 
         With `plain`, the request goes through `PlainHTTP` when the URL allows it (the
-        worker's hot calls), else through httpx.
+        worker's hot calls), else through httpx. `idempotent`: repeating the request is
+        harmless, so PlainHTTP may send it again when a kept-alive connection dies under it.
         """
         if plain and self._plain is not None:
             try:
-                status, content = await self._plain.post(body, self.timeout if timeout is None else timeout)
-            except (OSError, EOFError, ValueError, TimeoutError, asyncio.LimitOverrunError) as exc:
+                status, content = await self._plain.post(
+                    body, self.timeout if timeout is None else timeout, idempotent=idempotent
+                )
+            except (aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
                 raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         else:
             extra = {"timeout": timeout} if timeout is not None else {}
@@ -617,8 +575,32 @@ class AsyncClient:
         """`complete_many` for items already encoded as JSON `CompleteJobInput` objects
         (`{"id":..,"attempt":..,"result":..}`); returns only the rejected ids."""
         body = b"".join((_COMPLETE_MANY_REJECTED_BODY_START, b",".join(items), b"]}}"))
-        data = await self.post_json(body, plain=True)
+        # Safe to repeat: a second copy of an item that applied is rejected and changes nothing.
+        data = await self.post_json(body, plain=True, idempotent=True)
         return data["completeJobs"]["rejected"]
+
+    async def running_data(self, fields: str) -> Sequence[dict[str, Any]]:
+        """Every RUNNING job this key may see (a WORKER key: those held under its name), as
+        GraphQL objects with only `fields` selected; page after page."""
+        found: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            data = await self.execute(
+                "query($first: Int!, $after: String) { jobs(status: RUNNING, first: $first, after: $after) {"
+                f" nodes {{ {fields} }} pageInfo {{ hasNextPage endCursor }} }} }}",
+                {"first": PAGE_SIZE, "after": after},
+            )
+            page = data["jobs"]
+            found.extend(page["nodes"])
+            if not page["pageInfo"]["hasNextPage"]:
+                return found
+            after = page["pageInfo"]["endCursor"]
+
+    async def job_state(self, id: str) -> tuple[str, int] | None:
+        """(status, attempt) of a job this key may see, or None."""
+        data = await self.execute("query($id: ID!) { job(id: $id) { status attempt } }", {"id": id})
+        job = data.get("job")
+        return (job["status"], job["attempt"]) if job else None
 
     async def fail(
         self,
