@@ -26,6 +26,15 @@ together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in 
 it claims nothing more), lets running handlers finish within `grace` seconds, fails the
 rest as retryable, and returns. Network failures are retried with jittered back-off; they
 never stop the worker. `run_forever` runs on uvloop when it is installed.
+
+A claim is never sent twice. One whose answer is lost (the connection died, a timeout, a
+bad gateway, or its cancellation when stopping) may still have claimed jobs on the server,
+so before claiming again (or, when stopping, before the grace period) the worker lists the
+RUNNING jobs held under its name and takes over, as if just claimed, those it does not hold
+that were claimed after the newest claim it saw answered (before any, all of them): only the
+lost claim can have claimed those, if no other process uses the same key. So a lost answer
+leaves no job RUNNING until its lease expires, unless the server stays unreachable while
+the worker stops.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ job_log = logging.getLogger("queuelog.worker.jobs")
 T = TypeVar("T")
 Handler = Callable[["JobContext"], Any]
 SHUTDOWN_REPORT_TRIES = 5
+SHUTDOWN_TAKEOVER_TRIES = 2  # looking for a lost claim's jobs while stopping (less than a second)
 CLAIM_WAIT_SECONDS = 20
 CLAIM_LIMIT = 100  # the most one claimJobs may ask for
 # What the worker reads of a claimed job: the handler's view, and the lease (to heartbeat).
@@ -261,13 +271,22 @@ def _timestamp() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
-def _lease_seconds(data: dict[str, Any]) -> float:
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _claimed_at(data: dict[str, Any]) -> datetime | None:
     try:
-        claimed = datetime.fromisoformat(data["claimedAt"])
+        return datetime.fromisoformat(data["claimedAt"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _lease_seconds(data: dict[str, Any], claimed: datetime | None) -> float:
+    try:
         expires = datetime.fromisoformat(data["leaseExpiresAt"])
     except (KeyError, TypeError, ValueError):
         return DEFAULT_LEASE_SECONDS
-    return (expires - claimed).total_seconds()
+    return (expires - claimed).total_seconds() if claimed is not None else DEFAULT_LEASE_SECONDS
 
 
 def _text(exc: BaseException) -> str:
@@ -325,6 +344,9 @@ class Worker:
         self._completions_ready = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()  # failure reports, heartbeats
         self._sweep_tick = SWEEP_TICK_MAX
+        # A claim's answer was lost: what it claimed, if anything, is taken over before the next.
+        self._claim_unsure = False
+        self._claimed_since: datetime | None = None  # claimedAt of the newest claim answered
         self._job_lines: list[str] = []
         self._job_stream: TextIO | None = None  # None: job lines go through `job_log`
         self.active = 0
@@ -377,6 +399,17 @@ class Worker:
         stop_wait = asyncio.create_task(self._stopping.wait())
         try:
             while not self._stopping.is_set():
+                if self._claim_unsure:
+                    try:
+                        await self._take_over_lost_claim()
+                    except ServerUnreachable as exc:
+                        pause = backoff.next()
+                        log.warning(
+                            "looking for a lost claim's jobs failed (%s); retrying in %.1fs", exc, pause
+                        )
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(stop_wait), pause)
+                        continue
                 limit = min(CLAIM_LIMIT, self._free, self._max_held - len(self._held))
                 if limit <= 0:
                     self._capacity.clear()
@@ -402,19 +435,79 @@ class Worker:
                     await asyncio.wait_for(asyncio.shield(stop_wait), pause)
         finally:
             stop_wait.cancel()
+        if self._claim_unsure:  # the claim cancelled by stop() may have been answered meanwhile
+            await self._take_over_when_stopping()
 
     def _claimed(self, claim: asyncio.Task[list[dict[str, Any]]], backoff: Backoff) -> list[dict[str, Any]]:
         if claim.cancelled():
+            self._claim_unsure = True
             return []
         exc = claim.exception()
         if exc is None:
             backoff.reset()
             return claim.result()
-        if not isinstance(exc, ServerUnreachable):
+        if isinstance(exc, QueuelogError) and not isinstance(exc, ServerUnreachable):
             # A refusal (revoked key, type not allowed) may be fixed by an operator: keep
-            # trying, slowly, rather than exiting.
+            # trying, slowly, rather than exiting. The server answered: it claimed nothing.
             log.error("claim refused: %s", exc)
+        else:
+            self._claim_unsure = True
         return []
+
+    async def _take_over_lost_claim(self) -> None:
+        """Take over the jobs that a claim whose answer was lost may have claimed.
+
+        Those are RUNNING under this worker's name, not held here, and claimed after the newest
+        claim answered (claims go out one at a time, each after the last answer, so the lost
+        one came later; both times are the server's clock). Raises ServerUnreachable when the
+        server cannot say; a refusal gives up (it refused the claim, too).
+        """
+        try:
+            running = await self._client.running_data(CLAIM_FIELDS)
+        except ServerUnreachable:
+            raise
+        except QueuelogError as exc:
+            log.error("looking for a lost claim's jobs refused: %s", exc)
+            self._claim_unsure = False
+            return
+        self._claim_unsure = False
+        held = {(h.id, h.attempt) for h in self._held}
+        since = self._claimed_since
+        lost = [
+            data
+            for data in running
+            if (data["id"], data["attempt"]) not in held
+            and data["type"] in self.handlers
+            and (since is None or (_claimed_at(data) or _EPOCH) > since)
+        ]
+        if not lost:
+            return
+        lost.sort(key=lambda data: _claimed_at(data) or _EPOCH, reverse=True)  # the lost claim's first
+        room = max(0, min(self._free, self._max_held - len(self._held)))
+        if len(lost) > room:  # more than the lost claim asked for: another process shares the key?
+            log.warning(
+                "%d job(s) RUNNING under this worker's name and not held here; taking over %d,"
+                " the rest wait for their lease",
+                len(lost),
+                room,
+            )
+            lost = lost[:room]
+        if lost:
+            log.warning("taking over %d job(s) claimed by a claim whose answer was lost", len(lost))
+            self._start(lost, beat_now=True)
+
+    async def _take_over_when_stopping(self) -> None:
+        """`_take_over_lost_claim` with a few tries: what it takes over gets the grace period."""
+        backoff = Backoff()
+        while True:
+            try:
+                await self._take_over_lost_claim()
+                return
+            except ServerUnreachable as exc:
+                if backoff.failures >= SHUTDOWN_TAKEOVER_TRIES:
+                    log.error("giving up looking for a lost claim's jobs while stopping: %s", exc)
+                    return
+                await asyncio.sleep(backoff.next())
 
     async def _drain(self) -> None:
         running = [held.running for held in self._held if held.running is not None]
@@ -429,15 +522,22 @@ class Worker:
 
     # --- running handlers ------------------------------------------------------------------
 
-    def _start(self, jobs: list[dict[str, Any]]) -> None:
+    def _start(self, jobs: list[dict[str, Any]], *, beat_now: bool = False) -> None:
+        """Run claimed jobs; `beat_now`: heartbeat them at the next sweep (taken over, their
+        lease has been running for a while)."""
         now = time.monotonic()
+        claimed = _claimed_at(jobs[0])
+        if claimed is not None and (self._claimed_since is None or claimed > self._claimed_since):
+            self._claimed_since = claimed
         # One claim, one lease for all: the server's default (a third of it between heartbeats).
-        interval = max(MIN_HEARTBEAT_INTERVAL, _lease_seconds(jobs[0]) / 3)
+        interval = max(MIN_HEARTBEAT_INTERVAL, _lease_seconds(jobs[0], claimed) / 3)
         self._sweep_tick = min(self._sweep_tick, max(SWEEP_TICK_MIN, interval / 10))
         held_jobs = self._held
         for data in jobs:
             context = JobContext.from_graphql(data)
             held = _Held(context, now, interval)
+            if beat_now:
+                held.next_beat = now
             held_jobs.add(held)
             self._free -= 1
             self.active += 1
@@ -636,8 +736,26 @@ class Worker:
                 self._finish(held, outcome, now, ts)
             return
         rejected = set(outcome)
+        if rejected:
+            rejected -= await self._completed_before(batch, rejected)
+            now, ts = time.monotonic(), _timestamp()
         for held, _ in batch:
             self._finish(held, "lost" if held.id in rejected else "completed", now, ts)
+
+    async def _completed_before(self, batch: list[tuple[_Held, bytes]], rejected: set[str]) -> set[str]:
+        """The rejected ids that are COMPLETED at the attempt this worker held: an earlier copy
+        of the call applied (it was sent again after its answer was lost)."""
+        attempts = {held.id: held.attempt for held, _ in batch if held.id in rejected}
+        try:
+            states = await asyncio.gather(*(self._client.job_state(id) for id in attempts))
+        except QueuelogError as exc:
+            log.warning("could not check %d rejected completion(s): %s", len(attempts), exc)
+            return set()
+        return {
+            id
+            for (id, attempt), state in zip(attempts.items(), states, strict=True)
+            if state == ("COMPLETED", attempt)
+        }
 
     def _finish(self, held: _Held, status: str, now: float, ts: str) -> None:
         """The job's report is in (or given up): it is no longer ours; log its one line."""
