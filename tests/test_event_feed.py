@@ -6,7 +6,8 @@ Attacked and proven:
   PostgreSQL, simulated here with explicit ids on SQLite) are held as holes and delivered
   when they appear;
 - on SQLite the tail reads no row while only its own process writes (PRAGMA data_version),
-  and reads exactly the other connection's rows once one commits;
+  and reads exactly the other connection's rows once one commits; a backlog longer than one
+  read, and a read that failed, are read to the end though data_version does not move again;
 - `serve --workers 3` on one SQLite file: a subscriber on one process sees every job enqueued
   over many connections, whichever process took them;
 - two servers on one PostgreSQL database with QUEUELOG_EVENT_FEED=poll (the PgBouncer
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 ENQUEUE = 'mutation { enqueueJob(input: {type: "email"}) { job { id } } }'
 SUBSCRIBE = "subscription { jobEvents { kind job { id status } } }"
@@ -149,6 +152,87 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
         assert await tail.poll() == 2  # both read; its own skipped
         assert delivered[1:] == [(EventKind.ENQUEUED, 101)]
         assert mine not in [job_id for _, job_id in delivered]
+        await db.close()
+        await other.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_path: Path) -> None:
+    """Another process commits more events than one read takes, then this one writes: the
+    tail reads on to the last of them (data_version no longer moves once it has looked)."""
+
+    async def scenario() -> None:
+        delivered: list[int] = []
+        url = migrated(tmp_path / "q.db")
+        db = SqliteDatabase(url, lambda events: None)
+        other = SqliteDatabase(url, lambda events: None)
+        db.own_events = own = OwnEvents()
+        tail = EventTail(
+            db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
+        )
+        await tail.start()
+        await tail.close()
+        await tail.poll()
+
+        count = EVENT_TAIL_BATCH + 3
+        now = 1_700_000_000_000_000
+        connection = other._writer
+        connection.execute("BEGIN IMMEDIATE")
+        connection.executemany(
+            "INSERT INTO jobs (id, type, payload, priority, status, retry_count, max_retries,"
+            " attempt, run_at, created_by, created_at, updated_at)"
+            " VALUES (?, 'email', '{}', 10, 'pending', 0, 3, 0, ?, 'p', ?, ?)",
+            [(i, now, now, now) for i in range(1, count + 1)],
+        )
+        connection.executemany(
+            "INSERT INTO job_events (id, job_id, kind, status, at) VALUES (?, ?, 'ENQUEUED', 'pending', ?)",
+            [(i, i, now) for i in range(1, count + 1)],
+        )
+        connection.execute("COMMIT")
+        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        (mine,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+
+        assert await tail.poll() == EVENT_TAIL_BATCH
+        while await tail.poll():
+            pass
+        assert delivered == list(range(1, count + 1))
+        assert mine.job.id not in delivered
+        await db.close()
+        await other.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_sqlite_tail_reads_again_after_a_failed_read(tmp_path: Path) -> None:
+    """A read that fails after data_version has moved is tried again at the next poll, though
+    data_version does not move again."""
+
+    async def scenario() -> None:
+        delivered: list[int] = []
+        url = migrated(tmp_path / "q.db")
+        db = SqliteDatabase(url, lambda events: None)
+        other = SqliteDatabase(url, lambda events: None)
+        db.own_events = own = OwnEvents()
+        tail = EventTail(
+            db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
+        )
+        await tail.start()
+        await tail.close()
+        await tail.poll()
+        insert_job_and_event(other, 1, 1)
+
+        read = db.read
+
+        async def failing_read(function: Callable[..., Any], *args: Any) -> Any:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        db.read = failing_read  # type: ignore[method-assign]
+        with pytest.raises(sqlite3.OperationalError):
+            await tail.poll()
+        db.read = read  # type: ignore[method-assign]
+        assert await tail.poll() == 1
+        assert delivered == [1]
         await db.close()
         await other.close()
 

@@ -9,9 +9,10 @@ other events' jobs back in one statement and delivers them: each job as it is no
 status as of the event.
 
 On SQLite it first asks whether any other connection has committed since it last looked
-(`others_wrote`: PRAGMA data_version, microseconds). When none has, every event after the
-last one seen is this process's own, so it moves past them without reading: a server that
-is alone on its file pays a few microseconds per poll, whatever its write rate.
+(`others_wrote`: PRAGMA data_version, microseconds). When none has and its last read
+reached the end, every event after the last one seen is this process's own, so it moves
+past them without reading: a server alone on its file pays a few microseconds per poll,
+whatever its write rate.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
 PostgreSQL a lower id may commit after a higher one: ids skipped over are kept as holes
@@ -119,6 +120,7 @@ class EventTail:
         # every id this process added to `own` has committed (or been withdrawn).
         self._others_wrote = others_wrote
         self._high = 0  # the highest event id handled
+        self._behind = False  # the last read failed or took a whole batch: more may wait
         self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
         self._task: asyncio.Task[None] | None = None
 
@@ -141,11 +143,18 @@ class EventTail:
 
     async def poll(self) -> int:
         """Read and deliver what is new; returns how many new rows were read."""
-        if self._others_wrote is not None and not self._holes and not self._others_wrote():
+        if (
+            self._others_wrote is not None
+            and not self._others_wrote()
+            and not self._behind
+            and not self._holes
+        ):
             self._high = max(self._high, self._own.last)
             self._own.forget_through(self._high)
             return 0
+        self._behind = True
         rows: list[tuple[int, int, str, str]] = await self._db.read(ops.events_after, self._high)
+        self._behind = len(rows) >= EVENT_TAIL_BATCH
         late: list[tuple[int, int, str, str]] = []
         if self._holes:
             late = await self._db.read(ops.events_with_ids, sorted(self._holes))
