@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import strawberry
-from graphql import GraphQLDefaultInput, parse_const_value
+from graphql import GraphQLDefaultInput, GraphQLInputObjectType, parse_const_value
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
@@ -58,7 +58,9 @@ def _keep_json_default_printable(built: strawberry.Schema) -> None:
     introspection of that default failed; the literal form prints as `{}` and coerces
     to the same empty object.
     """
-    payload = built._schema.type_map["EnqueueJobInput"].fields["payload"]  # type: ignore[union-attr]
+    enqueue_input = built._schema.type_map["EnqueueJobInput"]
+    assert isinstance(enqueue_input, GraphQLInputObjectType)
+    payload = enqueue_input.fields["payload"]
     payload.default = GraphQLDefaultInput(literal=parse_const_value("{}"))
 
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
 from strawberry.dataloader import DataLoader
 
 from queuelog.auth import Principal
@@ -70,7 +70,9 @@ class RequestContext:
 
     async def client_gone(self) -> None:
         """Completes when the HTTP client disconnects (for long-polling claims)."""
-        receive = self.request.receive  # type: ignore[attr-defined]
+        request = self.request
+        assert isinstance(request, Request)  # only HTTP claims wait on it (mutations._claim)
+        receive = request.receive
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":

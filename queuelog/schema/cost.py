@@ -29,6 +29,7 @@ from graphql import (
     FragmentSpreadNode,
     GraphQLField,
     GraphQLList,
+    GraphQLNamedType,
     GraphQLNonNull,
     GraphQLObjectType,
     GraphQLSchema,
@@ -136,7 +137,7 @@ class _Counter:
             if isinstance(node, FieldNode):
                 total += self.field(parent, node, size)
             elif isinstance(node, InlineFragmentNode):
-                condition = parent
+                condition: GraphQLNamedType | None = parent
                 if node.type_condition is not None:
                     condition = self.schema.get_type(node.type_condition.name.value)
                 total += self.selection(condition, node.selection_set, size)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode, get_operation_ast
@@ -111,6 +111,7 @@ class ErrorPolicy(SchemaExtension):
     def on_execute(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
+        assert document is not None  # parsed before execution starts
         operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
         if len(operations) > 1 and context._provided_operation_name is None:
             # The spec's rule; Strawberry would otherwise run the first operation.
@@ -150,6 +151,7 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
         def on_execute(self) -> Iterator[None]:
             context = self.execution_context
             document = context.graphql_document
+            assert document is not None  # parsed before execution starts
             operation = get_operation_ast(document, context._provided_operation_name)
             if operation is not None:
                 fragments = {
@@ -164,7 +166,7 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
     return CostLimit
 
 
-def schema_extensions(settings: Settings) -> list:
+def schema_extensions(settings: Settings) -> list[type[SchemaExtension] | Callable[[], SchemaExtension]]:
     rules = list(document_rules(settings))
     return [
         ErrorPolicy,

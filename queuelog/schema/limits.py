@@ -11,6 +11,7 @@ import functools
 from typing import Any
 
 from graphql import (
+    ASTValidationRule,
     FieldNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
@@ -83,7 +84,7 @@ def _fragment_depth(
     return memo[name]
 
 
-def document_rules(settings: Settings) -> tuple[type[ValidationRule], ...]:
+def document_rules(settings: Settings) -> tuple[type[ASTValidationRule], ...]:
     """The validation rules queuelog adds to GraphQL's own: depth, aliases, introspection.
 
     Both execution paths validate with these very classes (Strawberry's through
@@ -96,5 +97,5 @@ def document_rules(settings: Settings) -> tuple[type[ValidationRule], ...]:
 
 
 @functools.cache
-def _rules(max_depth: int, max_aliases: int) -> tuple[type[ValidationRule], ...]:
+def _rules(max_depth: int, max_aliases: int) -> tuple[type[ASTValidationRule], ...]:
     return (depth_limit_rule(max_depth), alias_rule(max_aliases), MaxIntrospectionDepthRule)
