@@ -22,18 +22,17 @@ REQUEST_KEYS = frozenset({"query", "variables", "operationName", "extensions"})
 
 async def read_body(receive: Receive) -> tuple[bytes, Receive]:
     """The whole request body, and a `receive` that hands it out again before going on."""
-    chunks = []
+    chunks: list[bytes] = []
+    pending: list[Message] = []
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            body = b"".join(chunks)
-            pending: list[Message] = [message]
+            pending.append(message)
             break
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
-            body = b"".join(chunks)
-            pending = []
             break
+    body = b"".join(chunks)
     replayed = [{"type": "http.request", "body": body, "more_body": False}, *pending]
 
     async def replay() -> Message:

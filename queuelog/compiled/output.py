@@ -85,16 +85,20 @@ def denied(guard: Any, site: Site | None, path: list[str | int]) -> GraphQLError
     return error_at(site, path, message=guard.message, extensions=guard.error_extensions)
 
 
+def _not_planned(value: Any) -> Any:
+    raise AssertionError("this kind of plan has no such function")
+
+
 @dataclasses.dataclass
 class ValuePlan:
     kind: str  # "scalar", "enum", "list", "object"
     non_null: bool
-    convert: Callable[[Any], Any] | None = None  # scalar/enum: Python value to JSON value
+    convert: Callable[[Any], Any] = _not_planned  # scalar/enum: Python value to JSON value
     convert_name: str = ""  # how the generated code spells `convert`
     item: ValuePlan | None = None  # list
     fields: list[FieldPlan] = dataclasses.field(default_factory=list)  # object
     type_name: str = ""  # object
-    fast: Callable[[Any], Any] | None = None  # object: the generated serializer
+    fast: Callable[[Any], Any] = _not_planned  # object: the generated serializer
 
 
 @dataclasses.dataclass
@@ -145,7 +149,7 @@ def plan_value(
     schema: GraphQLSchema, graphql_type: GraphQLOutputType, selection: SelectionSetNode | None
 ) -> ValuePlan:
     non_null = isinstance(graphql_type, GraphQLNonNull)
-    named = graphql_type.of_type if non_null else graphql_type  # type: ignore[union-attr]
+    named = graphql_type.of_type if isinstance(graphql_type, GraphQLNonNull) else graphql_type
     if isinstance(named, GraphQLList):
         return ValuePlan("list", non_null, item=plan_value(schema, named.of_type, selection))
     if isinstance(named, GraphQLScalarType):
@@ -257,11 +261,11 @@ def fast(plan: ValuePlan, value: Any) -> Any:
             raise Irregular
         return None
     if plan.kind == "object":
-        return plan.fast(value)  # type: ignore[misc]
+        return plan.fast(value)
     if plan.kind == "list":
         assert plan.item is not None
         return [fast(plan.item, v) for v in value]
-    return plan.convert(value)  # type: ignore[misc]
+    return plan.convert(value)
 
 
 # --- precise: graphql-core's rules ---------------------------------------------------------
@@ -295,7 +299,7 @@ class Completion:
                     return None
             return items
         try:
-            return plan.convert(value)  # type: ignore[misc]
+            return plan.convert(value)
         except Exception as failure:
             self.errors.append(error_at(field.site if field else None, path, failure))
             if plan.non_null:

@@ -34,6 +34,7 @@ from graphql import (
     OperationType,
     VariableNode,
     get_operation_ast,
+    is_input_type,
     parse,
     specified_rules,
     type_from_ast,
@@ -182,6 +183,8 @@ class Planner:
             if variable.default_value is not None or variable.directives:
                 raise Unsupported
             graphql_type = type_from_ast(self._schema, variable.type)
+            if not is_input_type(graphql_type):
+                raise Unsupported  # an unknown or output type: graphql-core words the error
             required = variable.type.kind == "non_null_type"
             variables.append(Variable(variable.variable.name.value, coercer_for(graphql_type), required))
         python_names = {
