@@ -16,7 +16,9 @@ from typing import Any
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
-    orjson = None  # type: ignore[assignment]
+    _HAVE_ORJSON = False
+else:
+    _HAVE_ORJSON = True
 
 
 # orjson reads integers beyond 64 bits as floats (2**70 would come back as 1.18e+21):
@@ -41,7 +43,7 @@ def _refuse_constant(name: str) -> Any:
 
 def loads(data: str | bytes) -> Any:
     """Parse JSON; raises ValueError (or RecursionError) when it is not valid JSON."""
-    if orjson is not None and not _has_long_digits(data):
+    if _HAVE_ORJSON and not _has_long_digits(data):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -51,7 +53,7 @@ def loads(data: str | bytes) -> Any:
 
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON of a response (values the server built: no NaN can occur)."""
-    if orjson is not None:
+    if _HAVE_ORJSON:
         try:
             return orjson.dumps(value)
         except TypeError:
@@ -72,7 +74,7 @@ def compact(value: Any) -> str:
     never stored) and TypeError for what is not JSON at all. orjson writes non-finite
     floats as null, so a value is only searched for them when `null` appears.
     """
-    if orjson is not None:
+    if _HAVE_ORJSON:
         try:
             text = orjson.dumps(value)
         except TypeError:

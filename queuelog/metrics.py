@@ -65,6 +65,7 @@ class Metrics:
     def observe_events(self, events: Sequence[JobEvent]) -> None:
         # Summed first: one labels().inc() per counter and type, not per event.
         increments: dict[tuple[Counter, str], int] = {}
+        counters: tuple[Counter, ...]
         for event in events:
             job_type = event.job.type
             if event.kind is EventKind.LEASE_EXPIRED:

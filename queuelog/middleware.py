@@ -19,7 +19,9 @@ def graphql_error_body(message: str, code: str) -> bytes:
     return json.dumps({"data": None, "errors": [{"message": message, "extensions": {"code": code}}]}).encode()
 
 
-async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:  # type: ignore[assignment]
+async def send_json(
+    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
     await send(
         {
             "type": "http.response.start",

@@ -18,7 +18,7 @@ class RetryPolicy:
     base_seconds: float
     max_seconds: float
 
-    def delay(self, retry_count: int, rng: random.Random = random._inst) -> float:  # type: ignore[attr-defined]
+    def delay(self, retry_count: int, rng: random.Random = random._inst) -> float:
         exponent = min(retry_count, 62)
         cap = min(self.max_seconds, self.base_seconds * (2**exponent))
         return cap * rng.uniform(0.75, 1.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from queuelog.model import JobEvent, JobStatus
 
@@ -22,7 +23,7 @@ class WorkSignal:
         if any(e.job.status is JobStatus.PENDING for e in events):
             self.notify()
 
-    async def wait(self, timeout: float, *also: asyncio.Future[object]) -> bool:
+    async def wait(self, timeout: float, *also: asyncio.Future[Any]) -> bool:
         """Wait for notify(), `timeout` seconds, or any of `also`; True if notified."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)

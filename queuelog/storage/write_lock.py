@@ -18,7 +18,9 @@ from collections.abc import Iterator
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    _HAVE_FCNTL = False
+else:
+    _HAVE_FCNTL = True
 
 from sqlalchemy.engine import make_url
 
@@ -28,7 +30,7 @@ class WriteLock:
         """`create=False` (the CLI) uses the lock file only if a server has made one."""
         database = make_url(database_url).database
         self._fd: int | None = None
-        if fcntl is not None and database and database != ":memory:":
+        if _HAVE_FCNTL and database and database != ":memory:":
             flags = os.O_RDWR | (os.O_CREAT if create else 0)
             try:
                 self._fd = os.open(f"{database}-queuelog.lock", flags, 0o600)

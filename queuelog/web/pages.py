@@ -114,7 +114,9 @@ class Assets:
             return Response("Not Found", status_code=404, media_type="text/plain")
         # Off the event loop: gzipping GraphiQL's bundle takes a few hundred milliseconds,
         # which waiting claims and heartbeats on this loop must not feel.
-        asset = self.loaded.get(name) or await asyncio.to_thread(self.load, name)
+        asset = self.loaded.get(name)
+        if asset is None:
+            asset = await asyncio.to_thread(self.load, name)
         headers = {
             "ETag": asset.etag,
             "Cache-Control": "no-cache",
