@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from queuelog import jsonutil
 from queuelog.model import Job, JobStatus, Priority
@@ -38,6 +38,10 @@ STATUS_BY_VALUE = {s.value: s for s in JobStatus}
 _DATETIMES: dict[int, datetime] = {}
 
 
+@overload
+def micros_to_datetime(value: int) -> datetime: ...
+@overload
+def micros_to_datetime(value: int | None) -> datetime | None: ...
 def micros_to_datetime(value: int | None) -> datetime | None:
     # Rows written in one transaction share their timestamps: build each datetime once.
     if value is None:

@@ -152,10 +152,12 @@ def _as_sent(column: Column[Any]) -> ColumnElement[Any]:
 
 
 def _copy_rows(read: Connection, write: Connection, table: Table, batch_rows: int) -> int:
-    types = dict(write.execute(text(COLUMN_TYPES), {"table": table.name}).all())
+    types: dict[str, str] = dict(write.execute(text(COLUMN_TYPES), {"table": table.name}).all())
     wire = ["int8" if types[c.name] == "timestamp with time zone" else types[c.name] for c in table.c]
     query = select(*map(_as_sent, table.c)).order_by(table.c.id).execution_options(yield_per=batch_rows)
-    with write.connection.driver_connection.cursor() as cursor:
+    driver = write.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)  # the target is PostgreSQL through psycopg
+    with driver.cursor() as cursor:
         with cursor.copy(copy_binary(table.name, [c.name for c in table.c])) as copy:
             copy.set_types(wire)
             for row in read.execute(query):

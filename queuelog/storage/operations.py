@@ -54,7 +54,7 @@ from queuelog.storage.statements import (
     RetryDecision,
     Statements,
 )
-from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.transaction import Connection, Cursor, WriteTx
 from queuelog.storage.types import compact_json, to_micros
 
 MICROS_PER_MINUTE = 60_000_000
@@ -85,7 +85,7 @@ def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
     cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
     if cursor.rowcount == 1:
-        job = new_job(cursor.lastrowid, item, created_by, tx.now)  # type: ignore[arg-type]
+        job = new_job(_inserted_id(cursor), item, created_by, tx.now)
         tx.record(EventKind.ENQUEUED, None, job)
         return EnqueueOutcome(job=job, created=True)
     key = {"created_by": created_by, "key": item.idempotency_key}
@@ -107,12 +107,12 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
     """
     if len(items) == 1 and items[0].idempotency_key is not None:
         return [_enqueue_once(tx, items[0], created_by)]
-    existing: dict[str, Job] = {}
+    existing: dict[str | None, Job] = {}
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
     if keys:
         params = {"created_by": created_by, "keys": jsonutil.dumps(keys).decode()}
         rows = tx.execute(tx.sql.JOBS_BY_IDEMPOTENCY_KEYS, params).fetchall()
-        existing = {job.idempotency_key: job for job in map(decode_job, rows)}  # type: ignore[misc]
+        existing = {job.idempotency_key: job for job in map(decode_job, rows)}
     outcomes: list[EnqueueOutcome | None] = [None] * len(items)
     new: list[int] = []
     first_with_key: dict[str, int] = {}
@@ -139,15 +139,24 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
             tx.record(EventKind.ENQUEUED, None, job)
             outcomes[i] = EnqueueOutcome(job=job, created=True)
     for i, first in repeats:
-        outcomes[i] = EnqueueOutcome(job=outcomes[first].job, created=False)  # type: ignore[union-attr]
+        earlier = outcomes[first]
+        assert earlier is not None  # `first` is one of `new`, all set above
+        outcomes[i] = EnqueueOutcome(job=earlier.job, created=False)
     return [o for o in outcomes if o is not None]
 
 
 def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> Sequence[int]:
     """Insert rows known to be new; returns their ids, in order."""
     if len(rows) == 1:
-        return [tx.execute(tx.sql.INSERT_JOB, rows[0]).lastrowid]  # type: ignore[list-item]
+        return [_inserted_id(tx.execute(tx.sql.INSERT_JOB, rows[0]))]
     return tx.connection.insert_ids(tx.sql.INSERT_JOB, rows)
+
+
+def _inserted_id(cursor: Cursor) -> int:
+    """The id of the one row the INSERT just run wrote (a cursor has none before that)."""
+    job_id = cursor.lastrowid
+    assert job_id is not None
+    return job_id
 
 
 # --- claim and the holder's reports --------------------------------------------------------
@@ -460,7 +469,7 @@ def last_event_id(conn: Connection) -> int:
 
 def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, str]]:
     """(id, job_id, kind, status) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
-    return [tuple(row) for row in conn.execute(conn.sql.EVENTS_AFTER, {"after": after_id}).fetchall()]  # type: ignore[misc]
+    return [tuple(row) for row in conn.execute(conn.sql.EVENTS_AFTER, {"after": after_id}).fetchall()]
 
 
 def key_is_active(conn: Connection, name: str) -> bool:
@@ -472,7 +481,7 @@ def events_of_jobs(conn: Connection, job_ids: Sequence[int], last: int) -> dict[
     rows = conn.execute(conn.sql.EVENTS_OF_JOBS, {"ids": _ids_json(job_ids), "limit": last}).fetchall()
     events: dict[int, list[RecordedEvent]] = {}
     for job_id, kind, status, at in rows:
-        event = RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))  # type: ignore[arg-type]
+        event = RecordedEvent(EventKind(kind), STATUS_BY_VALUE[status], micros_to_datetime(at))
         events.setdefault(job_id, []).append(event)
     return events
 
@@ -480,7 +489,7 @@ def events_of_jobs(conn: Connection, job_ids: Sequence[int], last: int) -> dict[
 def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[int, int, str, str]]:
     return [
         tuple(row) for row in conn.execute(conn.sql.EVENTS_WITH_IDS, {"ids": _ids_json(event_ids)}).fetchall()
-    ]  # type: ignore[misc]
+    ]
 
 
 def _counts_and_everyones(
@@ -557,7 +566,7 @@ def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minute
     completed, failed = STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]
     return [
         MinuteCount(
-            micros_to_datetime(minute * MICROS_PER_MINUTE),  # type: ignore[arg-type]
+            micros_to_datetime(minute * MICROS_PER_MINUTE),
             found.get(minute, {}).get(completed, 0),
             found.get(minute, {}).get(failed, 0),
         )

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, text, update
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql.elements import BindParameter
 
 from queuelog.model import JobStatus, Priority
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
@@ -50,7 +51,7 @@ def lit(value: str | int | None) -> Any:
 # (`WHERE status = 'pending'`) when it can see the value while planning.
 IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
 IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
-_INSERT_VALUES = {name: bindparam(name) for name in NEW_JOB_COLUMNS}
+_INSERT_VALUES: dict[str, BindParameter[Any]] = {name: bindparam(name) for name in NEW_JOB_COLUMNS}
 
 
 def _adding_to(table: Any) -> str:
