@@ -6,6 +6,10 @@
 2. `claimJob` then `completeJob` of what it claimed, sequential on each of C
    connections (worker key), against the baseline's `/claim` + `/complete` (the same
    UPDATEs on stdlib sqlite3). Both queues are kept filled between rounds.
+Figures 1 and 2 also run a third server, `queuelog serve --no-compiled`
+(QUEUELOG_COMPILED=false: every request through Strawberry, no precompiled plan), in the
+same alternation, so the table shows what queuelog/compiled buys.
+
 w. `enqueueJob` on `queuelog serve --workers 2` against `--workers 1` (not a target; CPU
    is that of the whole process tree).
 
@@ -148,6 +152,23 @@ def _rate_rows(
             fig.notes.append(f"{label}: {r_.errors} failed requests; first: {r_.first_error}")
 
 
+UNCOMPILED = ("--no-compiled",)
+
+
+def _uncompiled_row(fig: Figure, unit: str, q_ops: int, q: Round, u_ops: int, u: Round) -> None:
+    """The same figure on `serve --no-compiled`, beside the compiled server's rate."""
+    q_rate, u_rate = q_ops / q.seconds, u_ops / u.seconds
+    up = [weighted_percentile(u.points, p) for p in (50, 99)]
+    fig.add(
+        "  the same, QUEUELOG_COMPILED=false (queuelog / that)",
+        num(u_rate, 0, unit),
+        f"p50 / p99 {ms(up[0])} / {ms(up[1])} ms",
+        rx(ratio(q_rate, u_rate)),
+    )
+    if u.errors:
+        fig.notes.append(f"QUEUELOG_COMPILED=false: {u.errors} failed requests; first: {u.first_error}")
+
+
 def per_round(q: list[Round], b: list[Round], key: Callable[[Round], float]) -> str:
     return "  ".join(f"{key(x) / key(y):.2f}x" for x, y in zip(q, b, strict=True))
 
@@ -159,8 +180,14 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
     baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
+    uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
     producer = ctx.keys(queuelog, [("bench-producer", "producer")])["bench-producer"]
-    targets = {"queuelog": (queuelog, "/graphql", bearer(producer)), "baseline": (baseline, "/enqueue", {})}
+    uncompiled_producer = ctx.keys(uncompiled, [("bench-producer", "producer")])["bench-producer"]
+    targets = {
+        "queuelog": (queuelog, "/graphql", bearer(producer)),
+        "baseline": (baseline, "/enqueue", {}),
+        "uncompiled": (uncompiled, "/graphql", bearer(uncompiled_producer)),
+    }
     for server, path, headers in targets.values():
         _check_once(server, path, headers, enqueue_body(), ctx)
     warm = {name: _static_load(ctx, *t, seconds=1) for name, t in targets.items()}
@@ -186,6 +213,8 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         0.5,
         "request",
     )
+    u = pool(rounds["uncompiled"])
+    _uncompiled_row(fig, "req/s", q.requests, q, u.requests, u)
     fig.notes.append(
         "per-round throughput ratios: " + per_round(rounds["queuelog"], rounds["baseline"], lambda r: r.rate)
     )
@@ -208,6 +237,7 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.enqueue_connections,
         "queuelog": round_summary(q),
         "baseline": round_summary(b),
+        "uncompiled": round_summary(u),
         "rounds": {k: [round_summary(r) for r in v] for k, v in rounds.items()},
         "jobs_stored": {"queuelog": stored_q, "baseline": stored_b},
     }
@@ -221,7 +251,10 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
     work = ctx.dir()
     baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
-    keys = ctx.keys(queuelog, [("bench-producer", "producer"), ("bench-worker", "worker")])
+    uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
+    specs = [("bench-producer", "producer"), ("bench-worker", "worker")]
+    keys = ctx.keys(queuelog, specs)
+    uncompiled_keys = ctx.keys(uncompiled, specs)
     claim_body = graphql_body(CLAIM_NOW).decode()
     template = json.dumps(
         {"query": COMPLETE, "variables": {"id": "@ID@", "attempt": 7777777, "result": RESULT}},
@@ -231,15 +264,18 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
     targets: dict[str, tuple[ServerProcess, str, str, dict[str, str]]] = {
         "queuelog": (queuelog, "/graphql", "/graphql", bearer(keys["bench-worker"])),
         "baseline": (baseline, "/claim", "/complete", {}),
+        "uncompiled": (uncompiled, "/graphql", "/graphql", bearer(uncompiled_keys["bench-worker"])),
     }
-    best_rate = {"queuelog": 1000.0, "baseline": 5000.0}
+    producers = {"queuelog": keys["bench-producer"], "uncompiled": uncompiled_keys["bench-producer"]}
+    best_rate = {"queuelog": 1000.0, "baseline": 5000.0, "uncompiled": 1000.0}
 
     def pending(name: str) -> int:
         if name == "baseline":
             return baseline_db.count("WHERE status = 'pending'")
+        server = targets[name][0]
 
         async def go() -> int:
-            async with Api(queuelog.url, queuelog.admin_key) as api:
+            async with Api(server.url, server.admin_key) as api:
                 return (await api.counts())["pending"]
 
         return int(ctx.run(go()))
@@ -252,14 +288,14 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         if name == "baseline":
             baseline_db.insert_pending(need)
         else:
-            ctx.run(enqueue_many(queuelog.url, keys["bench-producer"], need, batch=1000, connections=2))
+            ctx.run(enqueue_many(targets[name][0].url, producers[name], need, batch=1000, connections=2))
 
     def load(name: str, seconds: int) -> Round:
         top_up(name, seconds)
         if name == "baseline":
             baseline_db.maintain()
         else:
-            ctx.maintain(queuelog)
+            ctx.maintain(targets[name][0])
         server, claim_path, complete_path, headers = targets[name]
         if s.use_wrk:
             script = claim_complete_script(claim_path, claim_body, complete_path, complete_format, headers)
@@ -308,6 +344,8 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "round trip",
         s.claim_connections,
     )
+    u = pool(rounds["uncompiled"])
+    _uncompiled_row(fig, "rt/s", q_done, q, u.counters.get("completed", 0), u)
     fig.notes.append(
         "per-round round-trip ratios: "
         + per_round(
@@ -330,6 +368,7 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.claim_connections,
         "queuelog": round_summary(q, q_done),
         "baseline": round_summary(b, b_done),
+        "uncompiled": round_summary(u, u.counters.get("completed", 0)),
         "rounds": {
             k: [round_summary(r, r.counters.get("completed", 0)) for r in v] for k, v in rounds.items()
         },

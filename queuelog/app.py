@@ -240,7 +240,9 @@ class GraphQLEndpoint:
                 return
             scope["queuelog.principal"] = principal
             body, receive = await read_body(receive)
-            if await self.compiled.answer(scope, body, receive, send, principal):
+            if self.services.settings.compiled and await self.compiled.answer(
+                scope, body, receive, send, principal
+            ):
                 return
         await self.view(scope, receive, send)
 

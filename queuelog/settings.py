@@ -51,6 +51,8 @@ class Settings:
     # How a server hears other server processes' events (Scaling out in the README):
     # auto = notify on PostgreSQL, poll on SQLite (hears any process on the same file).
     event_feed: str = "auto"
+    # false: every POST goes through Strawberry, never the precompiled plans (queuelog/compiled).
+    compiled: bool = True
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
 
