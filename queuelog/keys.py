@@ -7,11 +7,11 @@ from collections.abc import Iterable
 
 from sqlalchemy import Engine
 
+from queuelog import clock
 from queuelog.auth import default_max_priority, generate_key, hash_key
 from queuelog.errors import BadInput
 from queuelog.model import ApiKey, Priority, Role
 from queuelog.storage import key_operations as ops
-from queuelog.storage.repository import utcnow
 
 BOOTSTRAP_NAME = "admin"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
@@ -47,7 +47,7 @@ def create_key(
     priority = max_priority if max_priority is not None else default_max_priority(role_set)
     plaintext = generate_key()
     with engine.begin() as conn:
-        record = ops.create_key(conn, name, hash_key(plaintext), role_set, priority, utcnow())
+        record = ops.create_key(conn, name, hash_key(plaintext), role_set, priority, clock.utcnow())
     return record, plaintext
 
 
@@ -58,7 +58,7 @@ def list_keys(engine: Engine) -> list[ApiKey]:
 
 def revoke_key(engine: Engine, name: str) -> None:
     with engine.begin() as conn:
-        ops.revoke_key(conn, name, utcnow())
+        ops.revoke_key(conn, name, clock.utcnow())
 
 
 def bootstrap_admin(engine: Engine) -> tuple[ApiKey, str] | None:
@@ -72,5 +72,6 @@ def bootstrap_admin(engine: Engine) -> tuple[ApiKey, str] | None:
             suffix += 1
             name = f"{BOOTSTRAP_NAME}-{suffix}"
         plaintext = generate_key()
-        record = ops.create_key(conn, name, hash_key(plaintext), [Role.ADMIN], Priority.CRITICAL, utcnow())
+        now = clock.utcnow()
+        record = ops.create_key(conn, name, hash_key(plaintext), [Role.ADMIN], Priority.CRITICAL, now)
     return record, plaintext

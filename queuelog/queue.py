@@ -39,7 +39,7 @@ from queuelog.model import (
 )
 from queuelog.sanitize import sanitize_error
 from queuelog.settings import Settings, env_name
-from queuelog.storage.repository import ClaimerRevoked, Repository, utcnow
+from queuelog.storage.repository import ClaimerRevoked, Repository
 from queuelog.storage.types import compact_json
 from queuelog.wakeup import WorkSignal
 
@@ -265,7 +265,9 @@ class JobQueue:
                             return []
                         generation = self.repository.key_generation()
                     next_due = await self.repository.next_due_at(types)
-                    until_due = (next_due - utcnow()).total_seconds() if next_due is not None else remaining
+                    until_due = remaining
+                    if next_due is not None:
+                        until_due = (next_due - self.repository.now()).total_seconds()
                     if until_due <= 0:
                         break
                     pause = min(remaining, until_due + 0.001, CROSS_PROCESS_RECHECK_SECONDS)

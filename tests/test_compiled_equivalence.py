@@ -36,7 +36,6 @@ import logging
 import random
 import re
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -50,13 +49,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
+from queuelog import clock as queuelog_clock
 from queuelog import keys as key_admin
 from queuelog.app import QueuelogApp, create_app
 from queuelog.compiled.http import CompiledRequests
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import Priority, Role
 from queuelog.settings import Settings
-from queuelog.storage import sqlite as sqlite_storage
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 
@@ -82,7 +81,7 @@ ROLES = tuple(KEYS)
 
 
 class Clock:
-    """What `utcnow()` answers in every queuelog module while the tests run (and, through
+    """What `queuelog.clock.utcnow()` answers while the tests run (and, through
     `followers`, what PostgreSQL's clock says: `postgres_pair`)."""
 
     def __init__(self) -> None:
@@ -488,10 +487,7 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     clock = Clock()
     loop = asyncio.new_event_loop()
     patch = pytest.MonkeyPatch()
-    original = sqlite_storage.utcnow
-    for name, module in list(sys.modules.items()):
-        if name.startswith("queuelog") and getattr(module, "utcnow", None) is original:
-            patch.setattr(module, "utcnow", clock)
+    patch.setattr(queuelog_clock, "utcnow", clock)
     log = ServerLog()
     running = Harness(loop, clock, template, keys, directory, log)
     try:

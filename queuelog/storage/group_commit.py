@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
+from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
 from queuelog.storage.transaction import WriteTx
 
@@ -35,6 +37,11 @@ class GroupCommit:
         self._queue: Batch = []
         self._idle = asyncio.Event()
         self._idle.set()
+        self.db_clock = DatabaseClock()
+
+    def now(self) -> datetime:
+        """The time by the clock this database's writes use (queuelog/clock.py)."""
+        return self.db_clock.now()
 
     async def write(self, operation: Callable[[WriteTx], T]) -> T:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

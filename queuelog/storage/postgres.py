@@ -43,6 +43,7 @@ from psycopg import errors as pg_errors
 from psycopg.adapt import Loader
 from psycopg.pq import Format
 
+from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
@@ -314,8 +315,10 @@ class PostgresDatabase(GroupCommit):
         trips fewer: the common case under light load); if it fails, rolling back the whole
         transaction is the same thing, and an idempotency race reruns it with one."""
         connection = PgConnection(raw, locking=True)
+        before = clock.utcnow()
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
         tx = WriteTx(connection, from_micros(now_us))
+        self.db_clock.observe(tx.now, before, clock.utcnow())
         if self.own_events is not None:
             tx.event_ids = []
         if savepoints is None:

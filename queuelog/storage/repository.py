@@ -34,7 +34,7 @@ from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
-from queuelog.storage.sqlite import SqliteDatabase, utcnow
+from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
@@ -139,11 +139,15 @@ class Repository:
     ) -> tuple[list[Job], bool, int]:
         return await self._db.read(ops.list_jobs, scope, status, job_type, first, after_id)
 
+    def now(self) -> datetime:
+        """The time by the database's clock, the one its writes use (queuelog/clock.py)."""
+        return self._db.now()
+
     async def queue_stats(self, scope: JobScope) -> QueueStats:
-        return await self._db.read(ops.queue_stats, utcnow(), scope)
+        return await self._db.read(ops.queue_stats, self.now(), scope)
 
     async def finished_per_minute(self, scope: JobScope, minutes: int) -> list[MinuteCount]:
-        return await self._db.read(ops.finished_per_minute, utcnow(), scope, minutes)
+        return await self._db.read(ops.finished_per_minute, self.now(), scope, minutes)
 
     async def next_due_at(self, types: Sequence[str] | None) -> datetime | None:
         return await self._db.read(ops.next_due_at, types)
@@ -206,10 +210,10 @@ class Repository:
         return await self._db.write(lambda tx: ops.expire_leases(tx, self._delay))
 
     async def prune(self, retention_seconds: int) -> int:
-        cutoff = utcnow() - timedelta(seconds=retention_seconds)
+        kept = timedelta(seconds=retention_seconds)
         total = 0
         while True:
-            deleted = await self._db.write(lambda tx: ops.prune(tx, cutoff))
+            deleted = await self._db.write(lambda tx: ops.prune(tx, tx.now - kept))
             total += deleted
             if deleted < PRUNE_BATCH:
                 break

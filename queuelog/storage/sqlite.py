@@ -24,11 +24,11 @@ import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import make_url
 
+from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage import operations as ops
@@ -41,10 +41,6 @@ from queuelog.storage.write_lock import WriteLock
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def database_path(url: str) -> str:
@@ -152,7 +148,7 @@ class SqliteDatabase(GroupCommit):
 
     def _commit(self, batch: Batch) -> tuple[list[Outcome], list[JobEvent]]:
         connection = self._writer
-        tx = WriteTx(connection, utcnow())
+        tx = WriteTx(connection, clock.utcnow())
         if self.own_events is not None:
             tx.event_ids = []
         outcomes: list[Outcome] = []
