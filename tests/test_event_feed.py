@@ -17,8 +17,12 @@ Attacked and proven:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
+import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -348,3 +352,46 @@ def test_the_polling_feed_carries_events_between_postgresql_servers(
     finally:
         first.stop()
         second.stop()
+
+
+def test_own_events_hold_every_id_while_writer_threads_add_and_the_tail_reads() -> None:
+    """Writer threads add ids while the tail, on the loop's thread, looks them up and forgets
+    old runs; unguarded, the lookup raised `deque mutated during iteration` and the tail
+    lost that read's events."""
+    own = OwnEvents()
+    ids = itertools.count(1)
+    take = threading.Lock()
+    added: list[int] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            with take:  # ids from one sequence, as the database hands them out
+                batch = [next(ids) for _ in range(3)]
+            own.add(batch)
+            added.extend(batch)
+
+    def tail() -> None:
+        while not stop.is_set():
+            try:
+                _ = 10**12 in own
+                own.forget_through(0)
+            except Exception as exc:  # noqa: BLE001 - any error here is the failure
+                errors.append(exc)
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=writer) for _ in range(4)] + [threading.Thread(target=tail)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        sys.setswitchinterval(old_interval)
+    assert errors == []
+    assert added and all(event_id in own for event_id in added[-1000:])
+    assert own.last == max(added)
