@@ -162,22 +162,31 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
     asyncio.run(scenario())
 
 
+async def stopped_tail_beside_another_writer(
+    tmp_path: Path,
+) -> tuple[SqliteDatabase, SqliteDatabase, EventTail, list[int]]:
+    """This process's database with a tail polled by hand (its loop stopped, its start read
+    done), another process's database on the same file, and the delivered job ids."""
+    delivered: list[int] = []
+    url = migrated(tmp_path / "q.db")
+    db = SqliteDatabase(url, lambda events: None)
+    other = SqliteDatabase(url, lambda events: None)
+    db.own_events = own = OwnEvents()
+    tail = EventTail(
+        db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
+    )
+    await tail.start()
+    await tail.close()
+    await tail.poll()
+    return db, other, tail, delivered
+
+
 def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_path: Path) -> None:
     """Another process commits more events than one read takes, then this one writes: the
     tail reads on to the last of them (data_version no longer moves once it has looked)."""
 
     async def scenario() -> None:
-        delivered: list[int] = []
-        url = migrated(tmp_path / "q.db")
-        db = SqliteDatabase(url, lambda events: None)
-        other = SqliteDatabase(url, lambda events: None)
-        db.own_events = own = OwnEvents()
-        tail = EventTail(
-            db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
-        )
-        await tail.start()
-        await tail.close()
-        await tail.poll()
+        db, other, tail, delivered = await stopped_tail_beside_another_writer(tmp_path)
 
         count = EVENT_TAIL_BATCH + 3
         now = 1_700_000_000_000_000
@@ -213,17 +222,7 @@ def test_the_sqlite_tail_reads_again_after_a_failed_read(tmp_path: Path) -> None
     data_version does not move again."""
 
     async def scenario() -> None:
-        delivered: list[int] = []
-        url = migrated(tmp_path / "q.db")
-        db = SqliteDatabase(url, lambda events: None)
-        other = SqliteDatabase(url, lambda events: None)
-        db.own_events = own = OwnEvents()
-        tail = EventTail(
-            db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
-        )
-        await tail.start()
-        await tail.close()
-        await tail.poll()
+        db, other, tail, delivered = await stopped_tail_beside_another_writer(tmp_path)
         insert_job_and_event(other, 1, 1)
 
         read = db.read
