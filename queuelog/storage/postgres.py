@@ -140,7 +140,7 @@ class PgConnection:
         self.sql: type[PostgresStatements] = PostgresWriterStatements if locking else PostgresStatements
 
     def execute(self, sql: str, parameters: Any = ()) -> Result:
-        cursor = self.raw.execute(sql, parameters or None, binary=True)  # type: ignore[arg-type]
+        cursor = self.raw.execute(sql, parameters or None, binary=True)
         rows = cursor.fetchall() if cursor.description is not None else []
         lastrowid = rows[0][0] if rows and sql in RETURNING_ID else None
         return Result(rows, cursor.rowcount, lastrowid)

@@ -234,7 +234,7 @@ class Repository:
             name=name,
             roles=frozenset(Role(r) for r in roles.split(",")),
             max_priority=Priority(max_priority),
-            created_at=micros_to_datetime(created_at),  # type: ignore[arg-type]
+            created_at=micros_to_datetime(created_at),
             revoked_at=None,
         )
 

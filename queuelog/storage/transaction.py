@@ -19,20 +19,30 @@ from queuelog.storage.types import to_micros
 
 
 class Cursor(Protocol):
-    rowcount: int
-    lastrowid: int | None
+    # Read-only, as sqlite3.Cursor has them; postgres.Result's plain attributes match too.
+    @property
+    def rowcount(self) -> int: ...
+    @property
+    def lastrowid(self) -> int | None: ...
 
     def fetchone(self) -> Any: ...
     def fetchall(self) -> list[Any]: ...
 
 
 class Connection(Protocol):
-    """A database's connection (sqlite.SqliteConnection, postgres.PgConnection), carrying the
-    database's statements as `sql`."""
+    """What a read needs of a database's connection (sqlite.SqliteConnection,
+    postgres.PgConnection), or of a WriteTx when the read runs inside a write: the
+    database's statements as `sql`, and `execute`."""
 
-    sql: type[Statements]
+    @property
+    def sql(self) -> type[Statements]: ...
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+
+
+class WriteConnection(Connection, Protocol):
+    """A connection a WriteTx writes through."""
+
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
     def insert_ids(self, sql: str, rows: list[dict[str, Any]], /) -> Sequence[int]:
         """executemany an INSERT; the new rows' ids, in the rows' order."""
@@ -40,7 +50,7 @@ class Connection(Protocol):
 
 
 class WriteTx:
-    def __init__(self, connection: Connection, now: datetime) -> None:
+    def __init__(self, connection: WriteConnection, now: datetime) -> None:
         self.connection = connection
         self.sql = connection.sql
         # The ids of the events this transaction writes, collected only when an event tail
