@@ -14,6 +14,7 @@ runs one on a private event loop thread. Contract errors are raised as
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 import os
 import threading
@@ -146,7 +147,7 @@ class Job:
     def from_graphql(cls, data: dict[str, Any]) -> Job:
         """From a selection of JOB_FIELDS or WORKER_JOB_FIELDS (`error` may be absent, as may
         any field whose annotation allows None); timestamps are parsed."""
-        values = {}
+        values: dict[str, Any] = {}
         for name, key, is_time, optional in _JOB_FROM_GRAPHQL:
             value = data.get(key) if optional else data[key]
             values[name] = _time(value) if is_time else value
@@ -386,9 +387,13 @@ class AsyncClient:
             except (aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
                 raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
         else:
-            extra = {"timeout": timeout} if timeout is not None else {}
             try:
-                response = await self._http.post(self.url, content=body, headers=JSON_HEADERS, **extra)
+                response = await self._http.post(
+                    self.url,
+                    content=body,
+                    headers=JSON_HEADERS,
+                    timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
+                )
             except httpx.HTTPError as exc:
                 raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
             status, content = response.status_code, response.content
@@ -506,7 +511,7 @@ class AsyncClient:
         types: Sequence[str] | None = None,
         lease_seconds: int | None = None,
         wait_seconds: int = 0,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         data = await self.execute(
             "mutation($limit: Int!, $types: [String!], $lease: Int, $wait: Int) {"
             " claimJobs(limit: $limit, types: $types, leaseSeconds: $lease, waitSeconds: $wait)"
@@ -528,7 +533,7 @@ class AsyncClient:
         *,
         types: Sequence[str] | None = None,
         wait_seconds: int = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """`claim`, returning the claimed jobs as GraphQL objects with only `fields` selected
         (camelCase, nothing converted): what the worker reads of every job, and no more."""
         query = (
@@ -571,7 +576,7 @@ class AsyncClient:
         outcome = data["completeJobs"]
         return Completed(completed=[j["id"] for j in outcome["completed"]], rejected=outcome["rejected"])
 
-    async def complete_encoded(self, items: Sequence[bytes]) -> list[str]:
+    async def complete_encoded(self, items: Sequence[bytes]) -> builtins.list[str]:
         """`complete_many` for items already encoded as JSON `CompleteJobInput` objects
         (`{"id":..,"attempt":..,"result":..}`); returns only the rejected ids."""
         body = b"".join((_COMPLETE_MANY_REJECTED_BODY_START, b",".join(items), b"]}}"))
@@ -582,7 +587,7 @@ class AsyncClient:
     async def running_data(self, fields: str) -> Sequence[dict[str, Any]]:
         """Every RUNNING job this key may see (a WORKER key: those held under its name), as
         GraphQL objects with only `fields` selected; page after page."""
-        found: list[dict[str, Any]] = []
+        found: builtins.list[dict[str, Any]] = []
         after: str | None = None
         while True:
             data = await self.execute(

@@ -16,6 +16,7 @@ refused all the same (`check_no_nul`).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import functools
 import time
@@ -152,7 +153,7 @@ class JobQueue:
         job_type: str | None,
         first: int,
         after_id: int | None,
-    ) -> tuple[list[Job], bool, int]:
+    ) -> tuple[builtins.list[Job], bool, int]:
         if not 1 <= first <= MAX_PAGE:
             raise BadInput(f"first must be between 1 and {MAX_PAGE}")
         if job_type is not None:
@@ -161,7 +162,7 @@ class JobQueue:
 
     async def history(
         self, principal: Principal, job: Job, last: int, read: HistoryRead
-    ) -> list[RecordedEvent]:
+    ) -> builtins.list[RecordedEvent]:
         """The recorded events of a job the caller was shown (so already may see).
 
         `read` is where the events come from: `histories` batched over a request (the
@@ -173,7 +174,9 @@ class JobQueue:
             return []
         return await read((job.id, last))
 
-    async def histories(self, wanted: Sequence[tuple[int, int]]) -> list[list[RecordedEvent]]:
+    async def histories(
+        self, wanted: Sequence[tuple[int, int]]
+    ) -> builtins.list[builtins.list[RecordedEvent]]:
         """The newest events of many jobs, (job id, how many) each, in one read."""
         if not wanted:
             return []
@@ -185,7 +188,7 @@ class JobQueue:
     async def stats(self, principal: Principal) -> QueueStats:
         return await self.repository.queue_stats(principal.scope)
 
-    async def throughput(self, principal: Principal, minutes: int) -> list[MinuteCount]:
+    async def throughput(self, principal: Principal, minutes: int) -> builtins.list[MinuteCount]:
         if not 1 <= minutes <= MAX_THROUGHPUT_MINUTES:
             raise BadInput(f"minutes must be between 1 and {MAX_THROUGHPUT_MINUTES}")
         return await self.repository.finished_per_minute(principal.scope, minutes)
@@ -201,7 +204,7 @@ class JobQueue:
         lease_seconds: int | None,
         wait_seconds: int | None,
         client_gone: Callable[[], Awaitable[object]] | None = None,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         if not 1 <= limit <= MAX_CLAIM_BATCH:
             raise BadInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
         lease = self._lease(lease_seconds)
@@ -223,12 +226,12 @@ class JobQueue:
 
     async def _claim_waiting(
         self,
-        claim: Callable[..., Awaitable[list[Job]]],
+        claim: Callable[..., Awaitable[builtins.list[Job]]],
         worker: str,
-        types: list[str] | None,
+        types: builtins.list[str] | None,
         wait: float,
         client_gone: Callable[[], Awaitable[object]] | None,
-    ) -> list[Job]:
+    ) -> builtins.list[Job]:
         """Claim; if nothing is due, sleep until woken, something is due, or time is up.
 
         Between claims it only reads when the next job is due (an indexed MIN), so an idle
