@@ -19,6 +19,8 @@ from queuelog.settings import Settings, SettingsError, env_name, field_kind, pub
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from queuelog.worker import Handler
+
 # SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
 # `queuelog worker` (which needs none of them) starts quickly.
 
@@ -300,7 +302,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
 
 
-def load_handlers(spec: str) -> dict[str, object]:
+def load_handlers(spec: str) -> dict[str, Handler]:
     import importlib
 
     module_name, _, attr = spec.partition(":")

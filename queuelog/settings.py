@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 ENV_PREFIX = "QUEUELOG_"
 EVENT_FEEDS = ("auto", "notify", "poll", "local")
@@ -86,7 +87,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Defaults, then QUEUELOG_* variables, then explicit overrides (e.g. CLI flags)."""
         environ = os.environ if environ is None else environ
-        values: dict[str, object] = {}
+        # Each value is of its field's kind (parse_value goes by field_kind), which no static
+        # type can say of a dict built field by field.
+        values: dict[str, Any] = {}
         for f in fields(cls):
             raw = environ.get(env_name(f.name))
             if raw is not None:
@@ -107,7 +110,7 @@ class Settings:
                 env[env_name(f.name)] = str(value)
         return env
 
-    def replace(self, **changes: object) -> Settings:
+    def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
 
@@ -125,7 +128,7 @@ def env_name(field_name: str) -> str:
     return ENV_PREFIX + field_name.upper()
 
 
-def parse_value(f: dataclasses.Field, raw: str) -> object:
+def parse_value(f: dataclasses.Field[Any], raw: str) -> object:
     kind = field_kind(f)
     name = env_name(f.name)
     if kind is tuple:
@@ -150,10 +153,10 @@ def parse_value(f: dataclasses.Field, raw: str) -> object:
     return raw
 
 
-def field_kind(f: dataclasses.Field) -> type:
+def field_kind(f: dataclasses.Field[Any]) -> type:
     """The Python type of a field, from its default (annotations are strings here)."""
     return type(f.default)
 
 
-def public_fields() -> list[dataclasses.Field]:
+def public_fields() -> list[dataclasses.Field[Any]]:
     return [f for f in fields(Settings) if not f.metadata.get("internal")]
