@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from cross_web import HTTPException
+from graphql import GraphQLFormattedError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
+from strawberry import Schema
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http.exceptions import WebSocketDisconnected
@@ -32,6 +34,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
 )
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import ErrorMessage
 
 from queuelog import maintenance
 from queuelog.auth import Principal
@@ -85,9 +88,11 @@ class Services:
         return await self.authenticator.principal_for(authorization)
 
 
-class TransportWSHandler(BaseGraphQLTransportWSHandler):
+class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
     """Strawberry's graphql-transport-ws handler, refusing one subscription too many with a
     contract error code (Strawberry's own refusal carries none)."""
+
+    view: GraphQLView  # the only view using this class (its graphql_transport_ws_handler_class)
 
     async def handle(self) -> Any:
         sockets = self.view.services.sockets
@@ -110,10 +115,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
         """Revoked: end every operation with UNAUTHENTICATED, then close the socket (4403)."""
         if not await self.key_revoked():
             return
-        error = [{"message": REVOKED_MESSAGE, "extensions": {"code": "UNAUTHENTICATED"}}]
+        error: list[GraphQLFormattedError] = [
+            {"message": REVOKED_MESSAGE, "extensions": {"code": "UNAUTHENTICATED"}}
+        ]
         for operation_id in list(self.operations):
             await self.cleanup_operation(operation_id)
-            await self.send_message({"id": operation_id, "type": "error", "payload": error})
+            revoked: ErrorMessage = {"id": operation_id, "type": "error", "payload": error}
+            await self.send_message(revoked)
         await self.websocket.close(code=4403, reason="Forbidden")
 
     async def handle_subscribe(self, message: Any) -> None:
@@ -125,8 +133,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
             # An outage refuses this operation, as HTTP answers 503; the socket and its other
             # subscriptions stay.
             log.warning("websocket operation refused: %s", exc.message)
-            error = {"message": exc.message, "extensions": {"code": exc.code}}
-            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            error: GraphQLFormattedError = {"message": exc.message, "extensions": {"code": exc.code}}
+            refused: ErrorMessage = {"id": message["id"], "type": "error", "payload": [error]}
+            await self.send_message(refused)
             return
         if revoked:
             await self.end_if_key_revoked()
@@ -137,7 +146,8 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
                 "message": f"at most {limit} subscriptions per connection",
                 "extensions": {"code": "BAD_USER_INPUT"},
             }
-            await self.send_message({"id": message["id"], "type": "error", "payload": [error]})
+            too_many: ErrorMessage = {"id": message["id"], "type": "error", "payload": [error]}
+            await self.send_message(too_many)
             return
         await super().handle_subscribe(message)
 
@@ -153,10 +163,11 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler):
         await super().handle_task_exception(error)
 
 
-class GraphQLView(GraphQL):
+class GraphQLView(GraphQL[RequestContext, None]):
     """Strawberry's ASGI view with queuelog's context and websocket authentication."""
 
     graphql_transport_ws_handler_class = TransportWSHandler
+    schema: Schema  # build_schema's; GraphQLEndpoint plans against its GraphQL-core schema
 
     def __init__(self, services: Services, **kwargs: Any) -> None:
         super().__init__(build_schema(services.settings), **kwargs)
