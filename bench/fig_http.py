@@ -24,13 +24,16 @@ holding its claimed job), or this process's asyncio client when wrk is missing.
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 from bench._api import COMPLETE, ENQUEUE, RESULT, Api, enqueue_many
-from bench._common import HttpConnection, ServerProcess, bearer, graphql_body
+from bench._common import PYTHON, HttpConnection, ServerProcess, bearer, graphql_body
 from bench._context import Context
 from bench._loadgen import (
     Round,
@@ -155,6 +158,19 @@ def _rate_rows(
 UNCOMPILED = ("--no-compiled",)
 
 
+@functools.cache
+def compiled_switch_available() -> bool:
+    """Whether the queuelog under test has QUEUELOG_COMPILED. An older checkout measured
+    through PYTHONPATH does not: its figures then leave that line out."""
+    shown = subprocess.run(
+        [PYTHON, "-m", "queuelog", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),  # not the project root, which would shadow PYTHONPATH
+    )
+    return "--no-compiled" in shown.stdout
+
+
 def _uncompiled_row(fig: Figure, unit: str, q_ops: int, q: Round, u_ops: int, u: Round) -> None:
     """The same figure on `serve --no-compiled`, beside the compiled server's rate."""
     q_rate, u_rate = q_ops / q.seconds, u_ops / u.seconds
@@ -180,14 +196,15 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
     baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
-    uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
     producer = ctx.keys(queuelog, [("bench-producer", "producer")])["bench-producer"]
-    uncompiled_producer = ctx.keys(uncompiled, [("bench-producer", "producer")])["bench-producer"]
     targets = {
         "queuelog": (queuelog, "/graphql", bearer(producer)),
         "baseline": (baseline, "/enqueue", {}),
-        "uncompiled": (uncompiled, "/graphql", bearer(uncompiled_producer)),
     }
+    if compiled_switch_available():
+        uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
+        uncompiled_producer = ctx.keys(uncompiled, [("bench-producer", "producer")])["bench-producer"]
+        targets["uncompiled"] = (uncompiled, "/graphql", bearer(uncompiled_producer))
     for server, path, headers in targets.values():
         _check_once(server, path, headers, enqueue_body(), ctx)
     warm = {name: _static_load(ctx, *t, seconds=1) for name, t in targets.items()}
@@ -213,8 +230,9 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         0.5,
         "request",
     )
-    u = pool(rounds["uncompiled"])
-    _uncompiled_row(fig, "req/s", q.requests, q, u.requests, u)
+    u = pool(rounds["uncompiled"]) if "uncompiled" in rounds else None
+    if u is not None:
+        _uncompiled_row(fig, "req/s", q.requests, q, u.requests, u)
     fig.notes.append(
         "per-round throughput ratios: " + per_round(rounds["queuelog"], rounds["baseline"], lambda r: r.rate)
     )
@@ -237,7 +255,7 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.enqueue_connections,
         "queuelog": round_summary(q),
         "baseline": round_summary(b),
-        "uncompiled": round_summary(u),
+        "uncompiled": round_summary(u) if u is not None else None,
         "rounds": {k: [round_summary(r) for r in v] for k, v in rounds.items()},
         "jobs_stored": {"queuelog": stored_q, "baseline": stored_b},
     }
@@ -251,10 +269,8 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
     work = ctx.dir()
     baseline_db = ctx.baseline_db()
     queuelog, baseline = ctx.pair(baseline_db)
-    uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
     specs = [("bench-producer", "producer"), ("bench-worker", "worker")]
     keys = ctx.keys(queuelog, specs)
-    uncompiled_keys = ctx.keys(uncompiled, specs)
     claim_body = graphql_body(CLAIM_NOW).decode()
     template = json.dumps(
         {"query": COMPLETE, "variables": {"id": "@ID@", "attempt": 7777777, "result": RESULT}},
@@ -264,9 +280,13 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
     targets: dict[str, tuple[ServerProcess, str, str, dict[str, str]]] = {
         "queuelog": (queuelog, "/graphql", "/graphql", bearer(keys["bench-worker"])),
         "baseline": (baseline, "/claim", "/complete", {}),
-        "uncompiled": (uncompiled, "/graphql", "/graphql", bearer(uncompiled_keys["bench-worker"])),
     }
-    producers = {"queuelog": keys["bench-producer"], "uncompiled": uncompiled_keys["bench-producer"]}
+    producers = {"queuelog": keys["bench-producer"]}
+    if compiled_switch_available():
+        uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
+        uncompiled_keys = ctx.keys(uncompiled, specs)
+        targets["uncompiled"] = (uncompiled, "/graphql", "/graphql", bearer(uncompiled_keys["bench-worker"]))
+        producers["uncompiled"] = uncompiled_keys["bench-producer"]
     best_rate = {"queuelog": 1000.0, "baseline": 5000.0, "uncompiled": 1000.0}
 
     def pending(name: str) -> int:
@@ -344,8 +364,9 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "round trip",
         s.claim_connections,
     )
-    u = pool(rounds["uncompiled"])
-    _uncompiled_row(fig, "rt/s", q_done, q, u.counters.get("completed", 0), u)
+    u = pool(rounds["uncompiled"]) if "uncompiled" in rounds else None
+    if u is not None:
+        _uncompiled_row(fig, "rt/s", q_done, q, u.counters.get("completed", 0), u)
     fig.notes.append(
         "per-round round-trip ratios: "
         + per_round(
@@ -368,7 +389,7 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.claim_connections,
         "queuelog": round_summary(q, q_done),
         "baseline": round_summary(b, b_done),
-        "uncompiled": round_summary(u, u.counters.get("completed", 0)),
+        "uncompiled": round_summary(u, u.counters.get("completed", 0)) if u is not None else None,
         "rounds": {
             k: [round_summary(r, r.counters.get("completed", 0)) for r in v] for k, v in rounds.items()
         },
