@@ -127,6 +127,17 @@ class Proxy:
             self._open.discard(client_w)
 
 
+def fresh_worker(server: Server) -> tuple[str, str, str]:
+    """A job type no other test enqueues, and a worker key of its own: (type, name, key)."""
+    type = next(_types)
+    name = f"lost-{next(_names)}"
+    return type, name, server.make_key(name, "worker")
+
+
+def proxy_to(server: Server, operation: bytes, drop_at: int, how: str) -> Proxy:
+    return Proxy(int(server.url.rsplit(":", 1)[1]), operation, drop_at, how)
+
+
 def enqueue(server: Server, type: str, count: int) -> list[str]:
     inputs = [{"type": type, "payload": {"n": n}} for n in range(count)]
     return [e["job"]["id"] for e in server.gql(ENQUEUE_MANY, {"inputs": inputs}).ok()["enqueueJobs"]]
@@ -193,13 +204,11 @@ def test_the_jobs_of_a_claim_whose_answer_was_lost_run_once(
     hand-written client before aiohttp sent again). A job held under the worker's name since
     before it started (a previous run's) is not the lost claim's: after an answered claim it
     was claimed too early; before one, the free slots go to the most recently claimed jobs."""
-    type = next(_types)
-    name = f"lost-{next(_names)}"
-    key = server.make_key(name, "worker")
+    type, name, key = fresh_worker(server)
     [stale] = enqueue(server, type, 1)
     assert [j["id"] for j in server.gql(CLAIM, {"types": [type]}, key=key).ok()["claimJobs"]] == [stale]
     ids = enqueue(server, type, 3 * CONCURRENCY)
-    proxy = Proxy(int(server.url.rsplit(":", 1)[1]), b"claimJobs", drop_at, how)
+    proxy = proxy_to(server, b"claimJobs", drop_at, how)
     caplog.set_level(logging.WARNING, logger="queuelog.worker")
 
     async def scenario(worker: Worker) -> None:
@@ -223,11 +232,9 @@ def test_the_jobs_of_a_claim_whose_answer_was_lost_run_once(
 def test_a_claim_answered_while_the_worker_stops_is_run_before_it_returns(
     server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    type = next(_types)
-    name = f"lost-{next(_names)}"
-    key = server.make_key(name, "worker")
+    type, name, key = fresh_worker(server)
     ids = enqueue(server, type, 3 * CONCURRENCY)
-    proxy = Proxy(int(server.url.rsplit(":", 1)[1]), b"claimJobs", 1, "hold")
+    proxy = proxy_to(server, b"claimJobs", 1, "hold")
     caplog.set_level(logging.WARNING, logger="queuelog.worker")
 
     async def scenario(worker: Worker) -> None:
@@ -248,11 +255,9 @@ def test_a_claim_answered_while_the_worker_stops_is_run_before_it_returns(
 def test_a_completion_whose_answer_was_lost_is_logged_completed(
     server: Server, caplog: pytest.LogCaptureFixture
 ) -> None:
-    type = next(_types)
-    name = f"lost-{next(_names)}"
-    key = server.make_key(name, "worker")
+    type, name, key = fresh_worker(server)
     ids = enqueue(server, type, 3 * CONCURRENCY)
-    proxy = Proxy(int(server.url.rsplit(":", 1)[1]), b"completeJobs", 1, "close")
+    proxy = proxy_to(server, b"completeJobs", 1, "close")
     caplog.set_level(logging.INFO, logger="queuelog.worker.jobs")
 
     async def scenario(worker: Worker) -> None:
