@@ -50,6 +50,7 @@ class Settings:
     growth_small: int
     growth_samples: int
     growth_op_seconds: float
+    backlog_jobs: int  # the big table of figure 9 (backlog)
     rss_seconds: float
     rss_interval: float
     rss_window: float
@@ -87,6 +88,7 @@ class Settings:
             "growth_small": 1_000,
             "growth_samples": 20 if quick else 100,
             "growth_op_seconds": 1.5 if quick else 6.0,
+            "backlog_jobs": 100_000 if quick else 1_000_000,
             "rss_seconds": 45.0 if quick else 300.0,
             "rss_interval": 5.0 if quick else 10.0,
             "rss_window": 15.0 if quick else 60.0,

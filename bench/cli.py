@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import _pg, fig_batch, fig_dispatch, fig_e2e, fig_growth, fig_http, fig_rss
+from bench import _pg, fig_backlog, fig_batch, fig_dispatch, fig_e2e, fig_growth, fig_http, fig_rss
 from bench._common import BENCH_DIR, Cleanup, event_loop_runner, machine_line, stderr
 from bench._context import Context, Settings
 from bench._loadgen import wrk_path
@@ -91,6 +91,13 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
         "enqueueJob on serve --workers 2 (not a target)",
         "queuelog serve --workers 1",
         fig_http.workers_figure,
+        False,
+    ),
+    "backlog": (
+        9,
+        "backlog shapes (issue 16): latency with a big backlog vs 1k",
+        "a queuelog server with 1k jobs of the same shape",
+        fig_backlog.backlog_figure,
         False,
     ),
 }
@@ -178,6 +185,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     sizes.add_argument("--e2e-concurrency", type=int, help="the worker's --concurrency in figure 4 (64)")
     sizes.add_argument("--dispatch-samples", type=int, help="samples of figure 5 (50 / 300)")
     sizes.add_argument("--growth-jobs", type=int, help="jobs in the big table of figure 6 (100000 / 1000000)")
+    sizes.add_argument(
+        "--backlog-jobs", type=int, help="jobs in the big table of figure 9, backlog (100000 / 1000000)"
+    )
     sizes.add_argument("--growth-samples", type=int, help="most samples per operation in figure 6 (20 / 100)")
     sizes.add_argument("--rss-seconds", type=float, help="length of the soak of figure 7 (45 / 300)")
     sizes.add_argument(
@@ -217,6 +227,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "e2e_concurrency": (1, 1000),
         "dispatch_samples": (5, 10_000),
         "growth_jobs": (2_000, 10_000_000),
+        "backlog_jobs": (2_000, 10_000_000),
         "growth_samples": (3, 10_000),
         "rss_seconds": (10, 3600),
         "soak_rate": (0, 10_000),
@@ -242,6 +253,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
             "e2e_concurrency",
             "dispatch_samples",
             "growth_jobs",
+            "backlog_jobs",
             "growth_samples",
             "rss_seconds",
             "soak_rate",
