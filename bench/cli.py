@@ -127,7 +127,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         metavar="NAMES",
-        help="comma-separated figures: " + ", ".join(FIGURES) + " (default: all but workers)",
+        help="comma-separated figures: " + ", ".join(FIGURES) + " (default: all but workers and backlog)",
     )
     parser.add_argument(
         "--py-spy",
