@@ -36,6 +36,7 @@ from queuelog.storage.repository import Repository
 from queuelog.storage.sqlite import connect
 from queuelog.storage.sqlite_statements import LAST_JOB_ID
 from queuelog.storage.sqlite_statements import SqliteStatements as sql
+from queuelog.storage.statements import per_type_params
 
 BATCH = 100
 
@@ -84,7 +85,8 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
                 {"type": "noop", "payload": f'{{"n":{i}}}', "priority": Priority.LOW.value,
                  "status": JobStatus.PENDING.value, "retry_count": 0, "max_retries": 3, "attempt": 0,
                  "idempotency_key": None, "run_at": now, "created_by": "bench-producer",
-                 "created_at": now, "updated_at": now}
+                 "created_at": now, "updated_at": now, "concurrency_key": None,
+                 "timeout_seconds": None, "delayed": 0}
                 for i in range(BATCH)
             ]  # fmt: skip
             db.executemany(sql.INSERT_JOB, rows)
@@ -93,7 +95,8 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
 
         def claim() -> list[int]:
             params = {"worker": "bench-worker", "now": now, "lease": now + 300_000_000, "limit": BATCH}
-            ids = [row[0] for row in db.execute(sql.CLAIM_ANY, params).fetchall()]
+            params.update(per_type_params(["noop"], [BATCH]))
+            ids = [row[0] for row in db.execute(sql.claim_jobs(1), params).fetchall()]
             events(ids, EventKind.CLAIMED, JobStatus.RUNNING)
             return ids
 

@@ -48,6 +48,7 @@ class Action(enum.Enum):
     CANCEL = "cancel"
     RETRY = "retry"
     READ_ERROR = "read_error"
+    CONTROL = "control_types"
 
 
 ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
@@ -57,6 +58,7 @@ ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
     Action.CANCEL: frozenset({Role.ADMIN, Role.PRODUCER}),
     Action.RETRY: frozenset({Role.ADMIN}),
     Action.READ_ERROR: frozenset({Role.ADMIN}),
+    Action.CONTROL: frozenset({Role.ADMIN}),
 }
 
 

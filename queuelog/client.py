@@ -142,6 +142,8 @@ class Job:
     error: str | None
     created_at: datetime
     updated_at: datetime
+    concurrency_key: str | None = None
+    timeout_seconds: int | None = None
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> Job:
@@ -221,11 +223,14 @@ def raise_for_errors(errors: list[dict[str, Any]]) -> None:
 
 def _enqueue_input(
     type: str,
-    payload: dict[str, Any] | None,
-    priority: str,
-    idempotency_key: str | None,
-    max_retries: int,
-    run_at: datetime | None,
+    payload: dict[str, Any] | None = None,
+    *,
+    priority: str = "LOW",
+    idempotency_key: str | None = None,
+    max_retries: int = 3,
+    run_at: datetime | None = None,
+    concurrency_key: str | None = None,
+    timeout_seconds: int | None = None,
 ) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": type,
@@ -237,6 +242,10 @@ def _enqueue_input(
         item["idempotencyKey"] = idempotency_key
     if run_at is not None:
         item["runAt"] = (run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)).isoformat()
+    if concurrency_key is not None:
+        item["concurrencyKey"] = concurrency_key
+    if timeout_seconds is not None:
+        item["timeoutSeconds"] = timeout_seconds
     return item
 
 
@@ -423,27 +432,29 @@ class AsyncClient:
         idempotency_key: str | None = None,
         max_retries: int = 3,
         run_at: datetime | None = None,
+        concurrency_key: str | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
+        item = _enqueue_input(
+            type,
+            payload,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            max_retries=max_retries,
+            run_at=run_at,
+            concurrency_key=concurrency_key,
+            timeout_seconds=timeout_seconds,
+        )
         data = await self.execute(
             "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
             f"{{ job {{ {JOB_FIELDS} }} }} }}",
-            {"input": _enqueue_input(type, payload, priority, idempotency_key, max_retries, run_at)},
+            {"input": item},
         )
         return Job.from_graphql(data["enqueueJob"]["job"])
 
     async def enqueue_many(self, items: Sequence[dict[str, Any]]) -> list[Enqueued]:
         """Enqueue several jobs at once, all or nothing. Each item takes enqueue()'s arguments."""
-        inputs = [
-            _enqueue_input(
-                item["type"],
-                item.get("payload"),
-                item.get("priority", "LOW"),
-                item.get("idempotency_key"),
-                item.get("max_retries", 3),
-                item.get("run_at"),
-            )
-            for item in items
-        ]
+        inputs = [_enqueue_input(**item) for item in items]
         data = await self.execute(
             "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
             f"{{ created job {{ {JOB_FIELDS} }} }} }}",
@@ -669,6 +680,8 @@ class Client:
         idempotency_key: str | None = None,
         max_retries: int = 3,
         run_at: datetime | None = None,
+        concurrency_key: str | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         return self._call(
             self._async.enqueue(
@@ -678,6 +691,8 @@ class Client:
                 idempotency_key=idempotency_key,
                 max_retries=max_retries,
                 run_at=run_at,
+                concurrency_key=concurrency_key,
+                timeout_seconds=timeout_seconds,
             )
         )
 

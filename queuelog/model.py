@@ -71,6 +71,10 @@ class Job:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    concurrency_key: str | None = None
+    timeout_seconds: int | None = None
+    delayed: int = 0  # internal: 1 while PENDING before its run_at (storage/tables.py)
+    timeout_at: datetime | None = None  # internal: when a RUNNING job times out
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,8 @@ class NewJob:
     max_retries: int
     idempotency_key: str | None
     run_at: datetime | None
+    concurrency_key: str | None = None
+    timeout_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,3 +180,61 @@ class ApiKey:
     max_priority: Priority
     created_at: datetime
     revoked_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    limit: int
+    period_seconds: int
+    per_key: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TypeControl:
+    """How claims treat one job type (API.md section 9), with its RUNNING count."""
+
+    type: str
+    paused: bool = False
+    paused_until: datetime | None = None
+    max_running: int | None = None
+    max_running_per_key: int | None = None
+    rate_limit: RateLimit | None = None
+    timeout_seconds: int | None = None
+    running: int = 0
+
+    def paused_at(self, now: datetime) -> bool:
+        return self.paused and (self.paused_until is None or self.paused_until > now)
+
+    @property
+    def per_key(self) -> bool:
+        """Whether claims must count by concurrency key."""
+        return self.max_running_per_key is not None or (
+            self.rate_limit is not None and self.rate_limit.per_key
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TypeLimits:
+    """`setTypeControl`'s input: every limit of a type at once (None clears one)."""
+
+    type: str
+    max_running: int | None = None
+    max_running_per_key: int | None = None
+    rate_limit: RateLimit | None = None
+    timeout_seconds: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a bulk action applies to: every field given must match."""
+
+    status: JobStatus | None = None
+    type: str | None = None
+    concurrency_key: str | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BulkOutcome:
+    count: int  # jobs this call changed
+    more: bool  # whether matching jobs remain

@@ -19,6 +19,7 @@ import asyncio
 import builtins
 import dataclasses
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -27,19 +28,26 @@ from typing import Any
 from queuelog.auth import Principal
 from queuelog.errors import BadInput, Forbidden, PayloadTooLarge
 from queuelog.model import (
+    BulkOutcome,
     Completion,
     CompletionOutcome,
     EnqueueOutcome,
+    EventKind,
     Job,
+    JobFilter,
     JobStatus,
     MinuteCount,
     NewJob,
     Priority,
     QueueStats,
     RecordedEvent,
+    Role,
+    TypeControl,
+    TypeLimits,
 )
 from queuelog.sanitize import sanitize_error
 from queuelog.settings import Settings, env_name
+from queuelog.storage.operations import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
 from queuelog.storage.types import compact_json
 from queuelog.wakeup import WorkSignal
@@ -55,9 +63,18 @@ MAX_WAIT_SECONDS = 30
 MAX_LEASE_SECONDS = 86400
 MAX_RETRY_IN_SECONDS = 86400
 MAX_IDEMPOTENCY_KEY = 255
+MAX_CONCURRENCY_KEY = 255
+MAX_CONTROL_LIMIT = 100_000
+MAX_BULK = 10_000
+MAX_RATE_PERIOD = 86400
+MAX_TIMEOUT_SECONDS = 86400
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
+# ...and this often while a control holds back one of its types: a slot freed or a pause
+# lifted on another server is then taken within that time.
+HELD_RECHECK_SECONDS = 0.1
+log = logging.getLogger("queuelog.queue")
 # Where `history` gets a job's events: (job id, how many) -> the events.
 HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
 
@@ -89,6 +106,8 @@ class JobQueue:
         idempotency_key: str | None,
         max_retries: int,
         run_at: datetime | None,
+        concurrency_key: str | None = None,
+        timeout_seconds: int | None = None,
     ) -> NewJob:
         if not self._allowed_types:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
@@ -106,6 +125,10 @@ class JobQueue:
             )
         if idempotency_key is not None:
             check_idempotency_key(idempotency_key)
+        if concurrency_key is not None:
+            check_concurrency_key(concurrency_key)
+        if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
         return NewJob(
             type=type,
             payload=payload,
@@ -114,6 +137,8 @@ class JobQueue:
             max_retries=max_retries,
             idempotency_key=idempotency_key,
             run_at=as_utc(run_at) if run_at is not None else None,
+            concurrency_key=concurrency_key,
+            timeout_seconds=timeout_seconds,
         )
 
     def check_json_size(self, value: Any, what: str) -> str:
@@ -193,6 +218,88 @@ class JobQueue:
             raise BadInput(f"minutes must be between 1 and {MAX_THROUGHPUT_MINUTES}")
         return await self.repository.finished_per_minute(principal.scope, minutes)
 
+    # --- flow control (API.md section 9) ---------------------------------------------------
+
+    async def type_controls(self) -> builtins.list[TypeControl]:
+        return await self.repository.type_controls(self.settings.job_types)
+
+    async def pause_type(self, principal: Principal, job_type: str, until: datetime | None) -> TypeControl:
+        self._check_controlled_type(job_type)
+        until = as_utc(until) if until is not None else None
+        control = await self.repository.update_type_control(job_type, paused=True, paused_until=until)
+        log.info(
+            "type %r paused by %s%s", job_type, principal.name, f" until {until.isoformat()}" if until else ""
+        )
+        return control
+
+    async def resume_type(self, principal: Principal, job_type: str) -> TypeControl:
+        self._check_controlled_type(job_type)
+        control = await self.repository.update_type_control(job_type, paused=False, paused_until=None)
+        log.info("type %r resumed by %s", job_type, principal.name)
+        self.signal.notify()  # claims waiting in this process; others see it at their recheck
+        return control
+
+    async def set_type_control(self, principal: Principal, limits: TypeLimits) -> TypeControl:
+        self._check_controlled_type(limits.type)
+        for name, value in (
+            ("maxRunning", limits.max_running),
+            ("maxRunningPerKey", limits.max_running_per_key),
+            ("rateLimit.limit", limits.rate_limit.limit if limits.rate_limit else None),
+        ):
+            if value is not None and not 1 <= value <= MAX_CONTROL_LIMIT:
+                raise BadInput(f"{name} must be between 1 and {MAX_CONTROL_LIMIT}, or null")
+        if limits.rate_limit is not None and not 1 <= limits.rate_limit.period_seconds <= MAX_RATE_PERIOD:
+            raise BadInput(f"rateLimit.periodSeconds must be between 1 and {MAX_RATE_PERIOD}")
+        if limits.timeout_seconds is not None and not 1 <= limits.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}, or null")
+        control = await self.repository.update_type_control(
+            limits.type,
+            max_running=limits.max_running,
+            max_running_per_key=limits.max_running_per_key,
+            rate_limit=limits.rate_limit,
+            timeout_seconds=limits.timeout_seconds,
+        )
+        log.info(
+            "type %r limits set by %s: maxRunning=%s maxRunningPerKey=%s rateLimit=%s timeoutSeconds=%s",
+            limits.type,
+            principal.name,
+            limits.max_running,
+            limits.max_running_per_key,
+            limits.rate_limit,
+            limits.timeout_seconds,
+        )
+        self.signal.notify()  # a raised limit may free claims waiting here
+        return control
+
+    async def cancel_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
+        """ADMIN: any matching job; PRODUCER: its own (the role check came first)."""
+        self._check_bulk(job_filter, limit)
+        created_by = None if Role.ADMIN in principal.roles else principal.name
+        outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit)
+        log.info("cancelJobs by %s: %d cancelled (%s)", principal.name, outcome.count, _described(job_filter))
+        return outcome
+
+    async def retry_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
+        self._check_bulk(job_filter, limit)
+        outcome = await self.repository.bulk(EventKind.RETRIED, job_filter, None, limit)
+        log.info("retryJobs by %s: %d retried (%s)", principal.name, outcome.count, _described(job_filter))
+        return outcome
+
+    def _check_bulk(self, job_filter: JobFilter, limit: int) -> None:
+        if not 1 <= limit <= MAX_BULK:
+            raise BadInput(f"limit must be between 1 and {MAX_BULK}")
+        if job_filter.status is None and job_filter.type is None:
+            raise BadInput("filter needs a status or a type")
+        if job_filter.type is not None:
+            check_storable(job_filter.type, "filter.type")
+        if job_filter.concurrency_key is not None:
+            check_concurrency_key(job_filter.concurrency_key)
+
+    def _check_controlled_type(self, job_type: str) -> None:
+        check_storable(job_type, "type")
+        if job_type not in self._allowed_types:
+            raise BadInput(f"job type {job_type[:100]!r} is not allowed")
+
     # --- workers ---------------------------------------------------------------------------
 
     async def claim(
@@ -217,16 +324,16 @@ class JobQueue:
             check_storable(job_type, "types")
         type_list = list(dict.fromkeys(types)) if types is not None else None
 
-        claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
+        claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
         if not wait:
-            return await claim()
+            return self._seen(await claim()).jobs
         return await self._claim_waiting(
             functools.partial(claim, key_checked=True), principal.name, type_list, wait, client_gone
         )
 
     async def _claim_waiting(
         self,
-        claim: Callable[..., Awaitable[builtins.list[Job]]],
+        claim: Callable[..., Awaitable[Claimed]],
         worker: str,
         types: builtins.list[str] | None,
         wait: float,
@@ -254,11 +361,15 @@ class JobQueue:
                 if gone is not None and gone.done():
                     return []
                 try:
-                    claimed = await claim(wanted=wanted)
+                    outcome = self._seen(await claim(wanted=wanted))
                 except ClaimerRevoked:
                     return []
-                if claimed:
-                    return claimed
+                if outcome.jobs:
+                    return outcome.jobs
+                # A type held back by a control frees when a job leaves RUNNING (this
+                # process's events wake us, other processes' are seen at the recheck) or
+                # when a pause or rate window ends (wake_at).
+                recheck = HELD_RECHECK_SECONDS if outcome.held else CROSS_PROCESS_RECHECK_SECONDS
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or (gone is not None and gone.done()):
@@ -268,17 +379,25 @@ class JobQueue:
                             return []
                         generation = self.repository.key_generation()
                     next_due = await self.repository.next_due_at(types)
+                    if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
+                        next_due = outcome.wake_at
                     until_due = remaining
                     if next_due is not None:
                         until_due = (next_due - self.repository.now()).total_seconds()
                     if until_due <= 0:
                         break
-                    pause = min(remaining, until_due + 0.001, CROSS_PROCESS_RECHECK_SECONDS)
+                    pause = min(remaining, until_due + 0.001, recheck)
                     if await self.signal.wait(pause, *watched):
                         break
         finally:
             if gone is not None and not gone.done():
                 gone.cancel()
+
+    def _seen(self, outcome: Claimed) -> Claimed:
+        """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""
+        if outcome.held:
+            self.signal.watch(outcome.held)
+        return outcome
 
     def _lease(self, lease_seconds: int | None) -> int:
         if lease_seconds is None:
@@ -325,6 +444,11 @@ class JobQueue:
         return await self.repository.fail(principal.name, job_id, clean, retryable, retry_in_seconds, attempt)
 
 
+def _described(job_filter: JobFilter) -> str:
+    fields = dataclasses.asdict(job_filter)
+    return ", ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
+
+
 def as_utc(value: datetime) -> datetime:
     """A time without an offset is taken as UTC (the API speaks UTC), not server-local."""
     try:
@@ -346,6 +470,12 @@ def check_storable(text: str, what: str) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise BadInput(f"{what} holds a lone surrogate (not Unicode text)") from None
+
+
+def check_concurrency_key(key: str) -> None:
+    if not 1 <= len(key) <= MAX_CONCURRENCY_KEY or not key.isprintable():
+        raise BadInput(f"concurrencyKey must be 1 to {MAX_CONCURRENCY_KEY} printable characters")
+    check_storable(key, "concurrencyKey")
 
 
 def check_idempotency_key(key: str) -> None:

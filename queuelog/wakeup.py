@@ -12,6 +12,11 @@ from queuelog.model import JobEvent, JobStatus
 class WorkSignal:
     def __init__(self) -> None:
         self._waiters: set[asyncio.Future[None]] = set()
+        # Types a control has held back: a job of one leaving RUNNING may free a slot.
+        self._held_types: set[str] = set()
+
+    def watch(self, types: Sequence[str]) -> None:
+        self._held_types.update(types)
 
     def notify(self) -> None:
         for waiter in self._waiters:
@@ -20,7 +25,11 @@ class WorkSignal:
         self._waiters.clear()
 
     def on_events(self, events: Sequence[JobEvent]) -> None:
-        if any(e.job.status is JobStatus.PENDING for e in events):
+        if any(
+            e.job.status is JobStatus.PENDING
+            or (e.job.type in self._held_types and e.job.status is not JobStatus.RUNNING)
+            for e in events
+        ):
             self.notify()
 
     async def wait(self, timeout: float, *also: asyncio.Future[Any]) -> bool:

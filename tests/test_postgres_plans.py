@@ -21,6 +21,7 @@ from conftest import Databases
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.postgres_statements import PostgresStatements
+from queuelog.storage.statements import per_type_params
 
 FILL = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
@@ -91,12 +92,45 @@ def test_a_callers_filtered_pages_can_walk_the_callers_index(
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_the_claim_reads_the_pending_index_and_skips_locked_rows(queue_shaped: Any) -> None:
-    now = int(time.time() * 1_000_000) + 1_000_000  # every pending job is due
-    params = {"worker": "w", "now": now, "lease": now + 60_000_000, "limit": 10}
-    shown = plan(queue_shaped, PostgresStatements.CLAIM_ANY, **params)
-    assert "ix_jobs_claim" in shown, shown
-    assert "LockRows" in shown, shown
+@pytest.mark.parametrize("generic", [False, True])
+def test_the_claim_reads_each_types_ready_index_and_skips_locked_rows(
+    queue_shaped: Any, generic: bool
+) -> None:
+    if generic:
+        queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    now = int(time.time() * 1_000_000) + 1_000_000
+    params = {**per_type_params(["noop", "email"], [10, 10]), "worker": "w", "now": now}
+    shown = plan(queue_shaped, PostgresStatements.claim_jobs(2), **params, lease=now, limit=10)
+    assert "ix_jobs_ready" in shown, shown
+    assert "LockRows" in shown and "Seq Scan on jobs" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("name", "indexes"),
+    [
+        ("promote_due", {"ix_jobs_delayed"}),
+        ("next_due", {"ix_jobs_delayed"}),
+        ("oldest_due", {"ix_jobs_lag", "ix_jobs_delayed"}),
+        ("oldest_due_of", {"ix_jobs_lag", "ix_jobs_delayed"}),
+    ],
+)
+def test_per_type_reads_seek_their_types_range_even_when_statistics_are_stale(
+    queue_shaped: Any, name: str, indexes: set[str]
+) -> None:
+    """Statistics taken before a burst of delayed jobs: the planner believes none are
+    delayed. Each statement must still seek the type's range of its partial indexes,
+    never scan the table or another index (issue 16's backlogs)."""
+    queue_shaped.execute(
+        "UPDATE jobs SET delayed = 1, run_at = now() + interval '1 day'"
+        " WHERE id % 3 = 0 AND status = 'pending'"
+    )
+    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    now = int(time.time() * 1_000_000)
+    sql = getattr(PostgresStatements, name)(2)
+    shown = plan(queue_shaped, sql, **per_type_params(["noop", "email"]), now=now, created_by="p")
+    assert all(index in shown for index in indexes), shown
+    assert "Seq Scan on jobs" not in shown and "Sort" not in shown, shown
 
 
 # Every statement that changes one job found by id, with its guard on the job's state.
@@ -125,11 +159,13 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     params = {
         "id": 30000, "worker": "w", "attempt": 1, "result": "{}", "now": now, "lease": now,
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
-        "finished_at": now, "error": None,
+        "finished_at": now, "error": None, "delayed": 0,
     }  # fmt: skip
     shown = plan(queue_shaped, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
-    assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
+    assert not any(
+        index in shown for index in ("ix_jobs_lease", "ix_jobs_ready", "ix_jobs_delayed", "ix_jobs_lag")
+    ), shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -150,7 +186,9 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
     shown = plan(queue_shaped, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
-    assert not any(index in shown for index in ("ix_jobs_lease", "ix_jobs_claim", "ix_jobs_due")), shown
+    assert not any(
+        index in shown for index in ("ix_jobs_lease", "ix_jobs_ready", "ix_jobs_delayed", "ix_jobs_lag")
+    ), shown
     assert "Seq Scan on jobs" not in shown and "Loop" not in shown, shown
 
 

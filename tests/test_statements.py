@@ -16,6 +16,23 @@ DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
 LIST_SHAPES = list(itertools.product((False, True), repeat=6))
+MATCH_SHAPES = list(itertools.product((False, True), repeat=4))
+# Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
+# (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
+PER_TYPE = {
+    "claim_jobs",
+    "promote_due",
+    "ready_heads",
+    "key_heads",
+    "next_due",
+    "oldest_due",
+    "oldest_due_of",
+}
+NUMBERED = re.compile(r"^([a-z]+)\d+$")
+
+
+def _sqlite_parameters(sql: str) -> set[str]:
+    return {NUMBERED.sub(r"\1s", name) for name in SQLITE_PARAMETER.findall(sql)}
 
 
 @pytest.mark.parametrize("database", DATABASES, ids=lambda d: d.__name__)
@@ -24,6 +41,10 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
         statement = getattr(database, name)
         if name == "list_jobs":
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
+        elif name == "match_jobs":
+            assert all(statement(*shape).startswith("SELECT") for shape in MATCH_SHAPES)
+        elif name in PER_TYPE:
+            assert all(statement(n).strip() for n in (1, 2, 5)), name
         else:
             assert isinstance(statement, str) and statement.strip(), name
 
@@ -32,10 +53,18 @@ def test_both_databases_take_the_same_parameters() -> None:
     for name in statement_names():
         if name == "list_jobs":
             pairs = [(SqliteStatements.list_jobs(*s), PostgresStatements.list_jobs(*s)) for s in LIST_SHAPES]
+        elif name == "match_jobs":
+            pairs = [
+                (SqliteStatements.match_jobs(*s), PostgresStatements.match_jobs(*s)) for s in MATCH_SHAPES
+            ]
+        elif name in PER_TYPE:
+            pairs = [
+                (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
+            ]
         else:
             pairs = [(getattr(SqliteStatements, name), getattr(PostgresStatements, name))]
         for sqlite, postgres in pairs:
-            assert set(SQLITE_PARAMETER.findall(sqlite)) == set(POSTGRES_PARAMETER.findall(postgres)), name
+            assert _sqlite_parameters(sqlite) == set(POSTGRES_PARAMETER.findall(postgres)), name
 
 
 def test_a_database_without_a_statement_fails_when_it_is_defined() -> None:

@@ -18,6 +18,12 @@ class EnqueueJobInput:
     idempotency_key: str | None = None
     max_retries: int = 3
     run_at: datetime | None = None
+    concurrency_key: str | None = strawberry.field(
+        default=None, description="1..255 printable characters; see Job.concurrencyKey."
+    )
+    timeout_seconds: int | None = strawberry.field(
+        default=None, description="1..86400; null: the type's default (TypeControl.timeoutSeconds), if any."
+    )
 
 
 @strawberry.input

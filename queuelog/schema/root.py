@@ -9,7 +9,8 @@ import strawberry
 from strawberry.permission import PermissionExtension
 
 from queuelog.auth import Action
-from queuelog.resolvers import mutations, queries, subscriptions
+from queuelog.resolvers import flow_control, mutations, queries, subscriptions
+from queuelog.schema.flow_control import BulkPayload, TypeControl
 from queuelog.schema.permissions import RoleAllows
 from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
 
@@ -26,6 +27,12 @@ class Query:
         resolver=queries.jobs, extensions=allowed(Action.READ), description="Newest first. first: 1..100."
     )
     queue_stats = strawberry.field(resolver=queries.queue_stats, extensions=allowed(Action.READ))
+    type_controls = strawberry.field(
+        resolver=flow_control.type_controls,
+        graphql_type=list[TypeControl],
+        extensions=allowed(Action.READ),
+        description="Every allowlisted type with its controls, in type order. Any authenticated caller.",
+    )
 
 
 @strawberry.type
@@ -74,6 +81,44 @@ class Mutation:
     )
     retry_job = strawberry.mutation(
         resolver=mutations.retry_job, graphql_type=Job, extensions=allowed(Action.RETRY)
+    )
+    cancel_jobs = strawberry.mutation(
+        resolver=flow_control.cancel_jobs,
+        graphql_type=BulkPayload,
+        extensions=allowed(Action.CANCEL),
+        description=(
+            "Cancel PENDING jobs matching the filter that the caller may cancel, oldest first, "
+            "at most limit (1..10000)."
+        ),
+    )
+    retry_jobs = strawberry.mutation(
+        resolver=flow_control.retry_jobs,
+        graphql_type=BulkPayload,
+        extensions=allowed(Action.RETRY),
+        description=(
+            "ADMIN: retry FAILED or CANCELLED jobs matching the filter, oldest first, "
+            "at most limit (1..10000)."
+        ),
+    )
+    pause_type = strawberry.mutation(
+        resolver=flow_control.pause_type,
+        graphql_type=TypeControl,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: no job of the type is claimed until resumeType, or until `until` when given; "
+            "enqueues go on, RUNNING jobs finish."
+        ),
+    )
+    resume_type = strawberry.mutation(
+        resolver=flow_control.resume_type, graphql_type=TypeControl, extensions=allowed(Action.CONTROL)
+    )
+    set_type_control = strawberry.mutation(
+        resolver=flow_control.set_type_control,
+        graphql_type=TypeControl,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: replaces the type's limits (a null field clears that limit); pausing is separate."
+        ),
     )
 
 

@@ -82,6 +82,18 @@ class Job:
     result: JSON | None
     created_at: datetime
     updated_at: datetime
+    concurrency_key: str | None = strawberry.field(
+        description=(
+            "Jobs of one type with the same key share that type's per-key limits "
+            "(maxRunningPerKey, a per-key rateLimit)."
+        )
+    )
+    timeout_seconds: int | None = strawberry.field(
+        description=(
+            "A RUNNING job whose claimedAt is older than this many seconds fails with error "
+            "`timed out`; null: the type's default, else none."
+        )
+    )
     error: str | None = strawberry.field(
         description=(
             "Sanitized worker error. ADMIN only: any other caller gets null plus a FORBIDDEN "

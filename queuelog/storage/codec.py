@@ -22,7 +22,7 @@ JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)
 # Set by a claim, a completion or a failure: NULL in a job just enqueued.
 LIFECYCLE_COLUMNS = frozenset(
-    {"claimed_at", "worker_id", "lease_expires_at", "finished_at", "result", "error"}
+    {"claimed_at", "worker_id", "lease_expires_at", "finished_at", "result", "error", "timeout_at"}
 )
 # The columns an enqueue writes, in the table's order (the id comes from the database).
 NEW_JOB_COLUMNS: tuple[str, ...] = tuple(c for c in JOB_COLUMNS if c != "id" and c not in LIFECYCLE_COLUMNS)

@@ -12,13 +12,14 @@ queue's; they arrive here as values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
 from queuelog.model import (
+    ALL_JOBS,
     Completion,
     CompletionOutcome,
     EnqueueOutcome,
@@ -31,7 +32,7 @@ from queuelog.model import (
     QueueStats,
     RecordedEvent,
 )
-from queuelog.storage import counters
+from queuelog.storage import counters, flow
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.read_plans import OldestPending, Walk, plan_list, plan_oldest_pending
@@ -51,8 +52,9 @@ from queuelog.storage.statements import (
     PENDING,
     RUNNING,
     STATUS_TEXT,
+    TIMED_OUT_ERROR,
     RetryDecision,
-    Statements,
+    per_type_params,
 )
 from queuelog.storage.transaction import Connection, Cursor, WriteTx
 from queuelog.storage.types import compact_json, to_micros
@@ -77,6 +79,8 @@ def _same_request(job: Job | NewJob, item: NewJob) -> bool:
         job.type == item.type
         and job.priority == item.priority
         and job.max_retries == item.max_retries
+        and job.concurrency_key == item.concurrency_key
+        and job.timeout_seconds == item.timeout_seconds
         and same_json(job.payload, item.payload)
     )
 
@@ -162,6 +166,15 @@ def _inserted_id(cursor: Cursor) -> int:
 # --- claim and the holder's reports --------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claimed:
+    jobs: list[Job]
+    # Types a control held back in this claim (paused, at a limit, out of rate), and the
+    # earliest moment one of them may free by time alone (a pause's end, a rate window).
+    held: list[str]
+    wake_at: datetime | None
+
+
 def claim(
     tx: WriteTx,
     worker: str,
@@ -169,25 +182,55 @@ def claim(
     limit: int,
     lease_seconds: int,
     delay: RetryDecision,
-) -> list[Job]:
-    """Claim up to `limit` due jobs in claim order (expired leases are handled first)."""
+) -> Claimed:
+    """Claim up to `limit` ready jobs of these types (None: any type) in claim order, within
+    the types' controls (flow.py). Expired leases and timeouts are handled first, and due
+    delayed jobs made ready."""
     expire_leases(tx, delay)
+    if types is None:
+        types = pending_types(tx)
+    if not types:
+        return Claimed([], [], None)
+    promote_due(tx, types)
     params: dict[str, Any] = {
         "worker": worker,
         "now": tx.now_us,
         "lease": tx.now_us + lease_seconds * 1_000_000,
         "limit": limit,
     }
-    if types is None:
-        rows = tx.execute(tx.sql.CLAIM_ANY, params).fetchall()
-    else:
-        params["types"] = jsonutil.dumps(list(types)).decode()
-        rows = tx.execute(tx.sql.CLAIM_TYPES, params).fetchall()
+    controls = flow.read_controls(tx)
+    if not any(flow.binds(controls.get(t), tx.now) for t in types):
+        params.update(per_type_params(types))
+        rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
+        return Claimed(_claimed(tx, rows), [], None)
+    tx.execute(tx.sql.LOCK_CONTROLLED_CLAIMS)
+    plan = flow.plan(tx, types, limit, controls)
+    chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
+    rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall() if chosen else []
+    claimed = _claimed(tx, rows)
+    flow.record_rate_claims(tx, plan, claimed)
+    return Claimed(claimed, plan.held, plan.wake_at)
+
+
+def _claimed(tx: WriteTx, rows: list[Any]) -> list[Job]:
     rows.sort(key=lambda r: (-r[COL_PRIORITY], r[COL_CREATED], r[COL_ID]))  # RETURNING has no order
     claimed = [decode_job(row) for row in rows]
     for job in claimed:
         tx.record_from(EventKind.CLAIMED, PENDING, None, job)
     return claimed
+
+
+def pending_types(conn: Connection) -> list[str]:
+    """The types that have PENDING jobs, by the counters: what a claim of any type reads."""
+    counts, _ = _counts_and_everyones(conn, ALL_JOBS)
+    return sorted(t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0)
+
+
+def promote_due(tx: WriteTx, types: Sequence[str]) -> int:
+    """Make the delayed jobs of these types whose run_at has come ready (claimable)."""
+    params = per_type_params(types)
+    params["now"] = tx.now_us
+    return tx.execute(tx.sql.promote_due(len(types)), params).rowcount
 
 
 def _fetch(tx: WriteTx | Connection, job_id: int) -> Job | None:
@@ -300,6 +343,7 @@ def _failure_params(job: Job, now: datetime, error: str, delay: float | None) ->
             "retry_count": job.retry_count + 1,
             "worker_id": None,
             "run_at": to_micros(now + timedelta(seconds=delay)),
+            "delayed": int(delay > 0),
             "finished_at": None,
             "error": error,
             "now": now_us,
@@ -311,6 +355,7 @@ def _failure_params(job: Job, now: datetime, error: str, delay: float | None) ->
         "retry_count": job.retry_count,
         "worker_id": job.worker_id,
         "run_at": to_micros(job.run_at),
+        "delayed": 0,
         "finished_at": now_us,
         "error": error,
         "now": now_us,
@@ -343,20 +388,29 @@ def fail(
 
 
 def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
-    """Treat RUNNING jobs whose lease has passed as failed attempts (up to EXPIRE_BATCH).
+    """Treat RUNNING jobs whose lease has passed as failed attempts, and fail those past
+    their timeout (up to EXPIRE_BATCH of each).
 
-    One SELECT and one executemany, however many expired; under the write lock the rows
-    stay as read, and the rowcount check rolls the operation back if they did not.
+    One SELECT and one executemany each, however many; under the write lock the rows stay
+    as read, and the rowcount check rolls the operation back if they did not.
     """
     stale = [decode_job(row) for row in tx.execute(tx.sql.EXPIRED_LEASES, {"now": tx.now_us}).fetchall()]
-    if not stale:
-        return 0
-    params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
-    if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
-        raise Conflict("leases changed while being expired; nothing was applied")
-    for job, values in zip(stale, params, strict=True):
-        tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
-    return len(stale)
+    if stale:
+        params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
+        if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
+            raise Conflict("leases changed while being expired; nothing was applied")
+        for job, values in zip(stale, params, strict=True):
+            tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
+    late = [decode_job(row) for row in tx.execute(tx.sql.TIMED_OUT, {"now": tx.now_us}).fetchall()]
+    if late:
+        params = [_failure_params(job, tx.now, TIMED_OUT_ERROR, delay(job, True, None)) for job in late]
+        if tx.executemany(tx.sql.TIME_OUT_RUNNING, params).rowcount != len(late):  # pragma: no cover
+            raise Conflict("timeouts changed while being applied; nothing was applied")
+        for job, values in zip(late, params, strict=True):
+            after = _after_failure(job, values, tx.now)
+            kind = EventKind.RETRYING if after.status is JobStatus.PENDING else EventKind.FAILED
+            tx.record(kind, job, after)
+    return len(stale) + len(late)
 
 
 def _after_failure(job: Job, values: dict[str, Any], now: datetime) -> Job:
@@ -368,6 +422,8 @@ def _after_failure(job: Job, values: dict[str, Any], now: datetime) -> Job:
         worker_id=values["worker_id"],
         lease_expires_at=None,
         run_at=micros_to_datetime(values["run_at"]),
+        delayed=values["delayed"],
+        timeout_at=None,
         finished_at=micros_to_datetime(values["finished_at"]),
         error=values["error"],
         updated_at=now,
@@ -594,30 +650,32 @@ def _oldest_pending_seconds(
     counts: dict[str, dict[str, int]],
     everyones: dict[str, dict[str, int]],
 ) -> float | None:
-    """From the counters first (read_plans.plan_oldest_pending): no PENDING job in the scope,
-    no read."""
+    """Queue lag: how long the longest-waiting claimable job has been due (now - run_at),
+    read from each type's head in ix_jobs_lag and ix_jobs_delayed, never by a walk. Only
+    types with PENDING jobs in the scope (the counters say which) are read."""
     plan = plan_oldest_pending(scope.everything, scope.created_by is not None, counts, everyones)
     if plan is OldestPending.NOTHING:
         return None
-    params = {"now": to_micros(now), "created_by": scope.created_by}
-    row = conn.execute(_OLDEST_PENDING[plan](conn.sql), params).fetchone()
+    types = sorted(t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0)
+    params = per_type_params(types)
+    params.update(now=to_micros(now), created_by=scope.created_by)
+    if plan is OldestPending.EVERY_PENDING:
+        sql = conn.sql.oldest_due(len(types))
+    elif plan is OldestPending.OWN_AMONG_PENDING:
+        sql = conn.sql.oldest_due_of(len(types))
+    else:
+        sql = conn.sql.OLDEST_DUE_AMONG_OWN
+        params["types"] = jsonutil.dumps(types).decode()
+    row = conn.execute(sql, params).fetchone()
     oldest = micros_to_datetime(row[0]) if row is not None else None
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
-_OLDEST_PENDING: dict[OldestPending, Callable[[type[Statements]], str]] = {
-    OldestPending.EVERY_PENDING: lambda sql: sql.OLDEST_PENDING_ANY,
-    OldestPending.AMONG_OWN: lambda sql: sql.OLDEST_PENDING_AMONG_OWN,
-    OldestPending.OWN_AMONG_PENDING: lambda sql: sql.OLDEST_PENDING_OF,
-}
-
-
 def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:
-    """When the earliest PENDING job (of these types) becomes due; may be in the past."""
+    """When the earliest delayed job of these types (None: any) becomes due; may be past."""
     if types is None:
-        row = conn.execute(conn.sql.NEXT_DUE_ANY).fetchone()
-    else:
-        row = conn.execute(
-            conn.sql.NEXT_DUE_TYPES, {"types": jsonutil.dumps(list(types)).decode()}
-        ).fetchone()
+        types = pending_types(conn)
+    if not types:
+        return None
+    row = conn.execute(conn.sql.next_due(len(types)), per_type_params(types)).fetchone()
     return micros_to_datetime(row[0]) if row is not None else None

@@ -20,15 +20,21 @@ What differs from SQLite, and why:
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
 
-from queuelog.model import Priority
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
-from queuelog.storage.statements import EVENT_TAIL_BATCH, EXPIRE_BATCH, PRUNE_BATCH, TERMINAL_SQL, Statements
+from queuelog.storage.statements import (
+    EVENT_TAIL_BATCH,
+    EXPIRE_BATCH,
+    PROMOTE_BATCH,
+    PRUNE_BATCH,
+    TERMINAL_SQL,
+    Statements,
+)
 from queuelog.storage.tables import jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
@@ -62,17 +68,90 @@ def _job_value(column: str) -> str:
 _INSERT_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 _INSERT_VALUES = ", ".join(_job_value(column) for column in NEW_JOB_COLUMNS)
 
-_CLAIM = f"""
+READY = "status = 'pending' AND delayed = 0"
+DELAYED = "status = 'pending' AND delayed = 1"
+# One row per type asked for (the `types` array; `quotas`: at most that many of each). The
+# per-type statements read each type's own index range (LATERAL), so other types' rows and
+# delayed jobs are never walked; their text is the same whatever the number of types.
+_WANTED = "unnest(%(types)s::text[]) AS wanted(type)"
+_WANTED_QUOTAS = "unnest(%(types)s::text[], %(quotas)s::int[]) AS wanted(type, quota)"
+_UNKEYED = "concurrency_key IS NULL"
+_KEYED = "concurrency_key IS NOT NULL"
+_CANDIDATE = "id, type, concurrency_key, priority, created_at"
+# Set by every claim: the job's own timeout, else its type's (a read by key).
+_TIMEOUT_AT = (
+    f"timeout_at = {NOW} + COALESCE(timeout_seconds,"
+    " (SELECT c.timeout_seconds FROM type_controls AS c WHERE c.type = jobs.type)) * INTERVAL '1 second'"
+)
+_CLAIMED = f"""
     UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {NOW},
-        attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {NOW}
+        attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {NOW}, {_TIMEOUT_AT}
+"""
+
+
+def _heads(columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock: bool) -> str:
+    """Each wanted type's first ready jobs without a key and with one (two LATERAL reads:
+    FOR UPDATE is not allowed under a UNION's branches, but is in their FROM)."""
+    skip = " FOR UPDATE SKIP LOCKED" if lock else ""
+    reads = [
+        f"SELECT head.* FROM {wanted} CROSS JOIN LATERAL ("
+        f"SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {READY} AND {keyness}"
+        f" ORDER BY priority DESC, created_at, id LIMIT {limit}{skip}) AS head"
+        for keyness, limit in ((_UNKEYED, unkeyed_limit), (_KEYED, keyed_limit))
+    ]
+    return " UNION ALL ".join(reads)
+
+
+_CLAIM_HEADS = _heads("id, priority, created_at", _WANTED, "%(limit)s", "%(limit)s", True)
+_CLAIM = f"""{_CLAIMED}
     WHERE id IN (
-        SELECT id FROM jobs
-        WHERE status = 'pending' AND run_at <= {NOW} {{types}}
-        ORDER BY priority DESC, created_at, id
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED)
+        SELECT heads.id FROM ({_CLAIM_HEADS}) AS heads
+        ORDER BY heads.priority DESC, heads.created_at, heads.id
+        LIMIT %(limit)s)
     RETURNING {JOB_COLUMN_LIST}
 """
+_READY_HEADS = _heads(
+    _CANDIDATE,
+    "unnest(%(types)s::text[], %(quotas)s::int[], %(kquotas)s::int[]) AS wanted(type, quota, kquota)",
+    "wanted.quota",
+    "wanted.kquota",
+    True,
+)
+_KEY_HEADS = f"""
+    SELECT head.* FROM unnest(%(types)s::text[], %(keys)s::text[], %(quotas)s::int[])
+        AS wanted(type, key, quota)
+    CROSS JOIN LATERAL (
+        SELECT {_CANDIDATE} FROM jobs
+        WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY}
+        ORDER BY priority DESC, created_at, id LIMIT wanted.quota FOR UPDATE SKIP LOCKED) AS head
+"""
+_PROMOTE = f"""
+    UPDATE jobs SET delayed = 0 WHERE id IN (
+        SELECT due.id FROM {_WANTED} CROSS JOIN LATERAL (
+            SELECT id FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}
+            ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due)
+"""
+_NEXT_DUE = f"""
+    SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
+        SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {DELAYED}
+        ORDER BY run_at LIMIT 1) AS head
+"""
+
+
+def _oldest_due_sql(scope: str) -> str:
+    return f"""
+    SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
+        (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {READY}{scope}
+            ORDER BY run_at LIMIT 1)
+        UNION ALL
+        (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}{scope}
+            ORDER BY run_at LIMIT 1)) AS head
+"""
+
+
+def _same_text(sql: str) -> Callable[[int], str]:
+    """A per-type statement whose text does not depend on the number of types."""
+    return lambda type_count: sql
 
 
 def state_guard(condition: str) -> str:
@@ -107,20 +186,36 @@ def _completed(now: str, result: str) -> str:
 _COMPLETED = _completed(NOW, "%(result)s")
 _FAILURE = (
     "status = %(status)s, retry_count = %(retry_count)s, worker_id = %(worker_id)s,"
-    f" lease_expires_at = NULL, run_at = {ts('run_at')}, finished_at = {ts('finished_at')},"
+    f" lease_expires_at = NULL, run_at = {ts('run_at')}, delayed = %(delayed)s, timeout_at = NULL,"
+    f" finished_at = {ts('finished_at')},"
     f" error = %(error)s, updated_at = {NOW}"
 )
 _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
-_OLDEST_OF_PRIORITY = """
-    (SELECT created_at FROM jobs
-        WHERE status = 'pending' AND priority = {priority} AND run_at <= {now} {scope}
-        ORDER BY priority DESC, created_at LIMIT 1)
-"""
 
 
-def _oldest_pending_sql(scope: str) -> str:
-    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, now=NOW, scope=scope) for p in Priority]
-    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ") AS oldest"
+_RETRIED = (
+    f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, worker_id = NULL,"
+    f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
+)
+
+
+@functools.cache
+def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+    """A bulk action's next matching jobs of one status, oldest first. The ORDER BY names
+    the filter's columns before id (as list_statement does) so that only ix_jobs_status or
+    ix_jobs_type_status gives the order: the planner walks that index from `after`."""
+    leading = ["type", "status"] if job_type else ["status"]
+    filters = [f"{column} >= %({column})s AND {column} <= %({column})s" for column in leading]
+    if key:
+        filters.append("concurrency_key = %(key)s")
+    if before:
+        filters.append(f"created_at < {ts('before')}")
+    if by_creator:
+        filters.append("created_by = %(name)s")
+    filters.append("id > %(after)s")
+    order = ", ".join([*leading, "id"])
+    where = " AND ".join(filters)
+    return f"SELECT id, status, worker_id FROM jobs WHERE {where} ORDER BY {order} LIMIT %(limit)s"
 
 
 @functools.cache
@@ -176,8 +271,18 @@ class PostgresStatements(Statements):
     JOB_BY_ID = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id = %(id)s"
     JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN {id_list('ids')}"
 
-    CLAIM_ANY = _CLAIM.format(types="")
-    CLAIM_TYPES = _CLAIM.format(types=f"AND type IN {text_list('types')}")
+    claim_jobs = staticmethod(_same_text(_CLAIM))
+    promote_due = staticmethod(_same_text(_PROMOTE))
+    ready_heads = staticmethod(_same_text(_READY_HEADS))
+    key_heads = staticmethod(_same_text(_KEY_HEADS))
+    CLAIM_IDS = f"{_CLAIMED} WHERE id IN {id_list('ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
+    TIMED_OUT = f"""
+        SELECT {JOB_COLUMN_LIST} FROM jobs
+        WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < {NOW}
+        ORDER BY timeout_at LIMIT {EXPIRE_BATCH}
+        FOR UPDATE SKIP LOCKED
+    """
+    TIME_OUT_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND timeout_at < {NOW}"
     HEARTBEAT = (
         f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
         f" WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
@@ -200,9 +305,15 @@ class PostgresStatements(Statements):
         f" WHERE id = %(id)s AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
     )
     RETRY_FINISHED = (
-        f"UPDATE jobs SET status = 'pending', retry_count = 0, run_at = {NOW}, worker_id = NULL,"
-        f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
-        f" WHERE id = %(id)s AND {IS_RETRIABLE}"
+        f"UPDATE jobs SET {_RETRIED} WHERE id = %(id)s AND {IS_RETRIABLE} RETURNING {JOB_COLUMN_LIST}"
+    )
+    match_jobs = staticmethod(match_statement)
+    CANCEL_IDS = (
+        f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
+        f" WHERE id IN {id_list('ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
+    )
+    RETRY_IDS = (
+        f"UPDATE jobs SET {_RETRIED} WHERE id IN {id_list('ids')} AND {IS_RETRIABLE}"
         f" RETURNING {JOB_COLUMN_LIST}"
     )
     PRUNE = f"""
@@ -214,14 +325,13 @@ class PostgresStatements(Statements):
         RETURNING id, type, status, created_by, worker_id
     """
 
-    NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs WHERE status = 'pending'"
-    NEXT_DUE_TYPES = NEXT_DUE_ANY + f" AND type IN {text_list('types')}"
-    OLDEST_PENDING_ANY = _oldest_pending_sql("")
-    OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = %(created_by)s")
-    OLDEST_PENDING_AMONG_OWN = (
-        "SELECT MIN(created_at) FROM jobs"
+    next_due = staticmethod(_same_text(_NEXT_DUE))
+    oldest_due = staticmethod(_same_text(_oldest_due_sql("")))
+    oldest_due_of = staticmethod(_same_text(_oldest_due_sql(" AND created_by = %(created_by)s")))
+    OLDEST_DUE_AMONG_OWN = (
+        "SELECT MIN(run_at) FROM jobs"
         " WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
-        f" AND run_at <= {NOW}"
+        f" AND run_at <= {NOW} AND type IN {text_list('types')}"
     )
     list_jobs = staticmethod(list_statement)
 
@@ -266,6 +376,47 @@ class PostgresStatements(Statements):
         " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
+
+    TYPE_CONTROLS = (
+        "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
+        " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
+    )
+    # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
+    # but fixed: queuelog's only advisory lock.
+    LOCK_CONTROLLED_CLAIMS = "SELECT pg_advisory_xact_lock(7160419)"
+    RUNNING_PER_KEY = (
+        "SELECT concurrency_key, count(*) FROM jobs"
+        " WHERE type = %(type)s AND status = 'running' AND concurrency_key IS NOT NULL"
+        " GROUP BY concurrency_key"
+    )
+    KEYS_WITH_READY_JOBS = f"""
+        WITH RECURSIVE ready_keys(key) AS (
+            SELECT MIN(concurrency_key) FROM jobs
+            WHERE type = %(type)s AND {READY} AND concurrency_key IS NOT NULL
+            UNION ALL
+            SELECT (SELECT MIN(concurrency_key) FROM jobs
+                WHERE type = %(type)s AND {READY} AND concurrency_key > ready_keys.key)
+            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
+        SELECT key FROM ready_keys WHERE key IS NOT NULL
+    """
+    RATE_WINDOW = (
+        "SELECT key, count(*), MIN(at) FROM rate_claims"
+        f" WHERE type = %(type)s AND at > {ts('since')} GROUP BY key"
+    )
+    FORGET_RATE_CLAIMS = f"DELETE FROM rate_claims WHERE type = %(type)s AND at <= {ts('since')}"
+    INSERT_RATE_CLAIM = f"INSERT INTO rate_claims (type, key, at) VALUES (%(type)s, %(key)s, {ts('at')})"
+    PUT_TYPE_CONTROL = (
+        "INSERT INTO type_controls (type, paused, paused_until, max_running, max_running_per_key,"
+        " rate_limit, rate_period_seconds, rate_per_key, timeout_seconds, updated_at)"
+        " VALUES (%(type)s, %(paused)s, " + as_timestamp("%(paused_until)s::bigint") + ", %(max_running)s,"
+        " %(max_running_per_key)s, %(rate_limit)s, %(rate_period_seconds)s, %(rate_per_key)s,"
+        f" %(timeout_seconds)s, {ts('updated_at')})"
+        " ON CONFLICT (type) DO UPDATE SET paused = excluded.paused, paused_until = excluded.paused_until,"
+        " max_running = excluded.max_running, max_running_per_key = excluded.max_running_per_key,"
+        " rate_limit = excluded.rate_limit, rate_period_seconds = excluded.rate_period_seconds,"
+        " rate_per_key = excluded.rate_per_key, timeout_seconds = excluded.timeout_seconds,"
+        " updated_at = excluded.updated_at"
+    )
 
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"

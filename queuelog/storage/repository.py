@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
     ApiKey,
+    BulkOutcome,
     Completion,
     CompletionOutcome,
     EnqueueOutcome,
+    EventKind,
     Job,
     JobEvent,
+    JobFilter,
     JobScope,
     JobStatus,
     MinuteCount,
@@ -28,8 +31,10 @@ from queuelog.model import (
     QueueStats,
     RecordedEvent,
     Role,
+    TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage import bulk, controls
 from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
@@ -164,19 +169,58 @@ class Repository:
         """Claim due jobs; `wanted` is asked inside the transaction, before it commits, and
         with `key_checked` so is the database whether the worker's key is still active (a
         claim that waited may outlive a revoke, made by any process)."""
+        outcome = await self.claim_held(worker, types, limit, lease_seconds, wanted, key_checked)
+        return outcome.jobs
 
-        def claim(tx: WriteTx) -> list[Job]:
-            claimed = ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
-            if claimed and wanted is not None and not wanted():
+    async def claim_held(
+        self,
+        worker: str,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int,
+        wanted: Callable[[], bool] | None = None,
+        key_checked: bool = False,
+    ) -> ops.Claimed:
+        """`claim`, also saying which types a control held back and until when."""
+
+        def claim(tx: WriteTx) -> ops.Claimed:
+            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
+            if outcome.jobs and wanted is not None and not wanted():
                 raise ClaimAbandoned()
-            if claimed and key_checked and not ops.key_is_active(tx, worker):
+            if outcome.jobs and key_checked and not ops.key_is_active(tx, worker):
                 raise ClaimerRevoked()
-            return claimed
+            return outcome
 
         try:
             return await self._db.write(claim)
         except ClaimAbandoned:
-            return []
+            return ops.Claimed([], [], None)
+
+    async def type_controls(self, types: Sequence[str]) -> list[TypeControl]:
+        return await self._db.read(controls.type_controls, types)
+
+    async def update_type_control(self, job_type: str, **changes: object) -> TypeControl:
+        return await self._db.write(lambda tx: controls.update(tx, job_type, **changes))
+
+    async def bulk(
+        self, action: EventKind, job_filter: JobFilter, created_by: str | None, limit: int
+    ) -> BulkOutcome:
+        """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
+        first, one short transaction per chunk."""
+        done, after = 0, 0
+        while done < limit:
+            size = min(bulk.CHUNK, limit - done)
+            changed, after, exhausted = await self._db.write(
+                lambda tx, after=after, size=size: bulk.apply(tx, action, job_filter, created_by, after, size)
+            )
+            done += changed
+            if exhausted:
+                return BulkOutcome(done, more=False)
+        wanted = bulk.statuses(
+            job_filter, bulk.CANCELLABLE if action is EventKind.CANCELLED else bulk.RETRIABLE
+        )
+        rest = await self._db.read(bulk.matching, job_filter, wanted, created_by, after, 1)
+        return BulkOutcome(done, more=bool(rest))
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))

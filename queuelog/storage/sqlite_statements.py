@@ -15,18 +15,19 @@ from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, selec
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import BindParameter
 
-from queuelog.model import JobStatus, Priority
+from queuelog.model import JobStatus
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
     PENDING,
+    PROMOTE_BATCH,
     PRUNE_BATCH,
     RUNNING,
     TERMINAL_SQL,
     Statements,
 )
-from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
+from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs, type_controls
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -64,18 +65,120 @@ def _adding_to(table: Any) -> str:
     )
 
 
-# The claim reads ix_jobs_claim by name: lacking statistics, SQLite's planner may otherwise
-# pick a status index and sort every pending row. BEGIN IMMEDIATE makes it atomic.
-_CLAIM = f"""
+READY = "status = 'pending' AND delayed = 0"
+DELAYED = "status = 'pending' AND delayed = 1"
+
+
+def _each_type(count: int, template: str) -> str:
+    """`template` once per type (`{i}` its number), joined by UNION ALL."""
+    return " UNION ALL ".join(f"SELECT * FROM ({template.format(i=i)})" for i in range(count))
+
+
+# A type's ready jobs in claim order: those without a key (ix_jobs_ready), or with one
+# (ix_jobs_ready_keyed), each index named (INDEXED BY): lacking statistics, SQLite's planner
+# may otherwise pick a status index and sort every pending row.
+_UNKEYED_HEAD = (
+    "SELECT {columns} FROM jobs INDEXED BY ix_jobs_ready WHERE type = :type{{i}} AND {ready}"
+    " AND concurrency_key IS NULL ORDER BY priority DESC, created_at, id LIMIT {limit}"
+)
+_KEYED_HEAD = (
+    "SELECT {columns} FROM jobs INDEXED BY ix_jobs_ready_keyed WHERE type = :type{{i}} AND {ready}"
+    " AND concurrency_key IS NOT NULL ORDER BY priority DESC, created_at, id LIMIT {limit}"
+)
+_CANDIDATE = "id, type, concurrency_key, priority, created_at"
+# Set by every claim: the job's own timeout, else its type's (a correlated read by key).
+_TIMEOUT_AT = (
+    "timeout_at = :now + COALESCE(timeout_seconds,"
+    " (SELECT c.timeout_seconds FROM type_controls AS c WHERE c.type = jobs.type)) * 1000000"
+)
+_CLAIMED = f"""
     UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = :now,
-        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now
+        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now, {_TIMEOUT_AT}
+"""
+
+
+def _heads(type_count: int, columns: str, unkeyed_limit: str, keyed_limit: str) -> str:
+    unkeyed = _UNKEYED_HEAD.format(columns=columns, ready=READY, limit=unkeyed_limit)
+    keyed = _KEYED_HEAD.format(columns=columns, ready=READY, limit=keyed_limit)
+    return _each_type(type_count, f"{unkeyed}) UNION ALL SELECT * FROM ({keyed}")
+
+
+# The claim of types without controls: each type's heads (up to `limit` of each), the first
+# `limit` of them in claim order. BEGIN IMMEDIATE makes it atomic.
+@functools.lru_cache(maxsize=64)
+def claim_statement(type_count: int) -> str:
+    heads = _heads(type_count, "id, priority, created_at", ":limit", ":limit")
+    return f"""{_CLAIMED}
     WHERE status = 'pending' AND id IN (
-        SELECT id FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND run_at <= :now {{types}}
-        ORDER BY priority DESC, created_at, id
-        LIMIT :limit)
+        SELECT id FROM ({heads}) ORDER BY priority DESC, created_at, id LIMIT :limit)
     RETURNING {JOB_COLUMN_LIST}
 """
+
+
+@functools.lru_cache(maxsize=64)
+def ready_heads_statement(type_count: int) -> str:
+    return _heads(type_count, _CANDIDATE, ":quota{i}", ":kquota{i}")
+
+
+@functools.lru_cache(maxsize=64)
+def key_heads_statement(key_count: int) -> str:
+    return _each_type(
+        key_count,
+        f"SELECT {_CANDIDATE} FROM jobs INDEXED BY ix_jobs_ready_key"
+        f" WHERE type = :type{{i}} AND concurrency_key = :key{{i}} AND {READY}"
+        " ORDER BY priority DESC, created_at, id LIMIT :quota{i}",
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def promote_statement(type_count: int) -> str:
+    due = _each_type(
+        type_count,
+        "SELECT id FROM jobs INDEXED BY ix_jobs_delayed"
+        f" WHERE type = :type{{i}} AND {DELAYED} AND run_at <= :now ORDER BY run_at LIMIT {PROMOTE_BATCH}",
+    )
+    return f"UPDATE jobs SET delayed = 0 WHERE {DELAYED} AND id IN ({due})"
+
+
+def _earliest(type_count: int, template: str) -> str:
+    return f"SELECT MIN(run_at) FROM ({_each_type(type_count, template)})"
+
+
+@functools.lru_cache(maxsize=64)
+def next_due_statement(type_count: int) -> str:
+    return _earliest(
+        type_count,
+        "SELECT MIN(run_at) AS run_at FROM jobs INDEXED BY ix_jobs_delayed"
+        f" WHERE type = :type{{i}} AND {DELAYED}",
+    )
+
+
+_READY_HEAD = (
+    "SELECT run_at FROM jobs INDEXED BY ix_jobs_lag WHERE type = :type{{i}} AND {ready}{scope}"
+    " ORDER BY run_at LIMIT 1"
+)
+_DUE_HEAD = (
+    "SELECT run_at FROM jobs INDEXED BY ix_jobs_delayed WHERE type = :type{{i}} AND {delayed}"
+    " AND run_at <= :now{scope} ORDER BY run_at LIMIT 1"
+)
+
+
+def _oldest_due(type_count: int, scope: str) -> str:
+    ready = _READY_HEAD.format(ready=READY, scope=scope)
+    due = _DUE_HEAD.format(delayed=DELAYED, scope=scope)
+    return _earliest(type_count, f"{ready}) UNION ALL SELECT * FROM ({due}")
+
+
+@functools.lru_cache(maxsize=64)
+def oldest_due_statement(type_count: int) -> str:
+    return _oldest_due(type_count, "")
+
+
+@functools.lru_cache(maxsize=64)
+def oldest_due_of_statement(type_count: int) -> str:
+    return _oldest_due(type_count, " AND created_by = :created_by")
+
+
 _HOLDER_GUARD = and_(
     jobs.c.id == bindparam("id"),
     IS_RUNNING,
@@ -95,22 +198,23 @@ _FAILURE_VALUES = {
     "worker_id": bindparam("worker_id"),
     "lease_expires_at": lit(None),
     "run_at": bindparam("run_at"),
+    "delayed": bindparam("delayed"),
+    "timeout_at": lit(None),
     "finished_at": bindparam("finished_at"),
     "error": bindparam("error"),
     "updated_at": bindparam("now"),
 }
+_RETRIED_VALUES = {
+    "status": lit(PENDING),
+    "retry_count": lit(0),
+    "run_at": bindparam("now"),
+    "delayed": lit(0),
+    "worker_id": lit(None),
+    "lease_expires_at": lit(None),
+    "finished_at": lit(None),
+    "updated_at": bindparam("now"),
+}
 _SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
-# The oldest due PENDING job: the first due row of each priority in ix_jobs_claim's order.
-_OLDEST_OF_PRIORITY = """
-    SELECT created_at FROM (SELECT created_at FROM jobs INDEXED BY ix_jobs_claim
-        WHERE status = 'pending' AND priority = {priority} AND run_at <= :now {scope}
-        ORDER BY priority DESC, created_at LIMIT 1)
-"""
-
-
-def _oldest_pending_sql(scope: str) -> str:
-    parts = [_OLDEST_OF_PRIORITY.format(priority=p.value, scope=scope) for p in Priority]
-    return "SELECT MIN(created_at) FROM (" + " UNION ALL ".join(parts) + ")"
 
 
 @functools.cache
@@ -138,6 +242,24 @@ def list_statement(
     return _sql(select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())) + " LIMIT :limit"
 
 
+@functools.cache
+def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+    """A bulk action's next matching jobs of one status, oldest first: the status's index
+    (with the type, ix_jobs_type_status) in id order from `after`."""
+    filters = [jobs.c.status == bindparam("status")]
+    if job_type:
+        filters.append(jobs.c.type == bindparam("type"))
+    if key:
+        filters.append(jobs.c.concurrency_key == bindparam("key"))
+    if before:
+        filters.append(jobs.c.created_at < bindparam("before"))
+    if by_creator:
+        filters.append(text("+created_by = :name"))
+    filters.append(jobs.c.id > bindparam("after"))
+    query = select(jobs.c.id, jobs.c.status, jobs.c.worker_id).where(*filters).order_by(jobs.c.id)
+    return _sql(query) + " LIMIT :limit"
+
+
 class SqliteStatements(Statements):
     INSERT_JOB = _sql(insert(jobs).values(_INSERT_VALUES))
     INSERT_JOB_ONCE = _sql(
@@ -157,8 +279,22 @@ class SqliteStatements(Statements):
     JOB_BY_ID = _sql(select(*jobs.c).where(jobs.c.id == bindparam("id")))
     JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
 
-    CLAIM_ANY = _CLAIM.format(types="")
-    CLAIM_TYPES = _CLAIM.format(types="AND type IN (SELECT value FROM json_each(:types))")
+    claim_jobs = staticmethod(claim_statement)
+    promote_due = staticmethod(promote_statement)
+    ready_heads = staticmethod(ready_heads_statement)
+    key_heads = staticmethod(key_heads_statement)
+    CLAIM_IDS = f"""{_CLAIMED}
+        WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids))
+        RETURNING {JOB_COLUMN_LIST}
+    """
+    TIMED_OUT = f"""
+        SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_timeout
+        WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < :now
+        ORDER BY timeout_at LIMIT {EXPIRE_BATCH}
+    """
+    TIME_OUT_RUNNING = _sql(
+        update(jobs).where(_SEEN_RUNNING, jobs.c.timeout_at < bindparam("now")).values(_FAILURE_VALUES)
+    )
     HEARTBEAT = _sql(
         update(jobs)
         .where(_HOLDER_GUARD)
@@ -188,15 +324,27 @@ class SqliteStatements(Statements):
     RETRY_FINISHED = _sql(
         update(jobs)
         .where(jobs.c.id == bindparam("id"), jobs.c.status.in_([lit("failed"), lit("cancelled")]))
-        .values(
-            status=lit(PENDING),
-            retry_count=lit(0),
-            run_at=bindparam("now"),
-            worker_id=lit(None),
-            lease_expires_at=lit(None),
-            finished_at=lit(None),
-            updated_at=bindparam("now"),
+        .values(_RETRIED_VALUES)
+        .returning(*jobs.c)
+    )
+    match_jobs = staticmethod(match_statement)
+    CANCEL_IDS = _sql(
+        update(jobs)
+        .where(
+            IS_PENDING, jobs.c.id.in_(select(literal_column("value")).select_from(text("json_each(:ids)")))
         )
+        .values(
+            status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now")
+        )
+        .returning(*jobs.c)
+    )
+    RETRY_IDS = _sql(
+        update(jobs)
+        .where(
+            jobs.c.status.in_([lit("failed"), lit("cancelled")]),
+            jobs.c.id.in_(select(literal_column("value")).select_from(text("json_each(:ids)"))),
+        )
+        .values(_RETRIED_VALUES)
         .returning(*jobs.c)
     )
     PRUNE = f"""
@@ -206,15 +354,15 @@ class SqliteStatements(Statements):
         RETURNING id, type, status, created_by, worker_id
     """
 
-    NEXT_DUE_ANY = "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_due WHERE status = 'pending'"
-    NEXT_DUE_TYPES = NEXT_DUE_ANY + " AND type IN (SELECT value FROM json_each(:types))"
-    OLDEST_PENDING_ANY = _oldest_pending_sql("")
-    OLDEST_PENDING_OF = _oldest_pending_sql("AND created_by = :created_by")
-    # The same through the creator's own jobs, for a creator with fewer jobs than the queue
-    # has pending ones (read_plans.oldest_pending_walk chooses, from the counters).
-    OLDEST_PENDING_AMONG_OWN = (
-        "SELECT MIN(created_at) FROM jobs INDEXED BY ix_jobs_created_by"
+    next_due = staticmethod(next_due_statement)
+    oldest_due = staticmethod(oldest_due_statement)
+    oldest_due_of = staticmethod(oldest_due_of_statement)
+    # Through the creator's own jobs, for a creator with fewer jobs than the queue has
+    # pending ones (read_plans.plan_oldest_pending chooses, from the counters).
+    OLDEST_DUE_AMONG_OWN = (
+        "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_created_by"
         " WHERE created_by = :created_by AND status = 'pending' AND run_at <= :now"
+        " AND type IN (SELECT value FROM json_each(:types))"
     )
     list_jobs = staticmethod(list_statement)
 
@@ -250,6 +398,41 @@ class SqliteStatements(Statements):
         " AND (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
+
+    TYPE_CONTROLS = (
+        "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
+        " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
+    )
+    LOCK_CONTROLLED_CLAIMS = "SELECT 1"  # BEGIN IMMEDIATE already holds the write lock
+    RUNNING_PER_KEY = (
+        "SELECT concurrency_key, count(*) FROM jobs INDEXED BY ix_jobs_running_key"
+        " WHERE type = :type AND status = 'running' AND concurrency_key IS NOT NULL"
+        " GROUP BY concurrency_key"
+    )
+    # The distinct keys of a type's ready jobs, one seek each (a loose index scan).
+    KEYS_WITH_READY_JOBS = f"""
+        WITH RECURSIVE ready_keys(key) AS (
+            SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
+            WHERE type = :type AND {READY} AND concurrency_key IS NOT NULL
+            UNION ALL
+            SELECT (SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
+                WHERE type = :type AND {READY} AND concurrency_key > ready_keys.key)
+            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
+        SELECT key FROM ready_keys WHERE key IS NOT NULL
+    """
+    RATE_WINDOW = (
+        "SELECT key, count(*), MIN(at) FROM rate_claims WHERE type = :type AND at > :since GROUP BY key"
+    )
+    FORGET_RATE_CLAIMS = "DELETE FROM rate_claims WHERE type = :type AND at <= :since"
+    INSERT_RATE_CLAIM = "INSERT INTO rate_claims (type, key, at) VALUES (:type, :key, :at)"
+    PUT_TYPE_CONTROL = _sql(
+        sqlite.insert(type_controls)
+        .values({c.name: bindparam(c.name) for c in type_controls.c})
+        .on_conflict_do_update(
+            index_elements=["type"],
+            set_={c.name: literal_column(f"excluded.{c.name}") for c in type_controls.c if c.name != "type"},
+        )
+    )
 
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"

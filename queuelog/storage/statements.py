@@ -9,7 +9,7 @@ is defined: at import.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from queuelog.model import EventKind, Job, JobStatus
@@ -20,9 +20,11 @@ PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
 TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
+TIMED_OUT_ERROR = "timed out"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
+PROMOTE_BATCH = 1000  # delayed jobs made ready per type by one claim
 
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
@@ -51,9 +53,21 @@ class Statements:
     # jobs: by id
     JOB_BY_ID: ClassVar[str]
     JOBS_BY_IDS: ClassVar[str]
-    # jobs: claim and the holder's reports
-    CLAIM_ANY: ClassVar[str]
-    CLAIM_TYPES: ClassVar[str]
+    # jobs: claim and the holder's reports. Statements over several types take a count of
+    # types and read parameters `type0`..`typeN` (and `quota0`..: at most that many of each)
+    # on SQLite, the arrays `types` (and `quotas`) on PostgreSQL: see per_type_params.
+    # `claim_jobs(n)`: up to `limit` ready jobs of n types, in claim order.
+    claim_jobs: ClassVar[Callable[[int], str]]
+    # `promote_due(n)`: make delayed jobs of n types that are due (run_at <= now) ready.
+    promote_due: ClassVar[Callable[[int], str]]
+    # Claims of controlled types (flow.py): candidates first, then CLAIM_IDS.
+    # `ready_heads(n)`: each type's first ready jobs, `quota{i}` without a key and `kquota{i}`
+    # with one; `key_heads(n)`: the first `quota{i}` ready jobs of (type{i}, key{i}).
+    ready_heads: ClassVar[Callable[[int], str]]
+    key_heads: ClassVar[Callable[[int], str]]
+    CLAIM_IDS: ClassVar[str]
+    TIMED_OUT: ClassVar[str]
+    TIME_OUT_RUNNING: ClassVar[str]
     HEARTBEAT: ClassVar[str]
     COMPLETE_HELD: ClassVar[str]
     COMPLETE_CHECKED: ClassVar[str]
@@ -65,11 +79,19 @@ class Statements:
     RETRY_FINISHED: ClassVar[str]
     PRUNE: ClassVar[str]
     # jobs: reads
-    NEXT_DUE_ANY: ClassVar[str]
-    NEXT_DUE_TYPES: ClassVar[str]
-    OLDEST_PENDING_ANY: ClassVar[str]
-    OLDEST_PENDING_OF: ClassVar[str]
-    OLDEST_PENDING_AMONG_OWN: ClassVar[str]
+    # `next_due(n)`: the earliest run_at of a delayed job of n types (maybe already past).
+    next_due: ClassVar[Callable[[int], str]]
+    # `oldest_due(n)`: the earliest run_at of a claimable job of n types (ready, or delayed
+    # and due); `oldest_due_of(n)` the same among those created by `created_by`.
+    oldest_due: ClassVar[Callable[[int], str]]
+    oldest_due_of: ClassVar[Callable[[int], str]]
+    # The same through the creator's own jobs (`types`: a JSON list of the types counted).
+    OLDEST_DUE_AMONG_OWN: ClassVar[str]
+    # Bulk actions (bulk.py): `match_jobs(by_creator, job_type, key, before)` reads (id,
+    # status, worker_id) of one `status` after id `after`, oldest first; *_IDS change them.
+    match_jobs: ClassVar[Callable[[bool, bool, bool, bool], str]]
+    CANCEL_IDS: ClassVar[str]
+    RETRY_IDS: ClassVar[str]
     # `list_jobs(by_creator, by_worker, status, job_type, after, walk_scope)`: `jobs(...)`
     list_jobs: ClassVar[Callable[[bool, bool, bool, bool, bool, bool], str]]
     # job_events
@@ -85,6 +107,15 @@ class Statements:
     COUNTS_OF_SCOPES: ClassVar[str]
     MINUTES_OF_SCOPES: ClassVar[str]
     PRUNE_MINUTES: ClassVar[str]
+    # type_controls and rate_claims (flow control)
+    TYPE_CONTROLS: ClassVar[str]
+    LOCK_CONTROLLED_CLAIMS: ClassVar[str]
+    RUNNING_PER_KEY: ClassVar[str]
+    KEYS_WITH_READY_JOBS: ClassVar[str]
+    RATE_WINDOW: ClassVar[str]
+    FORGET_RATE_CLAIMS: ClassVar[str]
+    INSERT_RATE_CLAIM: ClassVar[str]
+    PUT_TYPE_CONTROL: ClassVar[str]
     # api_keys and key_state: every request's key checks
     ACTIVE_KEY: ClassVar[str]
     KEY_IS_ACTIVE: ClassVar[str]
@@ -100,6 +131,22 @@ class Statements:
         unknown = sorted(name for name in defined - declared if not name.startswith("_"))
         if missing or unknown:
             raise TypeError(f"{cls.__name__}: missing statements {missing}, undeclared {unknown}")
+
+
+def per_type_params(
+    types: Sequence[str], quotas: Sequence[int] | None = None, **more: Sequence[Any]
+) -> dict[str, Any]:
+    """The parameters of a per-type statement, for either database: each list both as an
+    array (`types`, `quotas`, `keys`...: PostgreSQL) and item by item (`type0`...: SQLite)."""
+    lists: dict[str, Sequence[Any]] = {"type": types, **more}
+    if quotas is not None:
+        lists["quota"] = quotas
+    params: dict[str, Any] = {}
+    for name, values in lists.items():
+        params[f"{name}s"] = list(values)
+        for i, value in enumerate(values):
+            params[f"{name}{i}"] = value
+    return params
 
 
 def statement_names() -> tuple[str, ...]:

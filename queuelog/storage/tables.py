@@ -53,18 +53,57 @@ jobs = Table(
     Column("created_by", String(255), nullable=False),
     Column("created_at", UtcTimestamp(), nullable=False),
     Column("updated_at", UtcTimestamp(), nullable=False),
+    # Flow control (API.md section 9): the key that per-key limits count by, and the job's
+    # own timeout.
+    Column("concurrency_key", String(255)),
+    Column("timeout_seconds", Integer),
+    # Internal: 1 while a PENDING job waits for its run_at. A claim only reads jobs that are
+    # not delayed (ix_jobs_ready), so a backlog of delayed jobs is never walked; claims and
+    # the maintenance loop turn due jobs ready (ix_jobs_delayed, oldest run_at first).
+    Column("delayed", SmallInteger, nullable=False, server_default="0"),
+    # Internal: when a RUNNING job times out (set by the claim from its timeout, or its type's).
+    Column("timeout_at", UtcTimestamp()),
     UniqueConstraint("created_by", "idempotency_key", name="uq_jobs_idempotency"),
-    # The claim: first pending row in (priority DESC, created_at, id) order that is due.
-    # run_at and type ride along so the filter is answered from the index alone.
+    # The claim, one type at a time: the first ready rows of the type in claim order
+    # (priority DESC, created_at, id). Other types and delayed jobs are not in its path.
+    # Jobs without a concurrency key (the usual case) are in this index alone...
     Index(
-        "ix_jobs_claim",
+        "ix_jobs_ready",
+        "type",
         text("priority DESC"),
         "created_at",
         "id",
-        "run_at",
+        postgresql_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NULL"),
+        sqlite_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NULL"),
+    ),
+    # ...jobs with one in these two: in claim order, and per key, so that a type with
+    # per-key limits seeks past a full key's backlog instead of walking it.
+    Index(
+        "ix_jobs_ready_keyed",
         "type",
-        postgresql_where=text("status = 'pending'"),
-        sqlite_where=text("status = 'pending'"),
+        text("priority DESC"),
+        "created_at",
+        "id",
+        postgresql_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NOT NULL"),
+        sqlite_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NOT NULL"),
+    ),
+    Index(
+        "ix_jobs_ready_key",
+        "type",
+        "concurrency_key",
+        text("priority DESC"),
+        "created_at",
+        "id",
+        postgresql_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NOT NULL"),
+        sqlite_where=text("status = 'pending' AND delayed = 0 AND concurrency_key IS NOT NULL"),
+    ),
+    # Queue lag (oldestPendingSeconds): the ready job of each type that has waited longest.
+    Index(
+        "ix_jobs_lag",
+        "type",
+        "run_at",
+        postgresql_where=text("status = 'pending' AND delayed = 0"),
+        sqlite_where=text("status = 'pending' AND delayed = 0"),
     ),
     Index(
         "ix_jobs_lease",
@@ -84,12 +123,28 @@ jobs = Table(
     Index("ix_jobs_status", "status", "id"),
     Index("ix_jobs_type", "type", "id"),
     Index("ix_jobs_type_status", "type", "status", "id"),
-    # When the next delayed job becomes due (long-polling claims sleep until then).
+    # When each type's next delayed job becomes due (a claim makes it ready then;
+    # long-polling claims sleep until then).
     Index(
-        "ix_jobs_due",
+        "ix_jobs_delayed",
+        "type",
         "run_at",
-        postgresql_where=text("status = 'pending'"),
-        sqlite_where=text("status = 'pending'"),
+        postgresql_where=text("status = 'pending' AND delayed = 1"),
+        sqlite_where=text("status = 'pending' AND delayed = 1"),
+    ),
+    # RUNNING jobs per (type, key), counted by claims of types with per-key limits.
+    Index(
+        "ix_jobs_running_key",
+        "type",
+        "concurrency_key",
+        postgresql_where=text("status = 'running' AND concurrency_key IS NOT NULL"),
+        sqlite_where=text("status = 'running' AND concurrency_key IS NOT NULL"),
+    ),
+    Index(
+        "ix_jobs_timeout",
+        "timeout_at",
+        postgresql_where=text("status = 'running' AND timeout_at IS NOT NULL"),
+        sqlite_where=text("status = 'running' AND timeout_at IS NOT NULL"),
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
     Index(
@@ -151,6 +206,36 @@ job_minutes = Table(
     Column("minute", BigInteger, primary_key=True),
     Column("status", String(16), primary_key=True),
     Column("n", BigInteger, nullable=False),
+)
+
+# How claims treat a type (API.md section 9), on every server. A type without a row has no
+# controls. `paused_until`: a pause that ends by itself (NULL with paused = 1: until resumed).
+type_controls = Table(
+    "type_controls",
+    metadata,
+    Column("type", String(255), primary_key=True),
+    Column("paused", SmallInteger, nullable=False, server_default="0"),
+    Column("paused_until", UtcTimestamp()),
+    Column("max_running", Integer),
+    Column("max_running_per_key", Integer),
+    Column("rate_limit", Integer),
+    Column("rate_period_seconds", Integer),
+    Column("rate_per_key", SmallInteger, nullable=False, server_default="0"),
+    Column("timeout_seconds", Integer),
+    Column("updated_at", UtcTimestamp(), nullable=False),
+)
+
+# The claims of rate-limited types inside their window (a sliding window is counted, not
+# estimated): one row per claim, `key` '' for the type as a whole or a job without a key.
+# Rows older than the type's period are pruned.
+rate_claims = Table(
+    "rate_claims",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("type", String(255), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("at", UtcTimestamp(), nullable=False),
+    Index("ix_rate_claims", "type", "key", "at"),
 )
 
 # One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so

@@ -1,0 +1,83 @@
+"""Bulk cancel and retry by filter (API.md section 9), in chunks, oldest first.
+
+Each chunk is its own short write transaction: claims and enqueues go on between chunks.
+A chunk reads the matching jobs of one status in id order from that status's index
+(after the last id the call has passed, so a call never rereads what it skipped), changes
+them with one UPDATE that re-checks their status, and records each job's event and counter
+move like the single-job mutations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from queuelog import jsonutil
+from queuelog.model import EventKind, Job, JobFilter, JobStatus
+from queuelog.storage.codec import decode_job
+from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.types import to_micros
+
+CHUNK = 500
+CANCELLABLE = (JobStatus.PENDING,)
+RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def statuses(action: EventKind, job_filter: JobFilter) -> list[JobStatus]:
+    """The statuses a bulk action reads: those it may change that the filter admits."""
+    allowed = CANCELLABLE if action is EventKind.CANCELLED else RETRIABLE
+    return [s for s in allowed if job_filter.status is None or job_filter.status is s]
+
+
+def matching(
+    conn: Connection,
+    job_filter: JobFilter,
+    wanted: Sequence[JobStatus],
+    created_by: str | None,
+    after: int,
+    limit: int,
+) -> list[tuple[int, str, str | None]]:
+    """(id, status, worker_id) of the first `limit` matching jobs with id > after, by id."""
+    sql = conn.sql.match_jobs(
+        created_by is not None,
+        job_filter.type is not None,
+        job_filter.concurrency_key is not None,
+        job_filter.created_before is not None,
+    )
+    params: dict[str, Any] = {
+        "name": created_by,
+        "type": job_filter.type,
+        "key": job_filter.concurrency_key,
+        "before": to_micros(job_filter.created_before) if job_filter.created_before is not None else None,
+        "after": after,
+        "limit": limit,
+    }
+    rows: list[tuple[int, str, str | None]] = []
+    for status in wanted:
+        rows.extend(conn.execute(sql, {**params, "status": status.value}).fetchall())
+    rows.sort()
+    return rows[:limit]
+
+
+def apply(
+    tx: WriteTx,
+    action: EventKind,
+    job_filter: JobFilter,
+    created_by: str | None,
+    after: int,
+    limit: int,
+) -> tuple[int, int, bool]:
+    """One chunk: (jobs changed, the last id passed, whether the matches ran out)."""
+    found = matching(tx, job_filter, statuses(action, job_filter), created_by, after, limit)
+    if not found:
+        return 0, after, True
+    before = {job_id: (status, worker) for job_id, status, worker in found}
+    sql = tx.sql.CANCEL_IDS if action is EventKind.CANCELLED else tx.sql.RETRY_IDS
+    ids = jsonutil.dumps(list(before)).decode()
+    rows = tx.execute(sql, {"ids": ids, "now": tx.now_us}).fetchall()
+    changed: list[Job] = [decode_job(row) for row in rows]
+    changed.sort(key=lambda job: job.id)
+    for job in changed:
+        old_status, old_worker = before[job.id]
+        tx.record_from(action, old_status, old_worker, job)
+    return len(changed), found[-1][0], len(found) < limit

@@ -1,0 +1,49 @@
+"""Type controls (API.md section 9): read with their RUNNING counts, and written whole.
+
+A type's row in type_controls holds its pause and its limits; a type without a row has
+none. Writes replace the row (upsert) in the write transaction, so every server's next
+claim reads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from queuelog.model import TypeControl
+from queuelog.storage.flow import read_controls, running_counts
+from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.types import to_micros
+
+
+def type_controls(conn: Connection, types: Sequence[str]) -> list[TypeControl]:
+    """The controls of these types, in this order, each with its RUNNING count."""
+    stored = read_controls(conn)
+    running = running_counts(conn)
+    return [
+        dataclasses.replace(stored.get(t) or TypeControl(type=t), running=running.get(t, 0)) for t in types
+    ]
+
+
+def update(tx: WriteTx, job_type: str, **changes: object) -> TypeControl:
+    """Change some of a type's controls (the others stay) and store the row."""
+    current = read_controls(tx).get(job_type) or TypeControl(type=job_type)
+    control = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
+    rate = control.rate_limit
+    tx.execute(
+        tx.sql.PUT_TYPE_CONTROL,
+        {
+            "type": job_type,
+            "paused": int(control.paused),
+            "paused_until": to_micros(control.paused_until) if control.paused_until is not None else None,
+            "max_running": control.max_running,
+            "max_running_per_key": control.max_running_per_key,
+            "rate_limit": rate.limit if rate is not None else None,
+            "rate_period_seconds": rate.period_seconds if rate is not None else None,
+            "rate_per_key": int(rate.per_key) if rate is not None else 0,
+            "timeout_seconds": control.timeout_seconds,
+            "updated_at": tx.now_us,
+        },
+    )
+    running = running_counts(tx).get(job_type, 0)
+    return dataclasses.replace(control, running=running)

@@ -1,0 +1,225 @@
+"""Flow control inside the claim's transaction (API.md section 9).
+
+A claim reads the type controls first (one small table). Types without controls are
+claimed as before, in one statement. For the others the claim takes the lock that every
+server's controlled claims share (PostgreSQL: one transaction-level advisory lock; SQLite's
+write lock already is one), then counts what limits the type: its RUNNING jobs (the
+counters, plus this transaction's own moves), its RUNNING jobs per key, its claims in the
+rate window (rate_claims). Each count is exact because no other controlled claim can commit
+between the count and this claim's commit. The claim then reads candidates within those
+quotas: each type's ready jobs (without a key, and with one), and for per-key types, the
+head of each key that has room. It takes the first `limit` in claim order, never more per
+type or per key than the quotas, and records rate-limited claims in rate_claims.
+
+Nothing that cannot be claimed is walked: a paused or full type is not read at all, a full
+key's jobs are skipped by seeking past the key (ix_jobs_ready_key), delayed jobs are in
+another index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from queuelog.model import RateLimit, TypeControl
+from queuelog.storage.codec import micros_to_datetime
+from queuelog.storage.statements import RUNNING, per_type_params
+from queuelog.storage.transaction import Connection, WriteTx
+
+NO_KEY = ""  # rate_claims.key of a type-wide window, or of jobs without a key
+EVERY_JOB_SCOPE = '[["*", ""]]'  # job_counts' scope of every job (counters.ALL)
+KEY_HEADS_AT_ONCE = 32  # keys whose heads one statement reads
+
+
+def read_controls(conn: Connection) -> dict[str, TypeControl]:
+    """Every type's controls as stored (running counts not filled in)."""
+    controls: dict[str, TypeControl] = {}
+    for row in conn.execute(conn.sql.TYPE_CONTROLS).fetchall():
+        job_type, paused, until, max_running, per_key, rate, period, rate_per_key, timeout = row
+        controls[job_type] = TypeControl(
+            type=job_type,
+            paused=bool(paused),
+            paused_until=micros_to_datetime(until) if isinstance(until, int) else until,
+            max_running=max_running,
+            max_running_per_key=per_key,
+            rate_limit=RateLimit(rate, period, bool(rate_per_key)) if rate is not None else None,
+            timeout_seconds=timeout,
+        )
+    return controls
+
+
+def binds(control: TypeControl | None, now: datetime) -> bool:
+    """Whether a claim of this type must go through the controlled path."""
+    if control is None:
+        return False
+    return (
+        control.paused_at(now)
+        or control.max_running is not None
+        or control.per_key
+        or control.rate_limit is not None
+    )
+
+
+@dataclass
+class ClaimPlan:
+    # (type, quota): at most `quota` of the type's ready jobs, keyed and not (per-key types:
+    # only those without a key; their keyed jobs come through `keys`)
+    types: list[tuple[str, int]] = field(default_factory=list)
+    per_key_types: set[str] = field(default_factory=set)
+    type_quota: dict[str, int] = field(default_factory=dict)
+    # (type, key) -> at most this many of the key's ready jobs
+    keys: dict[tuple[str, str], int] = field(default_factory=dict)
+    # types whose claims go into rate_claims: type -> per key?
+    rated: dict[str, bool] = field(default_factory=dict)
+    # the earliest moment a held type may become claimable by time alone (a pause with
+    # `until`, a rate window that frees a slot); None: only an event frees it
+    wake_at: datetime | None = None
+    held: list[str] = field(default_factory=list)  # types a control held back entirely
+
+    def wake(self, at: datetime) -> None:
+        if self.wake_at is None or at < self.wake_at:
+            self.wake_at = at
+
+
+def running_counts(conn: Connection) -> dict[str, int]:
+    """RUNNING jobs per type: the counters, with a write transaction's moves not yet in them."""
+    rows = conn.execute(conn.sql.COUNTS_OF_SCOPES, {"scopes": EVERY_JOB_SCOPE}).fetchall()
+    counts = {job_type: n for _, _, job_type, status, n in rows if status == RUNNING}
+    moves = conn.moves if isinstance(conn, WriteTx) else ()
+    for job_type, _, old_status, _, new_status, _ in moves:
+        delta = (new_status == RUNNING) - (old_status == RUNNING)
+        if delta:
+            counts[job_type] = counts.get(job_type, 0) + delta
+    return counts
+
+
+def rate_window(tx: WriteTx, job_type: str, rate: RateLimit) -> dict[str, tuple[int, datetime]]:
+    """key -> (claims in the window, the oldest of them) for a rate-limited type."""
+    since = tx.now_us - rate.period_seconds * 1_000_000
+    tx.execute(tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since})
+    rows = tx.execute(tx.sql.RATE_WINDOW, {"type": job_type, "since": since}).fetchall()
+    return {key: (n, _moment(oldest)) for key, n, oldest in rows}
+
+
+def _moment(value: Any) -> datetime:
+    return micros_to_datetime(value) if isinstance(value, int) else value
+
+
+def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, TypeControl]) -> ClaimPlan:
+    """Each type's quota under its controls (the caller holds the controlled-claim lock)."""
+    result = ClaimPlan()
+    running: dict[str, int] | None = None
+    now = tx.now
+    for job_type in types:
+        control = controls.get(job_type)
+        if control is None:
+            result.types.append((job_type, limit))
+            result.type_quota[job_type] = limit
+            continue
+        if control.paused_at(now):
+            if control.paused_until is not None:
+                result.wake(control.paused_until)
+            result.held.append(job_type)
+            continue
+        quota = limit
+        if control.max_running is not None:
+            if running is None:
+                running = running_counts(tx)
+            quota = min(quota, control.max_running - running.get(job_type, 0))
+        window: dict[str, tuple[int, datetime]] = {}
+        rate = control.rate_limit
+        if rate is not None:
+            window = rate_window(tx, job_type, rate)
+            result.rated[job_type] = rate.per_key
+            if not rate.per_key:
+                used, oldest = window.get(NO_KEY, (0, now))
+                if used >= rate.limit:
+                    result.wake(oldest + timedelta(seconds=rate.period_seconds))
+                quota = min(quota, rate.limit - used)
+        if quota <= 0:
+            result.held.append(job_type)
+            continue
+        result.type_quota[job_type] = quota
+        if not control.per_key:
+            result.types.append((job_type, quota))
+            continue
+        result.per_key_types.add(job_type)
+        unkeyed = quota
+        if rate is not None and rate.per_key:
+            used, oldest = window.get(NO_KEY, (0, now))
+            if used >= rate.limit:
+                result.wake(oldest + timedelta(seconds=rate.period_seconds))
+            unkeyed = min(unkeyed, rate.limit - used)
+        result.types.append((job_type, max(unkeyed, 0)))
+        running_per_key = dict(
+            tx.execute(tx.sql.RUNNING_PER_KEY, {"type": job_type}).fetchall()
+            if control.max_running_per_key is not None
+            else ()
+        )
+        for (key,) in tx.execute(tx.sql.KEYS_WITH_READY_JOBS, {"type": job_type}).fetchall():
+            room = quota
+            if control.max_running_per_key is not None:
+                room = min(room, control.max_running_per_key - running_per_key.get(key, 0))
+            if rate is not None and rate.per_key:
+                used, oldest = window.get(key, (0, now))
+                if used >= rate.limit:
+                    result.wake(oldest + timedelta(seconds=rate.period_seconds))
+                room = min(room, rate.limit - used)
+            if room > 0:
+                result.keys[(job_type, key)] = room
+    return result
+
+
+def candidates(tx: WriteTx, claim: ClaimPlan) -> list[Any]:
+    """(id, type, key, priority, created_at) of the ready jobs the plan allows, unordered."""
+    rows: list[Any] = []
+    if claim.types:
+        names = [t for t, _ in claim.types]
+        quotas = [q for _, q in claim.types]
+        keyed = [0 if t in claim.per_key_types else q for t, q in claim.types]
+        params = per_type_params(names, quotas, kquota=keyed)
+        rows.extend(tx.execute(tx.sql.ready_heads(len(names)), params).fetchall())
+    wanted = list(claim.keys.items())
+    for start in range(0, len(wanted), KEY_HEADS_AT_ONCE):
+        chunk = wanted[start : start + KEY_HEADS_AT_ONCE]
+        params = per_type_params(
+            [t for (t, _), _ in chunk], [q for _, q in chunk], key=[k for (_, k), _ in chunk]
+        )
+        rows.extend(tx.execute(tx.sql.key_heads(len(chunk)), params).fetchall())
+    return rows
+
+
+def choose(claim: ClaimPlan, rows: list[Any], limit: int) -> list[int]:
+    """The first `limit` candidates in claim order within every quota."""
+    rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+    per_type: dict[str, int] = {}
+    per_key: dict[tuple[str, str], int] = {}
+    chosen: list[int] = []
+    for job_id, job_type, key, *_ in rows:
+        if per_type.get(job_type, 0) >= claim.type_quota.get(job_type, 0):
+            continue
+        if key is not None and job_type in claim.per_key_types:
+            if per_key.get((job_type, key), 0) >= claim.keys.get((job_type, key), 0):
+                continue
+            per_key[(job_type, key)] = per_key.get((job_type, key), 0) + 1
+        per_type[job_type] = per_type.get(job_type, 0) + 1
+        chosen.append(job_id)
+        if len(chosen) == limit:
+            break
+    return chosen
+
+
+def record_rate_claims(tx: WriteTx, claim: ClaimPlan, claimed: Sequence[Any]) -> None:
+    rows = [
+        {
+            "type": job.type,
+            "key": (job.concurrency_key or NO_KEY) if claim.rated[job.type] else NO_KEY,
+            "at": tx.now_us,
+        }
+        for job in claimed
+        if job.type in claim.rated
+    ]
+    if rows:
+        tx.executemany(tx.sql.INSERT_RATE_CLAIM, rows)
