@@ -78,7 +78,7 @@ class Services:
         self.sockets: weakref.WeakSet[TransportWSHandler] = weakref.WeakSet()
         self.bus = EventBus()
         self.signal = WorkSignal()
-        self.queue = JobQueue(settings, self.repository, self.signal)
+        self.queue = JobQueue(settings, self.repository, self.signal, metrics.observe_held)
         self.repository.add_listener(self.bus.publish)
         self.repository.add_listener(self.signal.on_events)
         # Metrics count this process's own work; each process is scraped on its own.
@@ -351,7 +351,10 @@ def routes_for(state: State, metrics: Metrics, settings: Settings) -> list[BaseR
         return JSONResponse({"status": "ok"}, headers=NOSNIFF)
 
     async def metrics_endpoint(request: Request) -> Response:
-        return await metrics.response(request, state.services.repository, settings.metrics_token)
+        services = state.services
+        return await metrics.response(
+            request, services.repository, settings.metrics_token, settings.job_types
+        )
 
     return [
         Route("/graphql", graphql, methods=["GET", "POST"]),

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus
+from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, TypeControl
 from queuelog.storage.repository import Repository
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -45,8 +46,30 @@ class Metrics:
         self.lease_expired = counter("lease_expired", "Leases that expired")
         self.by_status = Gauge("queuelog_jobs", "Jobs by status", ["status"], registry=self.registry)
         self.oldest_pending = Gauge(
-            "queuelog_oldest_pending_seconds", "Age of the oldest due PENDING job", registry=self.registry
+            "queuelog_oldest_pending_seconds",
+            "Queue lag: how long the longest-waiting claimable job has been due (now - runAt)",
+            registry=self.registry,
         )
+        self.held_back = Counter(
+            "queuelog_claims_held_back",
+            "Claims in which a control (pause, limit, rate limit) held back every job of the type",
+            ["type"],
+            registry=self.registry,
+        )
+
+        def per_type(name: str, what: str) -> Gauge:
+            return Gauge(f"queuelog_type_{name}", what, ["type"], registry=self.registry)
+
+        self.type_paused = per_type("paused", "1 while the type is paused (API.md section 9)")
+        self.type_running = per_type("running", "Jobs of the type RUNNING now")
+        # Limits: a sample only for the types that have one set.
+        self.type_limits = {
+            "max_running": per_type("max_running", "maxRunning of the type"),
+            "max_running_per_key": per_type("max_running_per_key", "maxRunningPerKey of the type"),
+            "rate_limit": per_type("rate_limit", "Claims allowed per rate period"),
+            "rate_period_seconds": per_type("rate_period_seconds", "The rate limit's window"),
+            "timeout_seconds": per_type("timeout_seconds", "The type's default job timeout"),
+        }
         self.request_latency = Histogram(
             "queuelog_http_request_duration_seconds",
             "HTTP request latency",
@@ -79,19 +102,45 @@ class Metrics:
         for (counter, job_type), n in increments.items():
             counter.labels(job_type).inc(n)
 
+    def observe_held(self, types: Sequence[str]) -> None:
+        for job_type in types:
+            self.held_back.labels(job_type).inc()
+
     def observe_request(self, path: str, method: str, seconds: float) -> None:
         self.request_latency.labels(path, method).observe(seconds)
 
-    async def response(self, request: Request, repository: Repository, token: str) -> Response:
+    async def response(
+        self, request: Request, repository: Repository, token: str, types: Sequence[str] = ()
+    ) -> Response:
         """GET /metrics: the scrape, or 401 (before reading anything) without the token."""
         if not token_accepted(request.headers.get("authorization"), token):
             headers = {**NOSNIFF, "WWW-Authenticate": "Bearer"}
             return PlainTextResponse(UNAUTHORIZED, status_code=401, headers=headers)
-        return Response(await self.render(repository), media_type=CONTENT_TYPE, headers=NOSNIFF)
+        return Response(await self.render(repository, types), media_type=CONTENT_TYPE, headers=NOSNIFF)
 
-    async def render(self, repository: Repository) -> bytes:
+    async def render(self, repository: Repository, types: Sequence[str] = ()) -> bytes:
         stats = await repository.queue_stats(ALL_JOBS)
         for status in JobStatus:
             self.by_status.labels(status.value).set(getattr(stats.counts, status.value))
         self.oldest_pending.set(stats.oldest_pending_seconds or 0)
+        if types:
+            self._set_type_controls(await repository.type_controls(types), repository.now())
         return generate_latest(self.registry)
+
+    def _set_type_controls(self, controls: Sequence[TypeControl], now: datetime) -> None:
+        for gauge in self.type_limits.values():
+            gauge.clear()  # a limit cleared since the last scrape has no sample
+        for control in controls:
+            self.type_paused.labels(control.type).set(int(control.paused_at(now)))
+            self.type_running.labels(control.type).set(control.running)
+            rate = control.rate_limit
+            limits = {
+                "max_running": control.max_running,
+                "max_running_per_key": control.max_running_per_key,
+                "rate_limit": rate.limit if rate is not None else None,
+                "rate_period_seconds": rate.period_seconds if rate is not None else None,
+                "timeout_seconds": control.timeout_seconds,
+            }
+            for name, value in limits.items():
+                if value is not None:
+                    self.type_limits[name].labels(control.type).set(value)

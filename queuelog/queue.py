@@ -80,10 +80,17 @@ HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
 
 
 class JobQueue:
-    def __init__(self, settings: Settings, repository: Repository, signal: WorkSignal) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        repository: Repository,
+        signal: WorkSignal,
+        on_held: Callable[[Sequence[str]], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.repository = repository
         self.signal = signal
+        self.on_held = on_held  # told the types a control held back in each claim (metrics)
         self._allowed_types = frozenset(settings.job_types)
 
     # --- producers -------------------------------------------------------------------------
@@ -397,6 +404,8 @@ class JobQueue:
         """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""
         if outcome.held:
             self.signal.watch(outcome.held)
+            if self.on_held is not None:
+                self.on_held(outcome.held)
         return outcome
 
     def _lease(self, lease_seconds: int | None) -> int:
