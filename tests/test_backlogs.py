@@ -165,7 +165,16 @@ def test_the_sqlite_claim_seeks_each_types_ready_range(tmp_path: Path, types: in
     params: dict[str, Any] = {**per_type_params(names, [10] * types), "worker": "w", "now": 1, "lease": 2}
     shown = sqlite_plan(tmp_path, SqliteStatements.claim_jobs(types), {**params, "limit": 10})
     assert shown.count("USING INDEX ix_jobs_ready (type=?)") == types, shown
+    assert shown.count("USING INDEX ix_jobs_ready_keyed (type=?)") == types, shown
     assert "SCAN jobs" not in shown.replace("SCAN jobs USING INDEX", ""), shown
+
+
+def test_the_sqlite_per_key_reads_seek_each_key(tmp_path: Path) -> None:
+    params = per_type_params(["a", "a"], [3, 3], key=["k1", "k2"])
+    shown = sqlite_plan(tmp_path, SqliteStatements.key_heads(2), params)
+    assert shown.count("USING INDEX ix_jobs_ready_key (type=? AND concurrency_key=?)") == 2, shown
+    shown = sqlite_plan(tmp_path, SqliteStatements.KEYS_WITH_READY_JOBS, {"type": "a"})
+    assert "SCAN jobs" not in shown.replace("SCAN jobs USING", ""), shown
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,28 @@ def queue_shaped(databases: Databases) -> Iterator[Any]:
         yield connection
 
 
+@pytest.fixture
+def never_analyzed(databases: Databases) -> Iterator[Any]:
+    """The queue-shaped table right after a burst, before autovacuum has looked at it: the
+    planner has no statistics at all (issue 16's backlogs were measured so)."""
+    import psycopg
+
+    url = databases.fresh()
+    engine = create_sync_engine(url)
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(FILL)  # type: ignore[arg-type]
+        connection.execute(
+            "UPDATE jobs SET delayed = 1, run_at = now() + interval '1 day'"
+            " WHERE id % 4 = 0 AND status = 'pending'"
+        )
+        connection.execute("UPDATE jobs SET concurrency_key = 'k' || (id % 7) WHERE id % 3 = 0")
+        yield connection
+
+
 def plan(connection: Any, sql: str, **params: Any) -> str:
     rows = connection.execute("EXPLAIN " + sql, params).fetchall()
     return "\n".join(row[0] for row in rows)
@@ -103,6 +125,24 @@ def test_the_claim_reads_each_types_ready_index_and_skips_locked_rows(
     shown = plan(queue_shaped, PostgresStatements.claim_jobs(2), **params, lease=now, limit=10)
     assert "ix_jobs_ready" in shown, shown
     assert "LockRows" in shown and "Seq Scan on jobs" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_claims_read_the_ready_indexes_without_any_statistics(never_analyzed: Any) -> None:
+    """Each index a claim may use must be the only one whose predicate its query implies
+    (ix_jobs_lag and ix_jobs_ready_key carry a mark only their own statements state): with
+    no statistics, PostgreSQL read a claim's 50k candidates from ix_jobs_lag and sorted them."""
+    now = int(time.time() * 1_000_000)
+    params = {**per_type_params(["noop", "email"], [10, 10], kquota=[10, 10]), "worker": "w", "now": now}
+    for sql in (PostgresStatements.claim_jobs(2), PostgresStatements.ready_heads(2)):
+        shown = plan(never_analyzed, sql, **params, lease=now, limit=10)
+        assert "ix_jobs_ready on" in shown and "ix_jobs_ready_keyed on" in shown, shown
+        assert "ix_jobs_lag" not in shown and "ix_jobs_ready_key on" not in shown, shown
+    key_params = per_type_params(["noop", "email"], [5, 5], key=["k1", "k2"])
+    shown = plan(never_analyzed, PostgresStatements.key_heads(2), **key_params)
+    assert "ix_jobs_ready_key on" in shown and "Sort" not in shown, shown
+    shown = plan(never_analyzed, PostgresStatements.KEYS_WITH_READY_JOBS, type="noop")
+    assert "ix_jobs_ready_key" in shown and "Seq Scan" not in shown, shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -69,6 +69,7 @@ _INSERT_COLUMNS = ", ".join(NEW_JOB_COLUMNS)
 _INSERT_VALUES = ", ".join(_job_value(column) for column in NEW_JOB_COLUMNS)
 
 READY = "status = 'pending' AND delayed = 0"
+PER_KEY = "concurrency_key >= ''"  # ix_jobs_ready_key's mark (tables.py)
 DELAYED = "status = 'pending' AND delayed = 1"
 # One row per type asked for (the `types` array; `quotas`: at most that many of each). The
 # per-type statements read each type's own index range (LATERAL), so other types' rows and
@@ -122,7 +123,7 @@ _KEY_HEADS = f"""
         AS wanted(type, key, quota)
     CROSS JOIN LATERAL (
         SELECT {_CANDIDATE} FROM jobs
-        WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY}
+        WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY} AND {PER_KEY}
         ORDER BY priority DESC, created_at, id LIMIT wanted.quota FOR UPDATE SKIP LOCKED) AS head
 """
 _PROMOTE = f"""
@@ -141,7 +142,7 @@ _NEXT_DUE = f"""
 def _oldest_due_sql(scope: str) -> str:
     return f"""
     SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
-        (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {READY}{scope}
+        (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {READY} AND run_at IS NOT NULL{scope}
             ORDER BY run_at LIMIT 1)
         UNION ALL
         (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}{scope}
@@ -392,10 +393,10 @@ class PostgresStatements(Statements):
     KEYS_WITH_READY_JOBS = f"""
         WITH RECURSIVE ready_keys(key) AS (
             SELECT MIN(concurrency_key) FROM jobs
-            WHERE type = %(type)s AND {READY} AND concurrency_key IS NOT NULL
+            WHERE type = %(type)s AND {READY} AND {PER_KEY}
             UNION ALL
             SELECT (SELECT MIN(concurrency_key) FROM jobs
-                WHERE type = %(type)s AND {READY} AND concurrency_key > ready_keys.key)
+                WHERE type = %(type)s AND {READY} AND {PER_KEY} AND concurrency_key > ready_keys.key)
             FROM ready_keys WHERE ready_keys.key IS NOT NULL)
         SELECT key FROM ready_keys WHERE key IS NOT NULL
     """

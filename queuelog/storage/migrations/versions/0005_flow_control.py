@@ -28,8 +28,10 @@ MARK_DELAYED = {
 }
 
 
-def _partial(name: str, columns: list, where: str) -> None:
-    op.create_index(name, "jobs", columns, postgresql_where=sa.text(where), sqlite_where=sa.text(where))
+def _partial(name: str, columns: list, where: str, postgresql_mark: str = "") -> None:
+    """A partial index; `postgresql_mark`: a term only its own statements state (tables.py)."""
+    postgresql = f"{where} AND {postgresql_mark}" if postgresql_mark else where
+    op.create_index(name, "jobs", columns, postgresql_where=sa.text(postgresql), sqlite_where=sa.text(where))
 
 
 def upgrade() -> None:
@@ -48,8 +50,9 @@ def upgrade() -> None:
         "ix_jobs_ready_key",
         ["type", "concurrency_key", sa.text("priority DESC"), "created_at", "id"],
         f"{READY} AND concurrency_key IS NOT NULL",
+        postgresql_mark="concurrency_key >= ''",
     )
-    _partial("ix_jobs_lag", ["type", "run_at"], READY)
+    _partial("ix_jobs_lag", ["type", "run_at"], READY, postgresql_mark="run_at IS NOT NULL")
     _partial("ix_jobs_delayed", ["type", "run_at"], "status = 'pending' AND delayed = 1")
     _partial(
         "ix_jobs_running_key",
