@@ -20,7 +20,7 @@ What differs from SQLite, and why:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,9 +150,15 @@ def _oldest_due_sql(scope: str) -> str:
 """
 
 
-def _same_text(sql: str) -> Callable[[int], str]:
-    """A per-type statement whose text does not depend on the number of types."""
-    return lambda type_count: sql
+def _same_text(sql: str) -> functools._lru_cache_wrapper[str]:
+    """A per-type statement whose text does not depend on the number of types (cached like
+    SQLite's, which does)."""
+
+    @functools.cache
+    def statement(type_count: int) -> str:
+        return sql
+
+    return statement
 
 
 def state_guard(condition: str) -> str:

@@ -8,6 +8,7 @@ the loop) and, once a write has committed, hands its events to the listeners
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -209,16 +210,19 @@ class Repository:
         first, one short transaction per chunk."""
         done, after = 0, 0
         while done < limit:
-            size = min(bulk.CHUNK, limit - done)
-            changed, after, exhausted = await self._db.write(
-                lambda tx, after=after, size=size: bulk.apply(tx, action, job_filter, created_by, after, size)
+            chunk = functools.partial(
+                bulk.apply,
+                action=action,
+                job_filter=job_filter,
+                created_by=created_by,
+                after=after,
+                limit=min(bulk.CHUNK, limit - done),
             )
+            changed, after, exhausted = await self._db.write(chunk)
             done += changed
             if exhausted:
                 return BulkOutcome(done, more=False)
-        wanted = bulk.statuses(
-            job_filter, bulk.CANCELLABLE if action is EventKind.CANCELLED else bulk.RETRIABLE
-        )
+        wanted = bulk.statuses(action, job_filter)
         rest = await self._db.read(bulk.matching, job_filter, wanted, created_by, after, 1)
         return BulkOutcome(done, more=bool(rest))
 

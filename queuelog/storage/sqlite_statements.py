@@ -246,7 +246,7 @@ def list_statement(
 def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
     """A bulk action's next matching jobs of one status, oldest first: the status's index
     (with the type, ix_jobs_type_status) in id order from `after`."""
-    filters = [jobs.c.status == bindparam("status")]
+    filters: list[Any] = [jobs.c.status == bindparam("status")]
     if job_type:
         filters.append(jobs.c.type == bindparam("type"))
     if key:

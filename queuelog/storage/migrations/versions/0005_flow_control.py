@@ -9,6 +9,8 @@ Revises: 0004
 Create Date: 2026-12-03
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -28,7 +30,7 @@ MARK_DELAYED = {
 }
 
 
-def _partial(name: str, columns: list, where: str, postgresql_mark: str = "") -> None:
+def _partial(name: str, columns: list[Any], where: str, postgresql_mark: str = "") -> None:
     """A partial index; `postgresql_mark`: a term only its own statements state (tables.py)."""
     postgresql = f"{where} AND {postgresql_mark}" if postgresql_mark else where
     op.create_index(name, "jobs", columns, postgresql_where=sa.text(postgresql), sqlite_where=sa.text(where))
