@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 
 from queuelog.model import TypeControl
 from queuelog.storage.flow import read_controls, running_counts
@@ -16,13 +17,18 @@ from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import to_micros
 
 
-def type_controls(conn: Connection, types: Sequence[str]) -> list[TypeControl]:
-    """The controls of these types, in this order, each with its RUNNING count."""
+def type_controls(conn: Connection, types: Sequence[str], now: datetime) -> list[TypeControl]:
+    """The controls of these types, in this order, each with its RUNNING count; a pause whose
+    `until` has passed shows as ended (it ended by itself)."""
     stored = read_controls(conn)
     running = running_counts(conn)
-    return [
-        dataclasses.replace(stored.get(t) or TypeControl(type=t), running=running.get(t, 0)) for t in types
-    ]
+    return [as_of(stored.get(t) or TypeControl(type=t), now, running.get(t, 0)) for t in types]
+
+
+def as_of(control: TypeControl, now: datetime, running: int) -> TypeControl:
+    if control.paused and not control.paused_at(now):
+        control = dataclasses.replace(control, paused=False, paused_until=None)
+    return dataclasses.replace(control, running=running)
 
 
 def update(tx: WriteTx, job_type: str, **changes: object) -> TypeControl:
@@ -45,5 +51,4 @@ def update(tx: WriteTx, job_type: str, **changes: object) -> TypeControl:
             "updated_at": tx.now_us,
         },
     )
-    running = running_counts(tx).get(job_type, 0)
-    return dataclasses.replace(control, running=running)
+    return as_of(control, tx.now, running_counts(tx).get(job_type, 0))

@@ -198,7 +198,7 @@ class Repository:
             return ops.Claimed([], [], None)
 
     async def type_controls(self, types: Sequence[str]) -> list[TypeControl]:
-        return await self._db.read(controls.type_controls, types)
+        return await self._db.read(controls.type_controls, types, self.now())
 
     async def update_type_control(self, job_type: str, **changes: object) -> TypeControl:
         return await self._db.write(lambda tx: controls.update(tx, job_type, **changes))
