@@ -580,10 +580,28 @@ def test_drain_while_postgresql_restarts_loses_nothing(
 ) -> None:
     with contextlib.contextmanager(cluster_starter)(postgres.url, tmp_path_factory) as start_cluster:
         cluster = start_cluster(**SERVE_FLAGS)
+        # Flow control through the restart (issue 16): a limit that never binds puts every
+        # claim of the drain on the controlled path (its advisory lock), and a pause holds.
+        first = cluster.servers[0]
+        first.gql(SET_CONTROL, {"input": {"type": "noop", "maxRunning": 100000}}).ok()
+        first.gql(PAUSE, {"type": "report"}).ok()
         state, elapsed = drain(cluster, postgres.url, fault=restart_postgres(postgres))
-    duplicates, lost = assert_exactly_once(state)
+        duplicates, lost = assert_exactly_once(state)
+        for server in cluster.servers:
+            controls = {c["type"]: c for c in server.gql(TYPE_CONTROLS).ok()["typeControls"]}
+            assert controls["report"]["paused"] and controls["noop"]["maxRunning"] == 100000, controls
+        first.gql(ENQUEUE_REPORT).ok()
+        worker = first.make_key("after-restart", "WORKER")
+        assert first.gql(CLAIM_REPORT, key=worker).ok()["claimJob"] is None  # still paused
     assert state.ledger.refused  # the outage was seen, and got through
     figures("chaos: PostgreSQL stopped and started", state, elapsed, duplicates, lost)
+
+
+SET_CONTROL = "mutation($input: TypeControlInput!) { setTypeControl(input: $input) { type } }"
+PAUSE = "mutation($type: String!) { pauseType(type: $type) { paused } }"
+TYPE_CONTROLS = "{ typeControls { type paused maxRunning } }"
+ENQUEUE_REPORT = 'mutation { enqueueJob(input: {type: "report"}) { job { id } } }'
+CLAIM_REPORT = 'mutation { claimJob(types: ["report"]) { id } }'
 
 
 # --- a server cut off from PostgreSQL for a moment ------------------------------------------------
