@@ -108,12 +108,13 @@ EXPECTED: dict[str, tuple[int, int]] = {
     # the same, then one read of job_events for every Job.events of the page, however many
     # jobs it holds and however many aliases ask (issue 14: batched, not one read per job)
     **{f"jobs with events x{size}": (4, 4) for size in (1, 10, 100)},
-    # gen; read: SELECT job_counts, SELECT MIN(created_at) over ix_jobs_claim per priority
-    "queueStats[admin]": (2, 3),
-    "queueStats[producer]": (2, 3),
+    # gen; read: SELECT job_counts, SELECT type_controls (paused types do not count in the
+    # lag), SELECT each pending type's head run_at (ix_jobs_lag, ix_jobs_delayed)
+    "queueStats[admin]": (2, 4),
+    "queueStats[producer]": (2, 4),
     # gen; read: SELECT job_counts (a worker has no PENDING jobs: no oldest-pending read)
     "queueStats[worker]": (2, 2),
-    "queueStats[producer+worker]": (2, 3),
+    "queueStats[producer+worker]": (2, 4),
     # gen; write: INSERT jobs; effects
     "enqueueJob": (4, 4),
     "enqueueJob (through Strawberry)": (4, 4),
@@ -135,18 +136,22 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "enqueueJobs with idempotency keys x1": (4, 4),
     "enqueueJobs with idempotency keys x10": (4, 7),
     "enqueueJobs with idempotency keys x100": (4, 7),
-    # gen; write: SELECT expired leases, UPDATE jobs ... RETURNING (the claim); effects
-    "claimJob": (4, 5),
-    "claimJob (types)": (4, 5),
-    # gen; write: SELECT expired leases, UPDATE jobs (no row); nothing changed
-    "claimJob (nothing due)": (4, 3),
-    "claimJobs x1": (4, 5),
-    "claimJobs x10": (4, 5),
-    "claimJobs x100": (4, 5),
-    "claimJobs (types) x10": (4, 5),
-    # gen; write: SELECT expired leases, one executemany UPDATE of them, the claim; effects
-    "claimJob after 1 expired lease": (4, 6),
-    "claimJob after 10 expired leases": (4, 6),
+    # gen; write: SELECT overdue (leases and timeouts), SELECT job_counts (a claim of any
+    # type: which types have PENDING jobs), UPDATE jobs (make due delayed jobs ready),
+    # SELECT type_controls, UPDATE jobs ... RETURNING (the claim, one statement for types
+    # without controls); effects
+    "claimJob": (4, 8),
+    # the same without the counters' read: the types are given
+    "claimJob (types)": (4, 7),
+    # gen; write: SELECT overdue, UPDATE (promote), SELECT type_controls, UPDATE jobs (no row)
+    "claimJob (nothing due)": (4, 5),
+    "claimJobs x1": (4, 8),
+    "claimJobs x10": (4, 8),
+    "claimJobs x100": (4, 8),
+    "claimJobs (types) x10": (4, 7),
+    # the same, plus one executemany UPDATE of the expired leases
+    "claimJob after 1 expired lease": (4, 9),
+    "claimJob after 10 expired leases": (4, 9),
     # gen; write: UPDATE jobs ... RETURNING (no event, no counter moves)
     "heartbeatJob": (4, 2),
     # gen; refuse: UPDATE jobs (no row), SELECT jobs by id to say why -> NOT_FOUND
@@ -172,8 +177,9 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "cancelJob (not pending)": (5, 2),
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "retryJob": (4, 5),
-    # no key; read: SELECT job_counts, SELECT MIN(created_at) per priority
-    "GET /metrics": (2, 2),
+    # no key; read: queueStats's (SELECT job_counts, type_controls, each type's head run_at);
+    # read: typeControls (SELECT type_controls, job_counts) for the per-type samples
+    "GET /metrics": (4, 5),
 }
 
 # --- counting ------------------------------------------------------------------------------------------

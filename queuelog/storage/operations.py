@@ -394,14 +394,19 @@ def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
     One SELECT and one executemany each, however many; under the write lock the rows stay
     as read, and the rowcount check rolls the operation back if they did not.
     """
-    stale = [decode_job(row) for row in tx.execute(tx.sql.EXPIRED_LEASES, {"now": tx.now_us}).fetchall()]
+    overdue: dict[int, tuple[Job, str]] = {}
+    for row in tx.execute(tx.sql.OVERDUE, {"now": tx.now_us}).fetchall():
+        job = decode_job(row)
+        if job.id not in overdue or row[-1] == "timeout":  # both: the timeout is what ends it
+            overdue[job.id] = (job, row[-1])
+    stale = [job for job, why in overdue.values() if why == "lease"]
+    late = [job for job, why in overdue.values() if why == "timeout"]
     if stale:
         params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
         if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
             raise Conflict("leases changed while being expired; nothing was applied")
         for job, values in zip(stale, params, strict=True):
             tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
-    late = [decode_job(row) for row in tx.execute(tx.sql.TIMED_OUT, {"now": tx.now_us}).fetchall()]
     if late:
         params = [_failure_params(job, tx.now, TIMED_OUT_ERROR, delay(job, True, None)) for job in late]
         if tx.executemany(tx.sql.TIME_OUT_RUNNING, params).rowcount != len(late):  # pragma: no cover
@@ -652,11 +657,19 @@ def _oldest_pending_seconds(
 ) -> float | None:
     """Queue lag: how long the longest-waiting claimable job has been due (now - run_at),
     read from each type's head in ix_jobs_lag and ix_jobs_delayed, never by a walk. Only
-    types with PENDING jobs in the scope (the counters say which) are read."""
+    types with PENDING jobs in the scope (the counters say which) that are not paused are
+    read: a paused type's jobs are not claimable."""
     plan = plan_oldest_pending(scope.everything, scope.created_by is not None, counts, everyones)
     if plan is OldestPending.NOTHING:
         return None
-    types = sorted(t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0)
+    controls = flow.read_controls(conn)
+    types = sorted(
+        t
+        for t, per_status in counts.items()
+        if per_status.get(PENDING, 0) > 0 and not (t in controls and controls[t].paused_at(now))
+    )
+    if not types:
+        return None
     params = per_type_params(types)
     params.update(now=to_micros(now), created_by=scope.created_by)
     if plan is OldestPending.EVERY_PENDING:

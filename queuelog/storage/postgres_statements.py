@@ -283,12 +283,6 @@ class PostgresStatements(Statements):
     ready_heads = staticmethod(_same_text(_READY_HEADS))
     key_heads = staticmethod(_same_text(_KEY_HEADS))
     CLAIM_IDS = f"{_CLAIMED} WHERE id IN {id_list('ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
-    TIMED_OUT = f"""
-        SELECT {JOB_COLUMN_LIST} FROM jobs
-        WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < {NOW}
-        ORDER BY timeout_at LIMIT {EXPIRE_BATCH}
-        FOR UPDATE SKIP LOCKED
-    """
     TIME_OUT_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND timeout_at < {NOW}"
     HEARTBEAT = (
         f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
@@ -300,11 +294,15 @@ class PostgresStatements(Statements):
     )
     FAIL_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} RETURNING {JOB_COLUMN_LIST}"
     EXPIRE_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND lease_expires_at < {NOW}"
-    EXPIRED_LEASES = f"""
-        SELECT {JOB_COLUMN_LIST} FROM jobs
-        WHERE status = 'running' AND lease_expires_at < {NOW}
-        ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
-        FOR UPDATE SKIP LOCKED
+    # RUNNING jobs past their lease, then those past their timeout: one probe for both.
+    OVERDUE = f"""
+        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'lease' FROM jobs
+            WHERE status = 'running' AND lease_expires_at < {NOW}
+            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS expired
+        UNION ALL
+        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'timeout' FROM jobs
+            WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < {NOW}
+            ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS late
     """
 
     CANCEL_PENDING = (

@@ -287,11 +287,6 @@ class SqliteStatements(Statements):
         WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids))
         RETURNING {JOB_COLUMN_LIST}
     """
-    TIMED_OUT = f"""
-        SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_timeout
-        WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < :now
-        ORDER BY timeout_at LIMIT {EXPIRE_BATCH}
-    """
     TIME_OUT_RUNNING = _sql(
         update(jobs).where(_SEEN_RUNNING, jobs.c.timeout_at < bindparam("now")).values(_FAILURE_VALUES)
     )
@@ -307,10 +302,15 @@ class SqliteStatements(Statements):
     EXPIRE_RUNNING = _sql(
         update(jobs).where(_SEEN_RUNNING, jobs.c.lease_expires_at < bindparam("now")).values(_FAILURE_VALUES)
     )
-    EXPIRED_LEASES = f"""
-        SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_lease
-        WHERE status = 'running' AND lease_expires_at < :now
-        ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}
+    # RUNNING jobs past their lease, then those past their timeout: one probe for both.
+    OVERDUE = f"""
+        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'lease' FROM jobs INDEXED BY ix_jobs_lease
+            WHERE status = 'running' AND lease_expires_at < :now
+            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH})
+        UNION ALL
+        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'timeout' FROM jobs INDEXED BY ix_jobs_timeout
+            WHERE status = 'running' AND timeout_at IS NOT NULL AND timeout_at < :now
+            ORDER BY timeout_at LIMIT {EXPIRE_BATCH})
     """
 
     CANCEL_PENDING = _sql(
