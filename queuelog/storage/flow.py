@@ -33,10 +33,13 @@ EVERY_JOB_SCOPE = '[["*", ""]]'  # job_counts' scope of every job (counters.ALL)
 KEY_HEADS_AT_ONCE = 32  # keys whose heads one statement reads
 
 
-def read_controls(conn: Connection) -> dict[str, TypeControl]:
-    """Every type's controls as stored (running counts not filled in)."""
+def read_controls(conn: Connection, rows: Sequence[Any] | None = None) -> dict[str, TypeControl]:
+    """Every type's controls as stored (running counts not filled in), from TYPE_CONTROLS's
+    `rows` when they have been read already."""
     controls: dict[str, TypeControl] = {}
-    for row in conn.execute(conn.sql.TYPE_CONTROLS).fetchall():
+    if rows is None:
+        rows = conn.execute(conn.sql.TYPE_CONTROLS).fetchall()
+    for row in rows:
         job_type, paused, until, max_running, per_key, rate, period, rate_per_key, timeout = row
         controls[job_type] = TypeControl(
             type=job_type,

@@ -31,6 +31,7 @@ from queuelog.model import (
     NewJob,
     QueueStats,
     RecordedEvent,
+    TypeControl,
 )
 from queuelog.storage import counters, flow
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
@@ -191,14 +192,13 @@ def claim(
         types = pending_types(tx)
     if not types:
         return Claimed([], [], None)
-    promote_due(tx, types)
+    controls = promote_due(tx, types)
     params: dict[str, Any] = {
         "worker": worker,
         "now": tx.now_us,
         "lease": tx.now_us + lease_seconds * 1_000_000,
         "limit": limit,
     }
-    controls = flow.read_controls(tx)
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
         params.update(per_type_params(types))
         rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
@@ -226,11 +226,13 @@ def pending_types(conn: Connection) -> list[str]:
     return sorted(t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0)
 
 
-def promote_due(tx: WriteTx, types: Sequence[str]) -> int:
-    """Make the delayed jobs of these types whose run_at has come ready (claimable)."""
+def promote_due(tx: WriteTx, types: Sequence[str]) -> dict[str, TypeControl]:
+    """Make the delayed jobs of these types whose run_at has come ready (claimable), and
+    read the type controls (in the same statement where the database can)."""
     params = per_type_params(types)
     params["now"] = tx.now_us
-    return tx.execute(tx.sql.promote_due(len(types)), params).rowcount
+    cursor = tx.execute(tx.sql.promote_due(len(types)), params)
+    return flow.read_controls(tx, cursor.fetchall() if tx.sql.PROMOTE_READS_CONTROLS else None)
 
 
 def _fetch(tx: WriteTx | Connection, job_id: int) -> Job | None:

@@ -126,11 +126,17 @@ _KEY_HEADS = f"""
         WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY} AND {PER_KEY}
         ORDER BY priority DESC, created_at, id LIMIT wanted.quota FOR UPDATE SKIP LOCKED) AS head
 """
+_TYPE_CONTROLS = (
+    "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
+    " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
+)
+# A data-modifying WITH runs whatever the query reads: the promotion, then the controls.
 _PROMOTE = f"""
-    UPDATE jobs SET delayed = 0 WHERE id IN (
+    WITH promoted AS (UPDATE jobs SET delayed = 0 WHERE id IN (
         SELECT due.id FROM {_WANTED} CROSS JOIN LATERAL (
             SELECT id FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}
-            ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due)
+            ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due))
+    {_TYPE_CONTROLS}
 """
 _NEXT_DUE = f"""
     SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
@@ -382,10 +388,8 @@ class PostgresStatements(Statements):
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
 
-    TYPE_CONTROLS = (
-        "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
-        " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
-    )
+    TYPE_CONTROLS = _TYPE_CONTROLS
+    PROMOTE_READS_CONTROLS = True
     # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
     # but fixed: queuelog's only advisory lock.
     LOCK_CONTROLLED_CLAIMS = "SELECT pg_advisory_xact_lock(7160419)"

@@ -403,6 +403,7 @@ class SqliteStatements(Statements):
         "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
         " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
     )
+    PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
     LOCK_CONTROLLED_CLAIMS = "SELECT 1"  # BEGIN IMMEDIATE already holds the write lock
     RUNNING_PER_KEY = (
         "SELECT concurrency_key, count(*) FROM jobs INDEXED BY ix_jobs_running_key"
