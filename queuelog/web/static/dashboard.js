@@ -1,7 +1,9 @@
 // The jobs dashboard: a client of the public GraphQL API, with the key's own permissions.
 // Reads only queueStats, jobs(first <= 50) and job(id) with its events, which the server
-// answers from counters and indexes however many jobs there are; listens on the websocket
-// (jobEvents for everything, jobUpdated for the open job) and polls while the socket is down.
+// answers from counters and indexes however many jobs there are, and typeControls while the
+// Types view is open; listens on the websocket (jobEvents for everything, jobUpdated for the
+// open job) and polls while the socket is down. Two views: jobs (#jobs, #job/<id>) and types
+// (#types); flow-control actions (pause, limits, bulk cancel and retry) for the roles allowed.
 import { KEY_REFUSED, request, socketClient } from "./api.js";
 import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
 
@@ -11,11 +13,12 @@ const STATS_MS = 10000; // socket up: the counts again (the oldest pending job a
 const REFRESH_GAP_MS = 400; // events: at most one refresh per this
 const SPARK_MINUTES = 30; // full minutes drawn; queueStats.throughput also gives the current one
 const TIMELINE_EVENTS = 50; // Job.events(last:): the newest this many transitions of the open job
+const BULK_LIMIT = 500; // cancelJobs/retryJobs: jobs per call, the progress shown between calls
 const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
 const ROW_FIELDS = "id type status priority attempt createdAt updatedAt";
 const DETAIL_FIELDS =
   "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId " +
-  "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt " +
+  "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds " +
   `events(last: ${TIMELINE_EVENTS}) { kind status at }`;
 const COUNT_FIELDS = COUNTS.join(" ");
 const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
@@ -24,6 +27,24 @@ const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $first: Int!, 
   jobs(status: $status, type: $type, first: $first, after: $after) {
     totalCount pageInfo { hasNextPage endCursor } nodes { ${ROW_FIELDS} } } }`;
 const EVENTS_SUBSCRIPTION = `subscription Events { jobEvents { kind at job { ${ROW_FIELDS} } } }`;
+const CONTROL_FIELDS =
+  "type paused pausedUntil running maxRunning maxRunningPerKey rateLimit { limit periodSeconds perKey } timeoutSeconds";
+const TYPES_QUERY = `query Types { typeControls { ${CONTROL_FIELDS} } }`;
+const PAUSE_MUTATION = `mutation Pause($type: String!) { pauseType(type: $type) { ${CONTROL_FIELDS} } }`;
+const RESUME_MUTATION = `mutation Resume($type: String!) { resumeType(type: $type) { ${CONTROL_FIELDS} } }`;
+const LIMITS_MUTATION = `mutation Limits($input: TypeControlInput!) {
+  setTypeControl(input: $input) { ${CONTROL_FIELDS} } }`;
+// The bulk actions: the statuses each may change, its mutation, and how the page words it.
+const BULK = {
+  cancel: { statuses: ["PENDING"], mutation: "cancelJobs", verb: "Cancel", doing: "Cancelling", done: "cancelled" },
+  retry: {
+    statuses: ["FAILED", "CANCELLED"],
+    mutation: "retryJobs",
+    verb: "Retry",
+    doing: "Retrying",
+    done: "retried",
+  },
+};
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -40,6 +61,11 @@ const state = {
   detailView: 0, // bumped whenever the detail pane turns to another job (or closes)
   detail: null,
   stopDetailUpdates: null,
+  view: "jobs", // "jobs" or "types"
+  typesRequest: 0,
+  controls: new Map(), // type -> its TypeControl, as last read
+  editing: null, // the type whose limits form is open
+  bulk: null, // the bulk action awaiting confirmation or under way: {action, filter, running}
 };
 
 // ---- talking to the server -------------------------------------------------------------
@@ -73,8 +99,8 @@ function quietly(promise) {
   });
 }
 
-const isAdmin = () => state.me.roles.includes("ADMIN");
-const mayCancel = () => isAdmin() || state.me.roles.includes("PRODUCER");
+const isAdmin = () => Boolean(state.me) && state.me.roles.includes("ADMIN");
+const mayCancel = () => isAdmin() || (Boolean(state.me) && state.me.roles.includes("PRODUCER"));
 
 // ---- signing in and out ----------------------------------------------------------------
 
@@ -98,9 +124,19 @@ async function signIn(key) {
   $("forget").hidden = false;
   $("live").hidden = false;
   $("who").textContent = `${me.name} (${me.roles.join(", ")})`;
+  $("bulk").hidden = !mayCancel();
+  document.querySelector('[data-bulk="cancel"]').hidden = !mayCancel();
+  document.querySelector('[data-bulk="retry"]').hidden = !isAdmin();
+  $("type-actions-head").hidden = !isAdmin();
+  updateBulk();
   setLive(false);
   openSocket();
-  state.timers.push(setInterval(() => quietly(loadStats()), STATS_MS));
+  state.timers.push(
+    setInterval(() => {
+      quietly(loadStats());
+      if (state.view === "types") quietly(loadTypes());
+    }, STATS_MS),
+  );
   state.timers.push(setInterval(refreshTimes, 10000));
   await Promise.all([quietly(loadStats()), quietly(loadJobs()), route(false)]);
 }
@@ -113,11 +149,16 @@ function signOut(message, kind = "error") {
   state.timers = [];
   stopPolling();
   closeDetail();
-  Object.assign(state, { key: "", me: null });
+  closeBulk();
+  closeLimits();
+  Object.assign(state, { key: "", me: null, controls: new Map() });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
   $("jobs").tBodies[0].replaceChildren();
+  $("type-controls").tBodies[0].replaceChildren();
+  showTypesMessage("");
+  $("bulk-progress").textContent = "";
   drawSparkline([]);
   state.nextCursor = null;
   $("next").disabled = true; // until the next key's first page says whether more follow
@@ -195,6 +236,7 @@ function refreshAll() {
   quietly(loadStats());
   quietly(loadJobs());
   if (state.detailId) quietly(loadDetail(state.detailId));
+  if (state.view === "types") quietly(loadTypes());
 }
 
 // Leading and trailing: the first event refreshes at once, a burst at most every `gap` ms.
@@ -214,6 +256,7 @@ function throttled(action, gap) {
 const refreshSoon = throttled(() => {
   quietly(loadStats());
   if (state.cursors.length === 1) quietly(loadJobs()); // the newest page: new jobs appear
+  if (state.view === "types") quietly(loadTypes()); // running counts move with the jobs
 }, REFRESH_GAP_MS);
 
 function onEvent(event) {
@@ -364,11 +407,36 @@ function hashJobId() {
   }
 }
 
+// `#types`: the Types view; anything else: the jobs view (with a job open for `#job/<id>`).
+function hashView() {
+  return window.location.hash === "#types" ? "types" : "jobs";
+}
+
+function showView(view) {
+  const changed = view !== state.view;
+  state.view = view;
+  document.querySelectorAll("[data-view]").forEach((part) => (part.hidden = part.dataset.view !== view));
+  document.querySelectorAll("[data-view-link]").forEach((link) => {
+    if (link.dataset.viewLink === view) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  });
+  return changed;
+}
+
 async function route(focus) {
-  const id = hashJobId();
   if (!state.key) return;
+  const changed = showView(hashView());
+  if (state.view === "types") {
+    closeDetail();
+    if (focus) $("types-title").focus();
+    await quietly(loadTypes());
+    return;
+  }
+  closeLimits();
+  const id = hashJobId();
   if (id === null) {
     closeDetail();
+    if (focus && changed) $("overview-title").focus();
     return;
   }
   openDetail(id);
@@ -492,6 +560,8 @@ function renderDetail(job) {
     ["Created", timeElement(job.createdAt)],
     ["Updated", timeElement(job.updatedAt)],
     ["Idempotency key", job.idempotencyKey || "none"],
+    ["Concurrency key", job.concurrencyKey || "none"],
+    ["Timeout", job.timeoutSeconds === null ? "not set (the type's, if any)" : seconds(job.timeoutSeconds)],
   ];
   $("detail-fields").replaceChildren(
     ...fields.flatMap(([name, value]) => {
@@ -589,6 +659,393 @@ function renderTimeline(job) {
   $("timeline").replaceChildren(...items);
 }
 
+// ---- the Types view (typeControls) -----------------------------------------------------
+
+async function loadTypes() {
+  const ticket = ++state.typesRequest;
+  const controls = (await call(TYPES_QUERY)).typeControls;
+  if (ticket !== state.typesRequest) return; // a newer read, or a write's answer, is newer
+  state.controls = new Map(controls.map((control) => [control.type, control]));
+  keepingTypeFocus(() => $("type-controls").tBodies[0].replaceChildren(...controls.map(typeRow)));
+}
+
+// One type's control as a write answered it: its row alone is redrawn.
+function showControl(control) {
+  state.typesRequest += 1; // a read sent before this write must not paint the old state
+  state.controls.set(control.type, control);
+  const row = typeRowElement(control.type);
+  const fresh = typeRow(control);
+  keepingTypeFocus(() => (row ? row.replaceWith(fresh) : $("type-controls").tBodies[0].append(fresh)));
+}
+
+function typeRowElement(type) {
+  return document.querySelector(`#type-controls tr[data-type="${CSS.escape(type)}"]`);
+}
+
+function typeRow(control) {
+  const row = document.createElement("tr");
+  row.dataset.type = control.type;
+  const name = document.createElement("th");
+  name.scope = "row";
+  name.textContent = control.type;
+  row.append(
+    name,
+    cell(pauseState(control)),
+    cell(control.running.toLocaleString("en"), "num"),
+    cell(limitText(control.maxRunning), "num"),
+    cell(limitText(control.maxRunningPerKey), "num"),
+    cell(rateText(control.rateLimit)),
+    cell(control.timeoutSeconds === null ? "none" : seconds(control.timeoutSeconds), "num"),
+  );
+  if (isAdmin()) row.append(typeActions(control));
+  return row;
+}
+
+function pauseState(control) {
+  const badge = document.createElement("span");
+  badge.className = `status ${control.paused ? "status-PAUSED" : "status-ACTIVE"}`;
+  badge.textContent = control.paused ? "PAUSED" : "ACTIVE";
+  if (!control.paused || !control.pausedUntil) return badge;
+  const until = document.createElement("span");
+  until.append(badge, " until ", timeElement(control.pausedUntil));
+  return until;
+}
+
+function limitText(value) {
+  return value === null ? "no limit" : value.toLocaleString("en");
+}
+
+function rateText(rate) {
+  if (!rate) return "no limit";
+  return `${rate.limit.toLocaleString("en")} per ${seconds(rate.periodSeconds)}${rate.perKey ? " per key" : ""}`;
+}
+
+function typeActions(control) {
+  const td = document.createElement("td");
+  td.className = "row-actions";
+  const action = control.paused ? "resume" : "pause";
+  const toggle = document.createElement("button");
+  toggle.type = "button";
+  toggle.dataset.action = action;
+  toggle.textContent = control.paused ? "Resume" : "Pause";
+  toggle.setAttribute("aria-label", `${toggle.textContent} ${control.type}`);
+  toggle.addEventListener("click", () => togglePause(control.type, action, toggle));
+  const edit = document.createElement("button");
+  edit.type = "button";
+  edit.className = "secondary";
+  edit.dataset.action = "limits";
+  edit.textContent = "Edit limits";
+  edit.setAttribute("aria-label", `Edit limits of ${control.type}`);
+  edit.setAttribute("aria-controls", "limits-form");
+  edit.setAttribute("aria-expanded", String(state.editing === control.type));
+  edit.addEventListener("click", () => openLimits(control.type));
+  td.append(toggle, " ", edit);
+  return td;
+}
+
+// Rows are redrawn on every refresh: a keyboard user's focus stays on the same type's button
+// (a pause that became a resume keeps the focus on its replacement).
+function keepingTypeFocus(redraw) {
+  const focused = document.activeElement;
+  const row = focused && focused.closest("#type-controls tr[data-type]");
+  const action = row && focused.dataset.action;
+  redraw();
+  if (!row || row.isConnected) return;
+  const again = typeRowElement(row.dataset.type);
+  if (!again) return;
+  const swapped = { pause: "resume", resume: "pause" }[action];
+  const target =
+    again.querySelector(`button[data-action="${action}"]`) ||
+    (swapped && again.querySelector(`button[data-action="${swapped}"]`));
+  if (target) target.focus();
+}
+
+async function togglePause(type, action, button) {
+  button.disabled = true;
+  showTypesMessage("");
+  try {
+    const data = await call(action === "pause" ? PAUSE_MUTATION : RESUME_MUTATION, { type });
+    const control = data[action === "pause" ? "pauseType" : "resumeType"];
+    const hadFocus = document.activeElement === button || document.activeElement === document.body;
+    showControl(control);
+    // Its button became the other one: the focus moves to it (the old one was disabled).
+    const again = typeRowElement(type)?.querySelector('button[data-action="pause"], button[data-action="resume"]');
+    if (hadFocus && again) again.focus();
+    showTypesMessage(control.paused ? `${type} paused: its jobs are not claimed.` : `${type} resumed.`);
+  } catch (error) {
+    if (error instanceof Stale) return;
+    showTypesMessage(`${action === "pause" ? "Pause" : "Resume"} ${type} refused: ${error.plain}`, "error");
+    button.disabled = false;
+  }
+}
+
+function showTypesMessage(text, kind = "info") {
+  $("types-message").textContent = text;
+  $("types-message").dataset.kind = kind;
+}
+
+// ---- limits form (setTypeControl) ------------------------------------------------------
+
+const LIMIT_INPUTS = [
+  "maxRunning",
+  "maxRunningPerKey",
+  "timeoutSeconds",
+  "rateLimit.limit",
+  "rateLimit.periodSeconds",
+];
+
+function limitInput(name) {
+  return $("limits-form").elements.namedItem(name);
+}
+
+function openLimits(type) {
+  const control = state.controls.get(type);
+  if (!control) return;
+  state.editing = type;
+  const form = $("limits-form");
+  form.dataset.type = type;
+  $("limits-title").textContent = `Limits of ${type}`;
+  const value = (number) => (number === null || number === undefined ? "" : String(number));
+  limitInput("maxRunning").value = value(control.maxRunning);
+  limitInput("maxRunningPerKey").value = value(control.maxRunningPerKey);
+  limitInput("timeoutSeconds").value = value(control.timeoutSeconds);
+  limitInput("rateLimit.limit").value = value(control.rateLimit && control.rateLimit.limit);
+  limitInput("rateLimit.periodSeconds").value = value(control.rateLimit && control.rateLimit.periodSeconds);
+  limitInput("rateLimit.perKey").checked = Boolean(control.rateLimit && control.rateLimit.perKey);
+  showLimitsMessage("");
+  form.hidden = false;
+  document.querySelectorAll('#type-controls button[data-action="limits"]').forEach((button) => {
+    button.setAttribute("aria-expanded", String(button.closest("tr").dataset.type === type));
+  });
+  limitInput("maxRunning").focus();
+}
+
+// `refocus`: the person closed it, so the focus goes back to the type's Edit button.
+function closeLimits(refocus = false) {
+  const type = state.editing;
+  state.editing = null;
+  $("limits-form").hidden = true;
+  showLimitsMessage("");
+  document
+    .querySelectorAll('#type-controls button[data-action="limits"]')
+    .forEach((button) => button.setAttribute("aria-expanded", "false"));
+  if (refocus && type) {
+    const edit = typeRowElement(type)?.querySelector('button[data-action="limits"]');
+    if (edit) edit.focus();
+  }
+}
+
+class FormProblem extends Error {
+  constructor(message, input) {
+    super(message);
+    this.input = input;
+  }
+}
+
+function readLimit(name) {
+  const input = limitInput(name);
+  const label = input.labels[0].textContent;
+  if (input.validity.badInput) throw new FormProblem(`${label}: not a number.`, input);
+  const text = input.value.trim();
+  if (text === "") return null;
+  const number = Number(text);
+  if (!Number.isInteger(number)) throw new FormProblem(`${label}: a whole number, or empty for no limit.`, input);
+  return number;
+}
+
+// The form as a TypeControlInput; the server checks the ranges (and says which is wrong).
+function limitsInput(type) {
+  const limit = readLimit("rateLimit.limit");
+  const periodSeconds = readLimit("rateLimit.periodSeconds");
+  if ((limit === null) !== (periodSeconds === null)) {
+    const empty = limit === null ? "rateLimit.limit" : "rateLimit.periodSeconds";
+    throw new FormProblem("Rate limit: give both the number of claims and the period, or neither.", limitInput(empty));
+  }
+  return {
+    type,
+    maxRunning: readLimit("maxRunning"),
+    maxRunningPerKey: readLimit("maxRunningPerKey"),
+    timeoutSeconds: readLimit("timeoutSeconds"),
+    rateLimit: limit === null ? null : { limit, periodSeconds, perKey: limitInput("rateLimit.perKey").checked },
+  };
+}
+
+async function saveLimits() {
+  const type = state.editing;
+  if (!type) return;
+  const save = $("limits-save");
+  showLimitsMessage("");
+  let input;
+  try {
+    input = limitsInput(type);
+  } catch (problem) {
+    showLimitsMessage(problem.message, problem.input);
+    return;
+  }
+  save.disabled = true;
+  try {
+    const control = (await call(LIMITS_MUTATION, { input })).setTypeControl;
+    showControl(control);
+    if (state.editing === type) closeLimits(true);
+    showTypesMessage(`Limits of ${type} saved.`);
+  } catch (error) {
+    if (error instanceof Stale) return;
+    if (state.editing === type) showLimitsMessage(`Not saved: ${error.plain}`, inputNamedIn(error.message));
+  } finally {
+    save.disabled = false;
+  }
+}
+
+// The field a server message is about ("maxRunningPerKey must be ...", "... at .rateLimit.limit: ...").
+function inputNamedIn(message) {
+  const named = LIMIT_INPUTS.filter((name) => new RegExp(`(^|[\\s.'])${name.replace(".", "\\.")}\\b`).test(message));
+  named.sort((a, b) => b.length - a.length);
+  return named.length ? limitInput(named[0]) : null;
+}
+
+// The message under the form; the field it is about (if any) is marked invalid and focused.
+function showLimitsMessage(text, input = null) {
+  const message = $("limits-message");
+  message.textContent = text;
+  message.hidden = !text;
+  for (const name of LIMIT_INPUTS) {
+    const field = limitInput(name);
+    field.removeAttribute("aria-invalid");
+    field.removeAttribute("aria-describedby");
+  }
+  if (input) {
+    input.setAttribute("aria-invalid", "true");
+    input.setAttribute("aria-describedby", "limits-message");
+    input.focus();
+  }
+}
+
+// ---- bulk cancel and retry on the filtered list ----------------------------------------
+
+// The list's filter as cancelJobs/retryJobs take it, or null when it names neither a status
+// nor a type (the server refuses such a filter: "everything" is not a bulk action here).
+function listFilter() {
+  const status = $("status-filter").value || null;
+  const type = $("type-filter").value || null;
+  return status || type ? { status, type } : null;
+}
+
+// The statuses of matching jobs that `action` would change (none: the filter excludes them).
+function bulkStatuses(action, filter) {
+  return BULK[action].statuses.filter((s) => !filter.status || filter.status === s);
+}
+
+// Each bulk button is on when the list's filter can match jobs it may change (and no bulk
+// action is under way); the hint says why not otherwise.
+function updateBulk() {
+  const filter = listFilter();
+  const running = Boolean(state.bulk && state.bulk.running);
+  const shown = [...document.querySelectorAll("[data-bulk]")].filter((button) => !button.hidden);
+  const usable = (button) => filter !== null && bulkStatuses(button.dataset.bulk, filter).length > 0;
+  shown.forEach((button) => (button.disabled = running || !usable(button)));
+  let hint = "";
+  if (running || !shown.length) hint = "";
+  else if (filter === null) hint = "Choose a status or a type to act on every matching job.";
+  else if (!shown.some(usable)) {
+    hint = isAdmin()
+      ? "Only PENDING jobs can be cancelled, and only FAILED or CANCELLED ones retried."
+      : "Only PENDING jobs can be cancelled.";
+  }
+  $("bulk-hint").textContent = hint;
+}
+
+function describeFilter(filter) {
+  const parts = [];
+  if (filter.status) parts.push(`status ${filter.status}`);
+  if (filter.type) parts.push(`type ${filter.type}`);
+  return parts.join(", ");
+}
+
+// First the count (jobs(status:, type:) { totalCount } for each status the action changes),
+// then a confirmation that states it.
+async function askBulk(action) {
+  const filter = listFilter();
+  if (!filter || state.bulk) return; // one at a time (a second click while counting does nothing)
+  const statuses = bulkStatuses(action, filter);
+  const counts = statuses.map((s, i) => `s${i}: jobs(status: ${s}, type: $type, first: 1) { totalCount }`);
+  state.bulk = { action, filter, running: false };
+  $("bulk-progress").textContent = "Counting matching jobs…";
+  let total;
+  let parts;
+  try {
+    const data = await call(`query Matching($type: String) { ${counts.join(" ")} }`, { type: filter.type });
+    parts = statuses.map((s, i) => [s, data[`s${i}`].totalCount]);
+    total = parts.reduce((sum, [, n]) => sum + n, 0);
+  } catch (error) {
+    state.bulk = null;
+    if (!(error instanceof Stale)) $("bulk-progress").textContent = `Cannot count matching jobs: ${error.plain}`;
+    return;
+  }
+  const words = BULK[action];
+  if (total === 0) {
+    state.bulk = null;
+    const verb = words.verb.toLowerCase();
+    $("bulk-progress").textContent = `No jobs match (${describeFilter(filter)}): nothing to ${verb}.`;
+    return;
+  }
+  $("bulk-progress").textContent = "";
+  const jobs = (n) => `${n.toLocaleString("en")} ${n === 1 ? "job" : "jobs"}`;
+  // "12 PENDING jobs match ...", or with two statuses "5 jobs (3 FAILED, 2 CANCELLED) match ..."
+  const matching =
+    parts.length > 1
+      ? `${jobs(total)} (${parts.map(([s, n]) => `${n.toLocaleString("en")} ${s}`).join(", ")})`
+      : `${total.toLocaleString("en")} ${parts[0][0]} ${total === 1 ? "job" : "jobs"}`;
+  $("bulk-dialog-title").textContent = `${words.verb} ${jobs(total)}?`;
+  $("bulk-dialog-text").textContent =
+    `${matching} ${total === 1 ? "matches" : "match"} ${describeFilter(filter)}` +
+    (mayCancel() && !isAdmin() ? " among the jobs you enqueued" : "") +
+    `. ${words.verb} ${total === 1 ? "it" : "them all"}? Jobs that change status meanwhile are left alone.`;
+  $("bulk-confirm").textContent = `${words.verb} ${jobs(total)}`;
+  $("bulk-dialog").showModal();
+}
+
+function closeBulk() {
+  if (state.bulk && !state.bulk.running) state.bulk = null;
+  if ($("bulk-dialog").open) $("bulk-dialog").close();
+}
+
+// cancelJobs/retryJobs, BULK_LIMIT jobs a call, until `more` is false; the count so far shown.
+async function runBulk() {
+  const bulk = state.bulk;
+  if (!bulk || bulk.running) return;
+  bulk.running = true;
+  $("bulk-dialog").close();
+  updateBulk();
+  const words = BULK[bulk.action];
+  const operation = words.mutation;
+  const mutation = `mutation Bulk($filter: JobFilter!, $limit: Int!) {
+  ${operation}(filter: $filter, limit: $limit) { count more } }`;
+  const button = document.querySelector(`[data-bulk="${bulk.action}"]`);
+  const progress = $("bulk-progress");
+  let done = 0;
+  progress.textContent = `${words.doing} matching jobs…`;
+  try {
+    for (;;) {
+      const answer = (await call(mutation, { filter: bulk.filter, limit: BULK_LIMIT }))[operation];
+      done += answer.count;
+      if (!answer.more) break;
+      progress.textContent = `${words.doing} matching jobs… ${done.toLocaleString("en")} ${words.done} so far.`;
+    }
+    progress.textContent = `Done: ${done.toLocaleString("en")} ${done === 1 ? "job" : "jobs"} ${words.done}.`;
+  } catch (error) {
+    if (error instanceof Stale) return;
+    progress.textContent = `Stopped after ${done.toLocaleString("en")} ${words.done}: ${error.plain}`;
+  } finally {
+    if (state.bulk === bulk) state.bulk = null;
+    updateBulk();
+  }
+  // The buttons were off while it ran, which took the focus from the one that started it.
+  if (!document.activeElement || document.activeElement === document.body) button.focus();
+  quietly(loadStats());
+  quietly(loadJobs());
+  if (state.detailId) quietly(loadDetail(state.detailId));
+}
+
 // ---- small pieces ----------------------------------------------------------------------
 
 function cell(content, className) {
@@ -611,6 +1068,10 @@ function duration(seconds) {
   if (s < 3600) return `${Math.round(s / 60)} min`;
   if (s < 86400) return `${Math.round(s / 3600)} h`;
   return `${Math.round(s / 86400)} d`;
+}
+
+function seconds(count) {
+  return `${count.toLocaleString("en")} s`;
 }
 
 function relative(iso) {
@@ -642,8 +1103,24 @@ bindKeyForm($("key-form"), signIn);
 $("forget").addEventListener("click", () => signOut("Key forgotten: this tab no longer holds it.", "info"));
 $("filters").addEventListener("submit", (event) => event.preventDefault());
 for (const id of ["status-filter", "type-filter"]) {
-  $(id).addEventListener("change", () => changePage([null]));
+  $(id).addEventListener("change", () => {
+    updateBulk();
+    changePage([null]);
+  });
 }
+document.querySelectorAll("[data-bulk]").forEach((button) => {
+  button.addEventListener("click", () => askBulk(button.dataset.bulk));
+});
+$("bulk-confirm").addEventListener("click", () => runBulk());
+$("bulk-back").addEventListener("click", () => closeBulk());
+$("bulk-dialog").addEventListener("close", () => {
+  if (state.bulk && !state.bulk.running) state.bulk = null; // Escape, or Back
+});
+$("limits-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  saveLimits();
+});
+$("limits-close").addEventListener("click", () => closeLimits(true));
 $("next").addEventListener("click", () => state.nextCursor && changePage([...state.cursors, state.nextCursor]));
 $("previous").addEventListener("click", () => state.cursors.length > 1 && changePage(state.cursors.slice(0, -1)));
 $("newest").addEventListener("click", () => changePage([null]));
