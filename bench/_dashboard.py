@@ -21,7 +21,7 @@ COUNT_FIELDS = "pending running completed failed cancelled"
 ROW_FIELDS = "id type status priority attempt createdAt updatedAt"
 DETAIL_FIELDS = (
     "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId "
-    "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt "
+    "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds "
     "events(last: 50) { kind status at }"
 )
 SIGN_IN = "query Me { me { name roles } }"

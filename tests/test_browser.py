@@ -769,12 +769,6 @@ def test_a_revoked_key_drops_the_page_back_to_the_key_box(tab: Tab) -> None:
     assert page.locator("tr[data-job-id]").count() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the job detail now asks for concurrencyKey and timeoutSeconds (issue 16): bench/_dashboard.py's "
-    "DETAIL_FIELDS needs 'concurrencyKey timeoutSeconds' after 'updatedAt', as dashboard.js has them; "
-    "then this mark goes",
-)
 def test_every_query_the_dashboard_sends_is_one_the_bench_times(tab: Tab) -> None:
     """Figure 6 of `python -m bench` times the dashboard's reads on a big queue (issue 8:
     each within 50 ms at 1M jobs) from bench/_dashboard.py: those must be what the page sends."""
