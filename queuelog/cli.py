@@ -1,4 +1,4 @@
-"""The `queuelog` command (API.md section 6).
+"""The `queuelog` command (API.md section 6; `types`: section 11).
 
 Every failure a user can cause (bad flags, unknown command, an unreachable database)
 ends with one line on stderr and a non-zero exit, never a traceback.
@@ -7,11 +7,13 @@ ends with one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from queuelog.errors import DatabaseUnavailable, QueuelogError
 from queuelog.settings import Settings, SettingsError, env_name, field_kind, public_fields
@@ -19,7 +21,11 @@ from queuelog.settings import Settings, SettingsError, env_name, field_kind, pub
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from queuelog.model import TypeControl
+    from queuelog.storage.repository import Repository
     from queuelog.worker import Handler
+
+T = TypeVar("T")
 
 # SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
 # `queuelog worker` (which needs none of them) starts quickly.
@@ -111,6 +117,41 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name")
     _database_flag(revoke)
 
+    types_parser = commands.add_parser(
+        "types",
+        help="list, pause and resume job types (flow control), straight in the database",
+        description=(
+            "Read and change the job types' flow controls (API.md section 9) in the database "
+            "itself, with no server needed: every server on the database obeys a pause from its "
+            "next claim. The types are the server's allowlist: pass the same --job-types (or "
+            f"${env_name('job_types')}) as `serve` gets."
+        ),
+    )
+    type_commands = types_parser.add_subparsers(
+        dest="types_command", metavar="ACTION", parser_class=OneLineParser
+    )
+    type_commands.required = True
+    _types_flags(type_commands.add_parser("list", help="each type: paused or not, RUNNING jobs, limits"))
+    pause = type_commands.add_parser(
+        "pause",
+        help="claim no job of TYPE (on any server) until resumed or --until",
+        description=(
+            "No server claims a job of TYPE until `queuelog types resume TYPE`, or until --until. "
+            "Enqueues are still accepted; RUNNING jobs go on and may complete."
+        ),
+    )
+    pause.add_argument("type", metavar="TYPE")
+    pause.add_argument(
+        "--until",
+        default=None,
+        metavar="ISO-8601",
+        help="end the pause by itself then, e.g. 2026-01-02T15:04:05Z (no offset: UTC)",
+    )
+    _types_flags(pause)
+    resume = type_commands.add_parser("resume", help="let servers claim jobs of TYPE again")
+    resume.add_argument("type", metavar="TYPE")
+    _types_flags(resume)
+
     worker = commands.add_parser(
         "worker",
         help="run job handlers from Python code",
@@ -152,6 +193,16 @@ def _database_flag(parser: argparse.ArgumentParser) -> None:
         "--database-url",
         default=None,
         help=f"default: ${env_name('database_url')} or {Settings.database_url}",
+    )
+
+
+def _types_flags(parser: argparse.ArgumentParser) -> None:
+    _database_flag(parser)
+    parser.add_argument(
+        "--job-types",
+        default=None,
+        metavar="A,B",
+        help=f"the allowed job types, as `serve` takes them (default: ${env_name('job_types')})",
     )
 
 
@@ -230,6 +281,172 @@ def cmd_keys(args: argparse.Namespace) -> None:
             print(f"revoked key {args.name!r}")
     finally:
         engine.dispose()
+
+
+# --- types (flow control) -----------------------------------------------------------------
+
+
+def _types_settings(args: argparse.Namespace) -> Settings:
+    """The database URL and the allowlist as `serve` reads them: a flag, else the variable.
+    Only those two: another variable's mistake must not stop an operator in an incident."""
+    environ = {
+        name: value
+        for name in (env_name("database_url"), env_name("job_types"))
+        if (value := os.environ.get(name)) is not None
+    }
+    if args.database_url:
+        environ[env_name("database_url")] = args.database_url
+    if args.job_types is not None:
+        environ[env_name("job_types")] = args.job_types
+    settings = Settings.from_env(environ)
+    if not settings.job_types:
+        raise CommandError(
+            f"no job types: pass --job-types a,b or set {env_name('job_types')}, as the server has them"
+        )
+    return settings
+
+
+def _allowed_type(settings: Settings, job_type: str) -> str:
+    from queuelog.queue import check_storable
+
+    check_storable(job_type, "type")
+    if job_type not in settings.job_types:
+        raise CommandError(
+            f"job type {job_type[:100]!r} is not allowed (the allowed types are "
+            f"{', '.join(settings.job_types)}; pass --job-types as the server has it)"
+        )
+    return job_type
+
+
+def parse_until(text: str, now: datetime) -> datetime:
+    """--until's ISO-8601 time, in UTC (without an offset it is UTC); it must be in the future."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            f"--until takes an ISO-8601 time such as 2026-01-02T15:04:05Z, not {text[:100]!r}"
+        ) from None
+    try:
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except OverflowError:
+        raise CommandError(f"--until {text[:100]!r} cannot be expressed in UTC") from None
+    if moment <= now:
+        raise CommandError(f"--until {_utc(moment)} is not in the future (it is now {_utc(now)})")
+    return moment
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _with_repository(url: str, work: Callable[[Repository], Awaitable[T]]) -> T:
+    """Run `work` on the database's repository (the server's storage layer, so its writes
+    are the server's: every server's next claim reads them). The database is migrated
+    first, as by `keys`; a SQLite file that does not exist is refused rather than created
+    (a mistyped path would otherwise show every type unpaused, and pause nothing real)."""
+    from queuelog.retry_policy import RetryPolicy
+    from queuelog.storage.engine import dialect_of, sqlite_file
+    from queuelog.storage.repository import Repository
+
+    if dialect_of(url) == "sqlite":
+        path = sqlite_file(url)
+        if path is None or not os.path.exists(path):
+            raise CommandError(f"no database at {_safe_url(url)}: give the file the server uses")
+    open_migrated(url).dispose()
+
+    async def run() -> T:
+        # "local": this process only writes and reads; it hears no other process's events.
+        repository = Repository(url, RetryPolicy(1, 1), "local")
+        try:
+            return await work(repository)
+        finally:
+            await repository.close()
+
+    return asyncio.run(run())
+
+
+def describe_state(control: TypeControl, now: datetime) -> str:
+    if not control.paused_at(now):
+        return "active"
+    if control.paused_until is None:
+        return "PAUSED"
+    return f"PAUSED until {_utc(control.paused_until)}"
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def describe_rate(control: TypeControl) -> str:
+    rate = control.rate_limit
+    if rate is None:
+        return "-"
+    return f"{rate.limit}/{rate.period_seconds}s" + (" per key" if rate.per_key else "")
+
+
+def types_table(controls: Sequence[TypeControl], now: datetime) -> list[str]:
+    """`types list`: a header and one line per type, in columns."""
+    rows = [("TYPE", "STATE", "RUNNING", "MAX RUNNING", "PER KEY", "RATE LIMIT", "TIMEOUT")]
+    for c in controls:
+        timeout = "-" if c.timeout_seconds is None else f"{c.timeout_seconds}s"
+        rows.append(
+            (
+                c.type,
+                describe_state(c, now),
+                str(c.running),
+                _limit(c.max_running),
+                _limit(c.max_running_per_key),
+                describe_rate(c),
+                timeout,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+
+
+def cmd_types(args: argparse.Namespace) -> None:
+    settings = _types_settings(args)
+    now = datetime.now(UTC)
+    if args.types_command == "list":
+        controls = _with_repository(
+            settings.database_url, lambda repository: repository.type_controls(settings.job_types)
+        )
+        for line in types_table(controls, now):
+            print(line)
+        return
+    job_type = _allowed_type(settings, args.type)
+    if args.types_command == "pause":
+        until = parse_until(args.until, now) if args.until is not None else None
+
+        async def pause(repository: Repository) -> tuple[TypeControl, TypeControl]:
+            (before,) = await repository.type_controls([job_type])
+            after = await repository.update_type_control(job_type, paused=True, paused_until=until)
+            return before, after
+
+        before, control = _with_repository(settings.database_url, pause)
+        if control.paused_until is not None:
+            how = f"until {_utc(control.paused_until)} (or `{PROG} types resume {job_type}`)"
+        else:
+            how = f"until `{PROG} types resume {job_type}`"
+        again = " (it was already paused)" if before.paused_at(now) else ""
+        print(
+            f"paused job type {job_type!r}{again}: no server claims its jobs {how}; "
+            f"enqueues are still accepted, and its {control.running} RUNNING job(s) go on"
+        )
+        return
+
+    async def resume(repository: Repository) -> tuple[TypeControl, TypeControl]:
+        (before,) = await repository.type_controls([job_type])
+        after = await repository.update_type_control(job_type, paused=False, paused_until=None)
+        return before, after
+
+    before, control = _with_repository(settings.database_url, resume)
+    if before.paused_at(now):
+        print(f"resumed job type {job_type!r}: servers claim its jobs again ({control.running} RUNNING now)")
+    else:
+        print(f"job type {job_type!r} was not paused; nothing changed ({control.running} RUNNING now)")
 
 
 def cmd_copy_database(args: argparse.Namespace) -> None:
@@ -365,6 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "migrate": cmd_migrate,
         "copy-database": cmd_copy_database,
         "keys": cmd_keys,
+        "types": cmd_types,
         "worker": cmd_worker,
     }
     try:

@@ -9,6 +9,13 @@
 runs one on a private event loop thread. Contract errors are raised as
 `queuelog.errors.QueuelogError` subclasses carrying `.code` (`Forbidden`, `BadInput`,
 `Conflict`, `NotFound`, ...); a server that cannot be reached raises `ServerUnreachable`.
+
+Flow control (API.md sections 9 and 11), with an ADMIN key:
+
+    queue.pause_type("email", until=partner_retry_at)   # no claims of "email" until then
+    queue.set_type_control("email", max_running=5, rate_limit=(100, 60))  # replaces all limits
+    queue.type_controls()                                # [TypeControl(type="email", ...), ...]
+    queue.cancel_jobs(status="PENDING", type="email")    # every matching job, chunk by chunk
 """
 
 from __future__ import annotations
@@ -200,6 +207,56 @@ class QueueStats:
     oldest_pending_seconds: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most `limit` claims of a type in any window of `period_seconds` (a sliding window);
+    `per_key`: each concurrencyKey on its own (jobs without a key share one limit)."""
+
+    limit: int
+    period_seconds: int
+    per_key: bool = False
+
+
+RateLimitSpec = RateLimit | tuple[int, int] | tuple[int, int, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeControl:
+    """How claims treat one job type (API.md section 9), with its RUNNING count."""
+
+    type: str
+    paused: bool
+    paused_until: datetime | None
+    max_running: int | None
+    max_running_per_key: int | None
+    rate_limit: RateLimit | None
+    timeout_seconds: int | None
+    running: int
+
+    @classmethod
+    def from_graphql(cls, data: dict[str, Any]) -> TypeControl:
+        rate = data.get("rateLimit")
+        return cls(
+            type=data["type"],
+            paused=data["paused"],
+            paused_until=_time(data.get("pausedUntil")),
+            max_running=data.get("maxRunning"),
+            max_running_per_key=data.get("maxRunningPerKey"),
+            rate_limit=RateLimit(rate["limit"], rate["periodSeconds"], rate["perKey"]) if rate else None,
+            timeout_seconds=data.get("timeoutSeconds"),
+            running=data["running"],
+        )
+
+
+TYPE_CONTROL_FIELDS = (
+    "type paused pausedUntil maxRunning maxRunningPerKey rateLimit { limit periodSeconds perKey }"
+    " timeoutSeconds running"
+)
+# A caller's loop ends when a call changes nothing this many times in a row, even if the
+# server still says `more` (jobs it may not change, or ones changed by others meanwhile).
+BULK_IDLE_ROUNDS = 3
+
+
 def graphql_url(url: str) -> str:
     """Accept the server's base URL or its /graphql endpoint."""
     url = url.rstrip("/")
@@ -241,12 +298,46 @@ def _enqueue_input(
     if idempotency_key is not None:
         item["idempotencyKey"] = idempotency_key
     if run_at is not None:
-        item["runAt"] = (run_at if run_at.tzinfo else run_at.replace(tzinfo=UTC)).isoformat()
+        item["runAt"] = _utc_text(run_at)
     if concurrency_key is not None:
         item["concurrencyKey"] = concurrency_key
     if timeout_seconds is not None:
         item["timeoutSeconds"] = timeout_seconds
     return item
+
+
+def _utc_text(moment: datetime) -> str:
+    """A datetime as the API takes it: one without an offset is taken as UTC."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _rate_limit_input(rate_limit: RateLimitSpec | None) -> dict[str, Any] | None:
+    if rate_limit is None:
+        return None
+    if isinstance(rate_limit, RateLimit):
+        rate = rate_limit
+    elif len(rate_limit) in (2, 3):  # a tuple (or a list: JSON gives those)
+        rate = RateLimit(*rate_limit)
+    else:
+        raise TypeError(
+            "rate_limit is a RateLimit, (limit, period_seconds) or (limit, period_seconds, per_key)"
+        )
+    return {"limit": rate.limit, "periodSeconds": rate.period_seconds, "perKey": rate.per_key}
+
+
+def _job_filter(
+    status: str | None, type: str | None, concurrency_key: str | None, created_before: datetime | None
+) -> dict[str, Any]:
+    job_filter: dict[str, Any] = {}
+    if status is not None:
+        job_filter["status"] = status.upper()
+    if type is not None:
+        job_filter["type"] = type
+    if concurrency_key is not None:
+        job_filter["concurrencyKey"] = concurrency_key
+    if created_before is not None:
+        job_filter["createdBefore"] = _utc_text(created_before)
+    return job_filter
 
 
 class PlainHTTP:
@@ -513,6 +604,135 @@ class AsyncClient:
             oldest_pending_seconds=stats["oldestPendingSeconds"],
         )
 
+    # --- flow control (API.md sections 9 and 11) --------------------------------------------
+
+    async def type_controls(self) -> builtins.list[TypeControl]:
+        """Every allowlisted job type with its controls and RUNNING count, in type order.
+
+        Raises Unauthenticated (a bad key), ServerUnreachable.
+        """
+        data = await self.execute(f"{{ typeControls {{ {TYPE_CONTROL_FIELDS} }} }}")
+        return [TypeControl.from_graphql(c) for c in data["typeControls"]]
+
+    async def pause_type(self, type: str, until: datetime | None = None) -> TypeControl:
+        """ADMIN: claim no job of `type` (on any server) until `resume_type`, or until `until`
+        when given (a datetime without an offset is taken as UTC). Enqueues go on; RUNNING
+        jobs finish. Returns the type's controls once the pause is stored.
+
+        Raises Forbidden (not an ADMIN key), BadInput (a type outside the server's allowlist),
+        Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($type: String!, $until: DateTime) {{ pauseType(type: $type, until: $until)"
+            f" {{ {TYPE_CONTROL_FIELDS} }} }}",
+            {"type": type, "until": _utc_text(until) if until is not None else None},
+        )
+        return TypeControl.from_graphql(data["pauseType"])
+
+    async def resume_type(self, type: str) -> TypeControl:
+        """ADMIN: end the type's pause; claims waiting for it wake.
+
+        Raises Forbidden, BadInput (a type outside the allowlist), Unauthenticated,
+        ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($type: String!) {{ resumeType(type: $type) {{ {TYPE_CONTROL_FIELDS} }} }}",
+            {"type": type},
+        )
+        return TypeControl.from_graphql(data["resumeType"])
+
+    async def set_type_control(
+        self,
+        type: str,
+        *,
+        max_running: int | None = None,
+        max_running_per_key: int | None = None,
+        rate_limit: RateLimitSpec | None = None,
+        timeout_seconds: int | None = None,
+    ) -> TypeControl:
+        """ADMIN: replace all of the type's limits at once; a limit left None is cleared (so
+        pass every limit the type should keep). Pausing is separate (`pause_type`).
+
+        `rate_limit`: a RateLimit, `(limit, period_seconds)` or `(limit, period_seconds,
+        per_key)`. Raises TypeError for any other shape (before sending), BadInput (a type
+        outside the allowlist, a number out of range), Forbidden, Unauthenticated,
+        ServerUnreachable.
+        """
+        item: dict[str, Any] = {
+            "type": type,
+            "maxRunning": max_running,
+            "maxRunningPerKey": max_running_per_key,
+            "rateLimit": _rate_limit_input(rate_limit),
+            "timeoutSeconds": timeout_seconds,
+        }
+        data = await self.execute(
+            "mutation($input: TypeControlInput!) { setTypeControl(input: $input)"
+            f" {{ {TYPE_CONTROL_FIELDS} }} }}",
+            {"input": item},
+        )
+        return TypeControl.from_graphql(data["setTypeControl"])
+
+    async def cancel_jobs(
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        concurrency_key: str | None = None,
+        created_before: datetime | None = None,
+        *,
+        chunk: int = 1000,
+    ) -> int:
+        """Cancel the PENDING jobs that match every filter given and that this key may cancel
+        (ADMIN: any; PRODUCER: its own), oldest first, `chunk` (1..10000) a call, calling
+        again while the server says more match. Returns how many were cancelled.
+
+        Jobs enqueued while it runs are cancelled too when they match: pass
+        `created_before` to leave them be. Raises BadInput (neither status nor type, a
+        chunk out of range), Forbidden (a key that may cancel nothing), Unauthenticated,
+        ServerUnreachable (after some calls may have applied: call again to go on).
+        """
+        return await self._bulk("cancelJobs", status, type, concurrency_key, created_before, chunk)
+
+    async def retry_jobs(
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        concurrency_key: str | None = None,
+        created_before: datetime | None = None,
+        *,
+        chunk: int = 1000,
+    ) -> int:
+        """ADMIN: retry the FAILED or CANCELLED jobs that match every filter given, as `retry`
+        does, oldest first, `chunk` (1..10000) a call, calling again while the server says
+        more match. Returns how many were retried.
+
+        A job that fails again while the loop runs may be retried again (and counted
+        twice). Raises BadInput (neither status nor type, a chunk out of range), Forbidden
+        (not ADMIN), Unauthenticated, ServerUnreachable (after some calls may have applied).
+        """
+        return await self._bulk("retryJobs", status, type, concurrency_key, created_before, chunk)
+
+    async def _bulk(
+        self,
+        mutation: str,
+        status: str | None,
+        type: str | None,
+        concurrency_key: str | None,
+        created_before: datetime | None,
+        chunk: int,
+    ) -> int:
+        query = (
+            f"mutation($filter: JobFilter!, $limit: Int!) {{ {mutation}(filter: $filter, limit: $limit)"
+            " { count more } }"
+        )
+        variables = {"filter": _job_filter(status, type, concurrency_key, created_before), "limit": chunk}
+        total = idle = 0
+        while True:
+            outcome = (await self.execute(query, variables))[mutation]
+            total += outcome["count"]
+            idle = 0 if outcome["count"] else idle + 1
+            if not outcome["more"] or idle >= BULK_IDLE_ROUNDS:
+                return total
+
     # --- workers ---------------------------------------------------------------------------
 
     async def claim(
@@ -718,3 +938,62 @@ class Client:
 
     def stats(self) -> QueueStats:
         return self._call(self._async.stats())
+
+    def type_controls(self) -> builtins.list[TypeControl]:
+        """See AsyncClient.type_controls."""
+        return self._call(self._async.type_controls())
+
+    def pause_type(self, type: str, until: datetime | None = None) -> TypeControl:
+        """See AsyncClient.pause_type (Forbidden, BadInput, Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.pause_type(type, until))
+
+    def resume_type(self, type: str) -> TypeControl:
+        """See AsyncClient.resume_type (Forbidden, BadInput, Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.resume_type(type))
+
+    def set_type_control(
+        self,
+        type: str,
+        *,
+        max_running: int | None = None,
+        max_running_per_key: int | None = None,
+        rate_limit: RateLimitSpec | None = None,
+        timeout_seconds: int | None = None,
+    ) -> TypeControl:
+        """See AsyncClient.set_type_control: replaces every limit (None clears one). Raises
+        TypeError, BadInput, Forbidden, Unauthenticated, ServerUnreachable."""
+        return self._call(
+            self._async.set_type_control(
+                type,
+                max_running=max_running,
+                max_running_per_key=max_running_per_key,
+                rate_limit=rate_limit,
+                timeout_seconds=timeout_seconds,
+            )
+        )
+
+    def cancel_jobs(
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        concurrency_key: str | None = None,
+        created_before: datetime | None = None,
+        *,
+        chunk: int = 1000,
+    ) -> int:
+        """See AsyncClient.cancel_jobs: the total cancelled (BadInput, Forbidden,
+        Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.cancel_jobs(status, type, concurrency_key, created_before, chunk=chunk))
+
+    def retry_jobs(
+        self,
+        status: str | None = None,
+        type: str | None = None,
+        concurrency_key: str | None = None,
+        created_before: datetime | None = None,
+        *,
+        chunk: int = 1000,
+    ) -> int:
+        """See AsyncClient.retry_jobs: the total retried (BadInput, Forbidden,
+        Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.retry_jobs(status, type, concurrency_key, created_before, chunk=chunk))

@@ -35,6 +35,16 @@ that were claimed after the newest claim it saw answered (before any, all of the
 lost claim can have claimed those, if no other process uses the same key. So a lost answer
 leaves no job RUNNING until its lease expires, unless the server stays unreachable while
 the worker stops.
+
+Timeouts (API.md section 9). A job's timeout is its `timeoutSeconds`, else its type's (the
+worker reads the types' defaults with `typeControls` as it starts and every minute, never
+per job). Past it, counted from the claim's answer, an async handler is cancelled (it sees
+CancelledError) and a sync one, which cannot be stopped, has its result discarded; either
+way the worker fails the job with the server's error `timed out` (retry rules as for any
+failure), unless the server, which applies the timeout on its own, did so first. A handler
+that goes on regardless keeps its slot until it returns (so `concurrency` still bounds the
+handlers running), and whatever it returns is discarded. A completion that reaches the
+server after the job timed out there is rejected and logged "lost", never "completed".
 """
 
 from __future__ import annotations
@@ -73,7 +83,10 @@ SHUTDOWN_TAKEOVER_TRIES = 2  # looking for a lost claim's jobs while stopping (l
 CLAIM_WAIT_SECONDS = 20
 CLAIM_LIMIT = 100  # the most one claimJobs may ask for
 # What the worker reads of a claimed job: the handler's view, and the lease (to heartbeat).
-CLAIM_FIELDS = "id type payload priority attempt retryCount maxRetries claimedAt leaseExpiresAt"
+CLAIM_FIELDS = (
+    "id type payload priority attempt retryCount maxRetries concurrencyKey timeoutSeconds"
+    " claimedAt leaseExpiresAt"
+)
 COMPLETE_BATCH = 100
 COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
 DEFAULT_LEASE_SECONDS = 300.0
@@ -81,6 +94,12 @@ MIN_HEARTBEAT_INTERVAL = 0.2
 SWEEP_TICK_MIN, SWEEP_TICK_MAX = 0.05, 1.0  # a heartbeat is due at most this late
 BACKOFF_START = 0.2
 BACKOFF_MAX = 15.0
+# How often the worker reads the types' default timeouts (typeControls): a job that sets no
+# timeoutSeconds of its own gets its type's, as known at its claim. The server applies the
+# timeout whatever the worker knows; this only lets the worker stop the handler too.
+TYPE_TIMEOUTS_REFRESH_SECONDS = 60.0
+FIRST_TYPE_TIMEOUTS_WAIT = 2.0  # at start, before the first claim, at most this long
+TIMED_OUT_ERROR = "timed out"  # the server's error for a job past its timeout (API.md section 9)
 
 
 class Retry(Exception):
@@ -109,10 +128,23 @@ class JobContext:
     attempt: int
     retry_count: int
     max_retries: int
+    concurrency_key: str | None = None
+    # The job's own timeout (None: its type's, if any); the worker stops the handler past it.
+    timeout_seconds: int | None = None
 
     @classmethod
     def from_job(cls, job: Job) -> JobContext:
-        return cls(job.id, job.type, job.payload, job.priority, job.attempt, job.retry_count, job.max_retries)
+        return cls(
+            job.id,
+            job.type,
+            job.payload,
+            job.priority,
+            job.attempt,
+            job.retry_count,
+            job.max_retries,
+            job.concurrency_key,
+            job.timeout_seconds,
+        )
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> JobContext:
@@ -124,6 +156,8 @@ class JobContext:
             data["attempt"],
             data["retryCount"],
             data["maxRetries"],
+            data["concurrencyKey"],
+            data["timeoutSeconds"],
         )
 
 
@@ -137,6 +171,9 @@ class Outcome:
 
 
 STOPPED = Outcome("retrying", "worker stopped before the job finished")
+# Reported at the job's deadline, with the server's own error text: whichever of the two
+# fails the job first, it fails the same way (retry rules as for failJob).
+TIMED_OUT = Outcome("timed out", TIMED_OUT_ERROR)
 
 
 @dataclass
@@ -159,7 +196,19 @@ class Backoff:
 class _Held:
     """A job claimed by this worker and not yet reported."""
 
-    __slots__ = ("id", "id_json", "type", "attempt", "started", "interval", "next_beat", "beat", "running")
+    __slots__ = (
+        "id",
+        "id_json",
+        "type",
+        "attempt",
+        "started",
+        "interval",
+        "next_beat",
+        "beat",
+        "running",
+        "deadline",
+        "timed_out",
+    )
 
     def __init__(self, context: JobContext, started: float, interval: float) -> None:
         self.id = context.id
@@ -171,6 +220,8 @@ class _Held:
         self.next_beat = started + interval
         self.beat: asyncio.Task[None] | None = None  # the heartbeat in flight
         self.running: asyncio.Future[Any] | None = None  # the handler, until it returns
+        self.deadline: asyncio.TimerHandle | None = None  # when the job passes its timeout
+        self.timed_out = False  # reported as timed out: whatever the handler returns is discarded
 
 
 class _HandlerThreads:
@@ -349,6 +400,9 @@ class Worker:
         self._claimed_since: datetime | None = None  # claimedAt of the newest claim answered
         self._job_lines: list[str] = []
         self._job_stream: TextIO | None = None  # None: job lines go through `job_log`
+        # The types' default timeouts (typeControls), read at start and now and then.
+        self._type_timeouts: dict[str, int] = {}
+        self._type_timeouts_read = asyncio.Event()  # the first read answered (or failed)
         self.active = 0
         self.max_active_seen = 0
         self.processed = 0
@@ -379,6 +433,16 @@ class Worker:
             asyncio.create_task(self._heartbeat_sweep()),
         ]
         try:
+            # The types' timeouts first (briefly: the server applies them anyway), so that the
+            # first jobs claimed get theirs.
+            helpers.append(asyncio.create_task(self._refresh_type_timeouts()))
+            first = [
+                asyncio.create_task(self._type_timeouts_read.wait()),
+                asyncio.create_task(self._stopping.wait()),
+            ]
+            await asyncio.wait(first, timeout=FIRST_TYPE_TIMEOUTS_WAIT, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in first:
+                waiting.cancel()
             await self._claim_until_stopped()
             await self._drain()
             if self._held:
@@ -520,7 +584,45 @@ class Worker:
         if pending:
             await asyncio.wait(pending)
 
-    # --- running handlers ------------------------------------------------------------------
+    # --- timeouts --------------------------------------------------------------------------
+
+    async def _refresh_type_timeouts(self) -> None:
+        """Read the handled types' default timeouts now and every TYPE_TIMEOUTS_REFRESH_SECONDS.
+
+        Off the hot path: a claim never waits for it. A failed read keeps what was known (a
+        server that cannot say leaves the timeouts to the server alone).
+        """
+        while True:
+            try:
+                controls = await self._client.type_controls()
+            except Exception as exc:  # unreachable, refused, an older server: try again later
+                log.debug("reading the types' timeouts failed: %s", exc)
+            else:
+                self._type_timeouts = {
+                    c.type: c.timeout_seconds
+                    for c in controls
+                    if c.type in self.handlers and c.timeout_seconds is not None
+                }
+            self._type_timeouts_read.set()
+            await asyncio.sleep(TYPE_TIMEOUTS_REFRESH_SECONDS)
+
+    def _time_out(self, held: _Held) -> None:
+        """The job has passed its timeout: cancel an async handler (a sync one cannot be
+        stopped: its result will be discarded) and fail the job as the server does."""
+        held.deadline = None
+        running = held.running
+        if running is None or running.done() or held.timed_out:
+            return  # it returned in time; its report is on its way
+        held.timed_out = True
+        if isinstance(running, asyncio.Task):
+            running.cancel()  # the handler sees CancelledError; its slot frees when it ends
+        else:
+            log.warning(
+                "job %s: timed out; its sync handler cannot be interrupted: its result will be"
+                " discarded, and its slot stays busy until it returns",
+                held.id,
+            )
+        self._spawn(self._report_failure(held, TIMED_OUT))
 
     def _start(self, jobs: list[dict[str, Any]], *, beat_now: bool = False) -> None:
         """Run claimed jobs; `beat_now`: heartbeat them at the next sweep (taken over, their
@@ -533,7 +635,9 @@ class Worker:
         interval = max(MIN_HEARTBEAT_INTERVAL, _lease_seconds(jobs[0], claimed) / 3)
         self._sweep_tick = min(self._sweep_tick, max(SWEEP_TICK_MIN, interval / 10))
         held_jobs = self._held
-        for data in jobs:
+        type_timeouts = self._type_timeouts
+        loop = asyncio.get_running_loop()
+        for data in jobs:  # the hot path: per job, one dict read for its timeout, no request
             context = JobContext.from_graphql(data)
             held = _Held(context, now, interval)
             if beat_now:
@@ -544,6 +648,9 @@ class Worker:
             running = self._launch(context)
             held.running = running
             running.add_done_callback(functools.partial(self._handler_returned, held))
+            timeout = context.timeout_seconds or type_timeouts.get(context.type)
+            if timeout:
+                held.deadline = loop.call_later(timeout, self._time_out, held)
         self.max_active_seen = max(self.max_active_seen, self.active)
         self._has_held.set()
 
@@ -573,6 +680,9 @@ class Worker:
         return future
 
     def _handler_returned(self, held: _Held, done: asyncio.Future[Any]) -> None:
+        if held.timed_out:
+            self._timed_out_returned(held, done)
+            return
         if done.cancelled():
             outcome = STOPPED
         elif (exc := done.exception()) is not None:
@@ -580,7 +690,8 @@ class Worker:
         else:
             result = done.result()
             if not isinstance(done, asyncio.Task) and inspect.isawaitable(result):
-                # A sync handler that returned an awaitable: await it on the loop, in the same slot.
+                # A sync handler that returned an awaitable: await it on the loop, in the same
+                # slot (and under the same deadline).
                 task = asyncio.ensure_future(_await(result))
                 held.running = task
                 task.add_done_callback(functools.partial(self._handler_returned, held))
@@ -593,12 +704,28 @@ class Worker:
                 outcome = None
                 self._completions.append((held, item))
                 self._completions_ready.set()
+        if held.deadline is not None:
+            held.deadline.cancel()
+            held.deadline = None
         held.running = None
         self.active -= 1
         self._free += 1
         self._capacity.set()
         if outcome is not None:
             self._spawn(self._report_failure(held, outcome))
+
+    def _timed_out_returned(self, held: _Held, done: asyncio.Future[Any]) -> None:
+        """A timed-out job's handler has ended: free its slot and discard what it returned
+        or raised (the job has been failed as timed out)."""
+        if not done.cancelled():
+            result = done.result() if done.exception() is None else None
+            if inspect.iscoroutine(result):
+                result.close()  # a sync handler's coroutine, never to be run
+            log.info("job %s: the handler of a timed-out job has ended; its outcome is discarded", held.id)
+        held.running = None
+        self.active -= 1
+        self._free += 1
+        self._capacity.set()
 
     def _spawn(self, coroutine: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coroutine)
@@ -641,6 +768,8 @@ class Worker:
     async def _report_failure(self, held: _Held, outcome: Outcome) -> None:
         try:
             status = str(await self._with_retries(lambda: self._fail(held, outcome)))
+            if outcome is TIMED_OUT and status == "lost":
+                status = TIMED_OUT.status  # the server failed it first, for the same reason
         except QueuelogError as exc:
             log.error("job %s: failJob refused: %s", held.id, exc)
             status = "refused"
@@ -658,6 +787,8 @@ class Worker:
             retryable=outcome.retryable,
             retry_in_seconds=outcome.retry_in,
         )
+        if outcome is TIMED_OUT:
+            return TIMED_OUT.status
         if updated.status == "PENDING":
             return "retrying"
         return "discarded" if outcome.status == "discarded" else "failed"
