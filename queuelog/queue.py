@@ -394,8 +394,8 @@ class JobQueue:
                     if until_due <= 0:
                         break
                     pause = min(remaining, until_due + 0.001, recheck)
-                    if await self.signal.wait(pause, *watched):
-                        break
+                    if await self.signal.wait(pause, *watched) or outcome.held:
+                        break  # woken, or a held type's control may have changed: claim again
         finally:
             if gone is not None and not gone.done():
                 gone.cancel()

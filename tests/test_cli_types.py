@@ -132,15 +132,6 @@ def test_a_cli_pause_stops_the_servers_claims_and_resume_restores_them(
     assert "was not paused" in noop.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a claim long-polling for a paused type is not woken by a resume written by another "
-        "process (the CLI, or another server's resumeType): JobQueue._claim_waiting only re-reads "
-        "next_due_at (delayed jobs) at its recheck, never the controls, and a resume makes no job "
-        "event, so the claim returns nothing at the end of its wait (25 s here) with the job ready"
-    ),
-)
 def test_a_claim_waiting_for_a_paused_type_takes_its_job_after_a_cli_resume(
     server: Server, worker_key: str, tmp_path: Path
 ) -> None:
