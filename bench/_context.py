@@ -51,6 +51,8 @@ class Settings:
     growth_samples: int
     growth_op_seconds: float
     backlog_jobs: int  # the big table of figure 9 (backlog)
+    flow_jobs: int  # figure 10 (flow): the held-back backlogs and the FAILED jobs retried
+    flow_seconds: float  # figure 10: the length of the rate-limit run
     rss_seconds: float
     rss_interval: float
     rss_window: float
@@ -61,6 +63,8 @@ class Settings:
     pgqueuer_configs: tuple[str, ...] = ("asyncpg:32:64", "asyncpg:64:0", "psycopg:32:64")
     # Its second peer there, procrastinate: the worker's concurrency, once per entry.
     procrastinate_configs: tuple[int, ...] = (16, 64)
+    # Figure 10's parts, in order (bench/fig_flow.py).
+    flow_parts: tuple[str, ...] = ("claim", "hol", "rate", "bulk")
 
     @property
     def postgres(self) -> bool:
@@ -89,6 +93,8 @@ class Settings:
             "growth_samples": 20 if quick else 100,
             "growth_op_seconds": 1.5 if quick else 6.0,
             "backlog_jobs": 100_000 if quick else 1_000_000,
+            "flow_jobs": 20_000 if quick else 100_000,
+            "flow_seconds": 6.0 if quick else 20.0,
             "rss_seconds": 45.0 if quick else 300.0,
             "rss_interval": 5.0 if quick else 10.0,
             "rss_window": 15.0 if quick else 60.0,

@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import _pg, fig_backlog, fig_batch, fig_dispatch, fig_e2e, fig_growth, fig_http, fig_rss
+from bench import _pg, fig_backlog, fig_batch, fig_dispatch, fig_e2e, fig_flow, fig_growth, fig_http, fig_rss
 from bench._common import BENCH_DIR, Cleanup, event_loop_runner, machine_line, stderr
 from bench._context import Context, Settings
 from bench._loadgen import wrk_path
@@ -100,6 +100,13 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
         fig_backlog.backlog_figure,
         False,
     ),
+    "flow": (
+        10,
+        "flow control (issue 16): cost of controls, head-of-line, rate limit, bulk retry",
+        "the same requests without the control, backlog or bulk action, same run",
+        fig_flow.flow_figure,
+        False,
+    ),
 }
 # The baseline column on `--database postgresql` where it differs from SQLite's.
 POSTGRES_BASELINES = {
@@ -127,7 +134,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         metavar="NAMES",
-        help="comma-separated figures: " + ", ".join(FIGURES) + " (default: all but workers and backlog)",
+        help="comma-separated figures: "
+        + ", ".join(FIGURES)
+        + " (default: all but workers, backlog and flow)",
     )
     parser.add_argument(
         "--py-spy",
@@ -188,6 +197,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     sizes.add_argument(
         "--backlog-jobs", type=int, help="jobs in the big table of figure 9, backlog (100000 / 1000000)"
     )
+    sizes.add_argument(
+        "--flow-jobs",
+        type=int,
+        help="figure 10, flow: backlog held back and FAILED jobs retried (20000 / 100000)",
+    )
+    sizes.add_argument(
+        "--flow-seconds", type=float, help="figure 10, flow: length of the rate-limit run (6 / 20)"
+    )
+    sizes.add_argument(
+        "--flow-parts",
+        metavar="LIST",
+        help="figure 10, flow: comma-separated parts among " + ",".join(fig_flow.PARTS) + " (default all)",
+    )
     sizes.add_argument("--growth-samples", type=int, help="most samples per operation in figure 6 (20 / 100)")
     sizes.add_argument("--rss-seconds", type=float, help="length of the soak of figure 7 (45 / 300)")
     sizes.add_argument(
@@ -210,6 +232,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         for config in concurrencies:
             if not config.isdigit() or not 1 <= int(config) <= 1000:
                 parser.error(f"--procrastinate-configs: {config!r} is not a concurrency within 1..1000")
+    if args.flow_parts is not None:
+        parts = [p.strip() for p in args.flow_parts.split(",") if p.strip()]
+        if not parts or any(p not in fig_flow.PARTS for p in parts):
+            parser.error(f"--flow-parts: choose from {','.join(fig_flow.PARTS)}")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if names is not None:
         unknown = [n for n in names if n not in FIGURES]
@@ -228,6 +254,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "dispatch_samples": (5, 10_000),
         "growth_jobs": (2_000, 10_000_000),
         "backlog_jobs": (2_000, 10_000_000),
+        "flow_jobs": (1_000, 10_000_000),
+        "flow_seconds": (2, 600),
         "growth_samples": (3, 10_000),
         "rss_seconds": (10, 3600),
         "soak_rate": (0, 10_000),
@@ -254,6 +282,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
             "dispatch_samples",
             "growth_jobs",
             "backlog_jobs",
+            "flow_jobs",
+            "flow_seconds",
             "growth_samples",
             "rss_seconds",
             "soak_rate",
@@ -266,6 +296,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings.postgres_url = args.postgres_url
     if args.pgqueuer_configs:
         settings.pgqueuer_configs = tuple(c.strip() for c in args.pgqueuer_configs.split(",") if c.strip())
+    if args.flow_parts:
+        settings.flow_parts = tuple(p.strip() for p in args.flow_parts.split(",") if p.strip())
     if args.procrastinate_configs:
         settings.procrastinate_configs = tuple(
             int(c) for c in args.procrastinate_configs.split(",") if c.strip()
@@ -361,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "huey_workers": list(settings.huey_workers),
                 "pgqueuer_configs": list(settings.pgqueuer_configs),
                 "procrastinate_configs": list(settings.procrastinate_configs),
+                "flow_parts": list(settings.flow_parts),
             },
             "argv": list(sys.argv[1:] if argv is None else argv),
             "figures": [f.to_dict() for f in figures],
