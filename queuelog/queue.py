@@ -71,8 +71,10 @@ MAX_TIMEOUT_SECONDS = 86400
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
-# ...and this often while a control holds back one of its types: a slot freed or a pause
-# lifted on another server is then taken within that time.
+# ...and this often, while a control binds one of its types, it reads the (small) table of
+# controls: a pause lifted or a limit raised on another server is then taken within that
+# time. It claims again only when they changed; a slot freed anywhere is a job event, which
+# wakes it at once, and a rate window or a timed pause ends at its `wake_at`.
 HELD_RECHECK_SECONDS = 0.1
 log = logging.getLogger("queuelog.queue")
 # Where `history` gets a job's events: (job id, how many) -> the events.
@@ -373,10 +375,10 @@ class JobQueue:
                     return []
                 if outcome.jobs:
                     return outcome.jobs
-                # A type held back by a control frees when a job leaves RUNNING (this
-                # process's events wake us, other processes' are seen at the recheck) or
-                # when a pause or rate window ends (wake_at).
-                recheck = HELD_RECHECK_SECONDS if outcome.held else CROSS_PROCESS_RECHECK_SECONDS
+                # A type held back by a control frees when a job leaves RUNNING (a job
+                # event, from any process, wakes us), when a pause or rate window ends
+                # (wake_at), or when a control changes (read at each recheck).
+                recheck = HELD_RECHECK_SECONDS if outcome.controls else CROSS_PROCESS_RECHECK_SECONDS
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or (gone is not None and gone.done()):
@@ -394,18 +396,20 @@ class JobQueue:
                     if until_due <= 0:
                         break
                     pause = min(remaining, until_due + 0.001, recheck)
-                    if await self.signal.wait(pause, *watched) or outcome.held:
-                        break  # woken, or a held type's control may have changed: claim again
+                    if await self.signal.wait(pause, *watched):
+                        break  # woken: claim again
+                    if outcome.controls and await self.repository.stored_controls() != outcome.controls:
+                        break  # a control changed on some server: claim again
         finally:
             if gone is not None and not gone.done():
                 gone.cancel()
 
     def _seen(self, outcome: Claimed) -> Claimed:
         """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""
-        if outcome.held:
-            self.signal.watch(outcome.held)
-            if self.on_held is not None:
-                self.on_held(outcome.held)
+        if outcome.controls:  # a job of a controlled type leaving RUNNING may free a slot
+            self.signal.watch(list(outcome.controls))
+        if outcome.held and self.on_held is not None:
+            self.on_held(outcome.held)
         return outcome
 
     def _lease(self, lease_seconds: int | None) -> int:

@@ -311,10 +311,6 @@ def test_type_controls_list_every_type_with_defaults_and_running_counts_for_ever
     assert flow.statuses(jobs).count("PENDING") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: typeControls answers in allowlist (QUEUELOG_JOB_TYPES) order, not in type order",
-)
 def test_type_controls_are_in_type_order(flow: Flow) -> None:
     assert [c["type"] for c in flow.controls()] == sorted(ALLOWLIST)
 

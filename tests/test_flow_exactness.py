@@ -25,13 +25,9 @@ Proven here:
   (typeControls.running, queueStats) equal the jobs table;
 - resumeType on one server wakes a claim long-polling on another.
 
-Known bug (STAMP_BUG): claimedAt / finishedAt are the time a write batch began, so where a
-batch can wait for a lock after taking its time (PostgreSQL's controlled-claim lock, SQLite's
-file lock shared by several processes) the recorded intervals can overlap beyond a limit the
-live samples show was kept. test_a_claim_is_stamped_after_the_finish_that_freed_its_slot
-shows it deterministically (strict xfail); the statistical tests check their live samples
-strictly and then report a recorded-time miss there as an expected failure (pytest.xfail), so
-they pass outright once the stamps are fixed.
+Recorded times: a controlled claim is stamped after the controlled-claim lock and after the
+counts it read, so a claim that takes a slot a finish freed is never recorded before that
+finish (test_a_claim_is_stamped_after_the_finish_that_freed_its_slot makes it happen).
 """
 
 from __future__ import annotations
@@ -270,25 +266,10 @@ def max_in_window(moments: Sequence[datetime], seconds: float) -> int:
     return max((bisect.bisect_left(ordered, t + width) - i for i, t in enumerate(ordered)), default=0)
 
 
-STAMP_BUG = (
-    "BUG: claimedAt / finishedAt (and a rate-limited claim's place in its window) are the time "
-    "the write batch began, not when the change took effect: a claim that waited for the "
-    "controlled-claim lock is stamped before the completion that freed its slot, and one stamped "
-    "earlier than a claim committed before it can find rows of its window already forgotten "
-    "(see test_a_claim_is_stamped_after_the_finish_that_freed_its_slot)"
-)
-
-
 def recorded_within(holds: bool, deployment: Deployment, what: str) -> None:
-    """The check of the recorded times, made last (after every live sample has passed): where
-    write batches can wait for a lock after taking their time (PostgreSQL, or SQLite with
-    several processes), a miss is the known STAMP_BUG, an expected failure; on one SQLite
-    process, whose one writer thread stamps its batches in commit order, it must hold."""
-    if holds:
-        return
-    if deployment.backend == "postgresql" or len(deployment.servers) > 1 or deployment.kind == "several":
-        pytest.xfail(f"{STAMP_BUG}: {what}")
-    pytest.fail(what)
+    """The check of the recorded times, made last (after every live sample has passed)."""
+    if not holds:
+        pytest.fail(f"{what} ({deployment.backend}, {len(deployment.servers)} server(s))")
 
 
 @dataclass
@@ -650,7 +631,6 @@ def test_resume_on_one_server_wakes_a_claim_long_polling_on_another(pair: Deploy
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-@pytest.mark.xfail(strict=True, reason=STAMP_BUG)
 def test_a_claim_is_stamped_after_the_finish_that_freed_its_slot(
     backend: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

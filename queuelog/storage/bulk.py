@@ -1,6 +1,9 @@
 """Bulk cancel and retry by filter (API.md section 9), in chunks, oldest first.
 
 Each chunk is its own short write transaction: claims and enqueues go on between chunks.
+Chunks are sized by time, not count (`next_chunk_size`): SQLite's writer runs a batch on
+the event loop, so a 500-job chunk (about 60 ms) held every other request of the server
+that long; a chunk aims at CHUNK_SECONDS whatever the database and the jobs cost.
 A chunk reads the matching jobs of one status in id order from that status's index
 (after the last id the call has passed, so a call never rereads what it skipped), changes
 them with one UPDATE that re-checks their status, and records each job's event and counter
@@ -18,9 +21,20 @@ from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import to_micros
 
-CHUNK = 500
+FIRST_CHUNK = 50
+SMALLEST_CHUNK, LARGEST_CHUNK = 10, 1000
+CHUNK_SECONDS = 0.005
 CANCELLABLE = (JobStatus.PENDING,)
 RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+def next_chunk_size(size: int, seconds: float) -> int:
+    """The next chunk's size, from how long a chunk of `size` jobs took (its write call,
+    waiting included: under load chunks shrink and other traffic gets in sooner)."""
+    if seconds <= 0:
+        return LARGEST_CHUNK
+    scaled = int(size * CHUNK_SECONDS / seconds)
+    return max(SMALLEST_CHUNK, min(LARGEST_CHUNK, scaled, size * 2))
 
 
 def statuses(action: EventKind, job_filter: JobFilter) -> list[JobStatus]:

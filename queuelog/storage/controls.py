@@ -18,11 +18,11 @@ from queuelog.storage.types import to_micros
 
 
 def type_controls(conn: Connection, types: Sequence[str], now: datetime) -> list[TypeControl]:
-    """The controls of these types, in this order, each with its RUNNING count; a pause whose
+    """The controls of these types, in type order, each with its RUNNING count; a pause whose
     `until` has passed shows as ended (it ended by itself)."""
     stored = read_controls(conn)
     running = running_counts(conn)
-    return [as_of(stored.get(t) or TypeControl(type=t), now, running.get(t, 0)) for t in types]
+    return [as_of(stored.get(t) or TypeControl(type=t), now, running.get(t, 0)) for t in sorted(set(types))]
 
 
 def as_of(control: TypeControl, now: datetime, running: int) -> TypeControl:

@@ -76,6 +76,8 @@ class ClaimPlan:
     keys: dict[tuple[str, str], int] = field(default_factory=dict)
     # types whose claims go into rate_claims: type -> per key?
     rated: dict[str, bool] = field(default_factory=dict)
+    # type -> its rate period in microseconds: older rate_claims rows are forgotten
+    periods_us: dict[str, int] = field(default_factory=dict)
     # the earliest moment a held type may become claimable by time alone (a pause with
     # `until`, a rate window that frees a slot); None: only an event frees it
     wake_at: datetime | None = None
@@ -101,13 +103,19 @@ def running_counts(conn: Connection) -> dict[str, int]:
 def rate_window(tx: WriteTx, job_type: str, rate: RateLimit) -> dict[str, tuple[int, datetime]]:
     """key -> (claims in the window, the oldest of them) for a rate-limited type."""
     since = tx.now_us - rate.period_seconds * 1_000_000
-    tx.execute(tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since})
     rows = tx.execute(tx.sql.RATE_WINDOW, {"type": job_type, "since": since}).fetchall()
     return {key: (n, _moment(oldest)) for key, n, oldest in rows}
 
 
 def _moment(value: Any) -> datetime:
     return micros_to_datetime(value) if isinstance(value, int) else value
+
+
+def lock(tx: WriteTx) -> None:
+    """Take the controlled-claim lock; what follows is timed from when it was granted."""
+    (granted,) = tx.execute(tx.sql.LOCK_CONTROLLED_CLAIMS).fetchone()
+    if granted is not None:
+        tx.move_clock_to(micros_to_datetime(granted))
 
 
 def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, TypeControl]) -> ClaimPlan:
@@ -136,6 +144,7 @@ def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, Type
         if rate is not None:
             window = rate_window(tx, job_type, rate)
             result.rated[job_type] = rate.per_key
+            result.periods_us[job_type] = rate.period_seconds * 1_000_000
             if not rate.per_key:
                 used, oldest = window.get(NO_KEY, (0, now))
                 if used >= rate.limit:
@@ -225,4 +234,9 @@ def record_rate_claims(tx: WriteTx, claim: ClaimPlan, claimed: Sequence[Any]) ->
         if job.type in claim.rated
     ]
     if rows:
+        # Forgetting the window's old rows only when adding new ones keeps a claim that was
+        # held back (nothing claimed) free of writes: its commit needs no WAL flush.
+        for job_type in {row["type"] for row in rows}:
+            since = tx.now_us - claim.periods_us[job_type]
+            tx.execute(tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since})
         tx.executemany(tx.sql.INSERT_RATE_CLAIM, rows)

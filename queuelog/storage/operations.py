@@ -174,6 +174,9 @@ class Claimed:
     # earliest moment one of them may free by time alone (a pause's end, a rate window).
     held: list[str]
     wake_at: datetime | None
+    # The controls the claim went by, when any bound one of its types: a waiting claim
+    # claims again when they change (another process's resume or raised limit).
+    controls: dict[str, TypeControl] = dataclasses.field(default_factory=dict)
 
 
 def claim(
@@ -193,23 +196,29 @@ def claim(
     if not types:
         return Claimed([], [], None)
     controls = promote_due(tx, types)
-    params: dict[str, Any] = {
-        "worker": worker,
-        "now": tx.now_us,
-        "lease": tx.now_us + lease_seconds * 1_000_000,
-        "limit": limit,
-    }
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
+        params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
         rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
         return Claimed(_claimed(tx, rows), [], None)
-    tx.execute(tx.sql.LOCK_CONTROLLED_CLAIMS)
+    flow.lock(tx)
     plan = flow.plan(tx, types, limit, controls)
     chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
-    rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall() if chosen else []
+    rows = []
+    if chosen:
+        # Stamped after every count the plan read: a claim that takes a slot a finish freed
+        # is never recorded as starting before that finish.
+        tx.read_clock_again()
+        params = _claim_params(tx, worker, lease_seconds, limit)
+        rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall()
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
-    return Claimed(claimed, plan.held, plan.wake_at)
+    return Claimed(claimed, plan.held, plan.wake_at, controls)
+
+
+def _claim_params(tx: WriteTx, worker: str, lease_seconds: int, limit: int) -> dict[str, Any]:
+    lease = tx.now_us + lease_seconds * 1_000_000
+    return {"worker": worker, "now": tx.now_us, "lease": lease, "limit": limit}
 
 
 def _claimed(tx: WriteTx, rows: list[Any]) -> list[Job]:

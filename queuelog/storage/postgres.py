@@ -36,6 +36,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -317,7 +318,7 @@ class PostgresDatabase(GroupCommit):
         connection = PgConnection(raw, locking=True)
         before = clock.utcnow()
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
-        tx = WriteTx(connection, from_micros(now_us))
+        tx = WriteTx(connection, from_micros(now_us), read_clock=lambda: _database_now(raw))
         self.db_clock.observe(tx.now, before, clock.utcnow())
         if self.own_events is not None:
             tx.event_ids = []
@@ -440,3 +441,7 @@ class PostgresDatabase(GroupCommit):
         with self._readers_lock:
             for connection in self._all_readers:
                 connection.close()
+
+
+def _database_now(raw: psycopg.Connection[Any]) -> datetime:
+    return from_micros(raw.execute(DB_NOW).fetchone()[0])  # type: ignore[index]

@@ -391,8 +391,13 @@ class PostgresStatements(Statements):
     TYPE_CONTROLS = _TYPE_CONTROLS
     PROMOTE_READS_CONTROLS = True
     # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
-    # but fixed: queuelog's only advisory lock.
-    LOCK_CONTROLLED_CLAIMS = "SELECT pg_advisory_xact_lock(7160419)"
+    # but fixed: queuelog's only advisory lock. Answers the clock once the lock is held (the
+    # subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed after
+    # every controlled claim it waited for.
+    LOCK_CONTROLLED_CLAIMS = (
+        "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+        " FROM (SELECT pg_advisory_xact_lock(7160419) OFFSET 0) AS locked"
+    )
     RUNNING_PER_KEY = (
         "SELECT concurrency_key, count(*) FROM jobs"
         " WHERE type = %(type)s AND status = 'running' AND concurrency_key IS NOT NULL"
@@ -400,11 +405,12 @@ class PostgresStatements(Statements):
     )
     KEYS_WITH_READY_JOBS = f"""
         WITH RECURSIVE ready_keys(key) AS (
-            SELECT MIN(concurrency_key) FROM jobs
-            WHERE type = %(type)s AND {READY} AND {PER_KEY}
+            (SELECT concurrency_key FROM jobs
+            WHERE type = %(type)s AND {READY} AND {PER_KEY} ORDER BY concurrency_key LIMIT 1)
             UNION ALL
-            SELECT (SELECT MIN(concurrency_key) FROM jobs
-                WHERE type = %(type)s AND {READY} AND {PER_KEY} AND concurrency_key > ready_keys.key)
+            SELECT (SELECT concurrency_key FROM jobs
+                WHERE type = %(type)s AND {READY} AND {PER_KEY} AND concurrency_key > ready_keys.key
+                ORDER BY concurrency_key LIMIT 1)
             FROM ready_keys WHERE ready_keys.key IS NOT NULL)
         SELECT key FROM ready_keys WHERE key IS NOT NULL
     """

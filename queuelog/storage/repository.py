@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, controls
+from queuelog.storage import bulk, controls, flow
 from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
@@ -200,6 +201,10 @@ class Repository:
     async def type_controls(self, types: Sequence[str]) -> list[TypeControl]:
         return await self._db.read(controls.type_controls, types, self.now())
 
+    async def stored_controls(self) -> dict[str, TypeControl]:
+        """Every type's controls as stored (no running counts): one small read."""
+        return await self._db.read(flow.read_controls)
+
     async def update_type_control(self, job_type: str, **changes: object) -> TypeControl:
         return await self._db.write(lambda tx: controls.update(tx, job_type, **changes))
 
@@ -208,7 +213,7 @@ class Repository:
     ) -> BulkOutcome:
         """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
         first, one short transaction per chunk."""
-        done, after = 0, 0
+        done, after, size = 0, 0, bulk.FIRST_CHUNK
         while done < limit:
             chunk = functools.partial(
                 bulk.apply,
@@ -216,9 +221,11 @@ class Repository:
                 job_filter=job_filter,
                 created_by=created_by,
                 after=after,
-                limit=min(bulk.CHUNK, limit - done),
+                limit=min(size, limit - done),
             )
+            started = time.perf_counter()
             changed, after, exhausted = await self._db.write(chunk)
+            size = bulk.next_chunk_size(size, time.perf_counter() - started)
             done += changed
             if exhausted:
                 return BulkOutcome(done, more=False)

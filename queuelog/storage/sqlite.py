@@ -154,6 +154,9 @@ class SqliteDatabase(GroupCommit):
         outcomes: list[Outcome] = []
         try:
             connection.execute("BEGIN IMMEDIATE")
+            # Timed once the write lock is held: another process's commit that this batch
+            # waited for (and may read) is never stamped after it.
+            tx.move_clock_to(clock.utcnow())
             for operation, future in batch:
                 mark = tx.mark()
                 connection.execute("SAVEPOINT op")

@@ -404,7 +404,9 @@ class SqliteStatements(Statements):
         " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
     )
     PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
-    LOCK_CONTROLLED_CLAIMS = "SELECT 1"  # BEGIN IMMEDIATE already holds the write lock
+    # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
+    # nothing to lock, no clock to read again (NULL)
+    LOCK_CONTROLLED_CLAIMS = "SELECT NULL"
     RUNNING_PER_KEY = (
         "SELECT concurrency_key, count(*) FROM jobs INDEXED BY ix_jobs_running_key"
         " WHERE type = :type AND status = 'running' AND concurrency_key IS NOT NULL"

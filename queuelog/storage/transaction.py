@@ -8,7 +8,7 @@ and forgets those of an operation that rolled back to its savepoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -50,8 +50,14 @@ class WriteConnection(Connection, Protocol):
 
 
 class WriteTx:
-    def __init__(self, connection: WriteConnection, now: datetime) -> None:
+    def __init__(
+        self, connection: WriteConnection, now: datetime, read_clock: Callable[[], datetime] | None = None
+    ) -> None:
         self.connection = connection
+        # The database's clock, read again by a step that must be stamped after what it waited
+        # for and read (a controlled claim); None where the batch's `now` already is (SQLite
+        # takes it once it holds the write lock).
+        self.read_clock = read_clock
         self.sql = connection.sql
         # The ids of the events this transaction writes, collected only when an event tail
         # (event_tail.py) must tell this process's events from other processes'.
@@ -62,6 +68,16 @@ class WriteTx:
         # (type, created_by, old status, old worker, new status, new worker) per transition;
         # turned into counter changes once per transaction, for each distinct move.
         self.moves: list[Move] = []
+
+    def move_clock_to(self, now: datetime) -> None:
+        """Stamp what follows at `now`, when it is later (the batch's clock never goes back)."""
+        if now > self.now:
+            self.now = now
+            self.now_us = to_micros(now)
+
+    def read_clock_again(self) -> None:
+        if self.read_clock is not None:
+            self.move_clock_to(self.read_clock())
 
     def execute(self, sql: str, parameters: Mapping[str, Any] | Sequence[Any] = ()) -> Cursor:
         return self.connection.execute(sql, parameters)

@@ -1,0 +1,28 @@
+"""How bulk actions size their chunks (storage/bulk.py): by time, within bounds."""
+
+from __future__ import annotations
+
+from queuelog.storage import bulk
+
+
+def test_a_slow_chunk_makes_the_next_one_smaller() -> None:
+    # 500 jobs took 60 ms (SQLite's old fixed chunk): the next aims at CHUNK_SECONDS
+    assert bulk.next_chunk_size(500, 0.060) == int(500 * bulk.CHUNK_SECONDS / 0.060)
+
+
+def test_a_fast_chunk_at_most_doubles() -> None:
+    assert bulk.next_chunk_size(50, 0.0001) == 100
+
+
+def test_sizes_stay_within_bounds() -> None:
+    assert bulk.next_chunk_size(bulk.SMALLEST_CHUNK, 10.0) == bulk.SMALLEST_CHUNK
+    assert bulk.next_chunk_size(bulk.LARGEST_CHUNK, 0.000001) == bulk.LARGEST_CHUNK
+    assert bulk.next_chunk_size(100, 0.0) == bulk.LARGEST_CHUNK
+
+
+def test_sizes_settle_where_a_chunk_takes_the_target_time() -> None:
+    per_job = 0.0001  # 100 us a job: 50 jobs fill 5 ms
+    size = bulk.FIRST_CHUNK * 4
+    for _ in range(10):
+        size = bulk.next_chunk_size(size, size * per_job)
+    assert abs(size * per_job - bulk.CHUNK_SECONDS) <= per_job
