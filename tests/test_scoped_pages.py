@@ -54,7 +54,9 @@ def walk_of(
     server: Server, name: str, role: str, status: str | None = None, job_type: str | None = None
 ) -> Walk:
     """The walk list_jobs takes for this caller and filter, given the counters as they are."""
-    rows = server.sql("SELECT scope, name, type, status, n FROM job_counts")
+    rows = server.sql(
+        "SELECT scope, name, type, status, SUM(n) FROM job_counts GROUP BY scope, name, type, status"
+    )
     scope = counters.PRODUCER if role == "producer" else counters.WORKER
     mine = counters.by_type(rows, [(scope, name, 1)])  # type: ignore[arg-type]
     everyones = counters.by_type(rows, [(counters.ALL, "", 1)])  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ MATCH_SHAPES = list(itertools.product((False, True), repeat=4))
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
 PER_TYPE = {
     "claim_jobs",
+    "claim_within_quotas",
     "promote_due",
     "ready_heads",
     "key_heads",

@@ -82,6 +82,8 @@ class ClaimPlan:
     # `until`, a rate window that frees a slot); None: only an event frees it
     wake_at: datetime | None = None
     held: list[str] = field(default_factory=list)  # types a control held back entirely
+    # whether the plan read RUNNING counts (a claim is then stamped after them)
+    counted_running: bool = False
 
     def wake(self, at: datetime) -> None:
         if self.wake_at is None or at < self.wake_at:
@@ -138,6 +140,7 @@ def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, Type
         if control.max_running is not None:
             if running is None:
                 running = running_counts(tx)
+                result.counted_running = True
             quota = min(quota, control.max_running - running.get(job_type, 0))
         window: dict[str, tuple[int, datetime]] = {}
         rate = control.rate_limit

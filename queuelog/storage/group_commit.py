@@ -35,6 +35,7 @@ class GroupCommit:
     def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
         self._on_commit = on_commit
         self._queue: Batch = []
+        self._last: Batch = []  # run after the others (write(last=True))
         self._idle = asyncio.Event()
         self._idle.set()
         self.db_clock = DatabaseClock()
@@ -43,9 +44,12 @@ class GroupCommit:
         """The time by the clock this database's writes use (queuelog/clock.py)."""
         return self.db_clock.now()
 
-    async def write(self, operation: Callable[[WriteTx], T]) -> T:
+    async def write(self, operation: Callable[[WriteTx], T], last: bool = False) -> T:
+        """Run `operation` in the next batch; `last`: after the batch's other operations (a
+        claim: it then sees their completions, and on PostgreSQL holds the controlled-claim
+        lock from as close to COMMIT as it can)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append((operation, future))
+        (self._last if last else self._queue).append((operation, future))
         self._schedule()
         return await future
 
@@ -57,11 +61,16 @@ class GroupCommit:
         """A batch is scheduled or running."""
         raise NotImplementedError
 
+    @property
+    def _waiting(self) -> bool:
+        """Operations are queued for the next batch."""
+        return bool(self._queue or self._last)
+
     def _take(self) -> Batch:
         """Everything queued, less the operations whose callers have gone."""
-        batch = [(operation, future) for operation, future in self._queue if not future.cancelled()]
-        self._queue = []
-        return batch
+        queued = self._queue + self._last
+        self._queue, self._last = [], []
+        return [(operation, future) for operation, future in queued if not future.cancelled()]
 
     def _settle(self, outcomes: list[Outcome], events: list[JobEvent]) -> None:
         for future, value, exc in outcomes:

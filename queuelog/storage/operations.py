@@ -203,14 +203,22 @@ def claim(
         return Claimed(_claimed(tx, rows), [], None)
     flow.lock(tx)
     plan = flow.plan(tx, types, limit, controls)
-    chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
     rows = []
-    if chosen:
-        # Stamped after every count the plan read: a claim that takes a slot a finish freed
-        # is never recorded as starting before that finish.
-        tx.read_clock_again()
+    if plan.per_key_types:
+        chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
+        if chosen:
+            # Stamped after every count the plan read: a claim that takes a slot a finish
+            # freed is never recorded as starting before that finish.
+            tx.read_clock_again()
+            params = _claim_params(tx, worker, lease_seconds, limit)
+            rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall()
+    elif plan.types:
+        if plan.counted_running:
+            tx.read_clock_again()  # as above
         params = _claim_params(tx, worker, lease_seconds, limit)
-        rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall()
+        names, quotas = zip(*plan.types, strict=True)
+        params.update(per_type_params(names, quotas))
+        rows = tx.execute(tx.sql.claim_within_quotas(len(names)), params).fetchall()
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
     return Claimed(claimed, plan.held, plan.wake_at, controls)
@@ -505,13 +513,26 @@ def write_side_effects(tx: WriteTx) -> None:
     if changes:
         tx.executemany(
             tx.sql.ADD_TO_COUNT,
-            [{"scope": k[0], "name": k[1], "type": k[2], "status": k[3], "n": n} for k, n in changes],
+            [
+                {"scope": k[0], "name": k[1], "type": k[2], "status": k[3], "shard": tx.counter_shard, "n": n}
+                for k, n in changes
+            ],
         )
     finished = counters.finished(tx.moves, now // MICROS_PER_MINUTE)
     if finished:
         tx.executemany(
             tx.sql.ADD_TO_MINUTE,
-            [{"scope": k[0], "name": k[1], "minute": k[2], "status": k[3], "n": n} for k, n in finished],
+            [
+                {
+                    "scope": k[0],
+                    "name": k[1],
+                    "minute": k[2],
+                    "status": k[3],
+                    "shard": tx.counter_shard,
+                    "n": n,
+                }
+                for k, n in finished
+            ],
         )
 
 

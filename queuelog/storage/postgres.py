@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -72,6 +73,9 @@ NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
 WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
+# Counter shards a write batch picks from at random (tables.py, job_counts): two concurrent
+# batches, of any servers, add to the same counter rows once in this many.
+COUNTER_SHARDS = 16
 CONNECT_TIMEOUT_SECONDS = 5
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
@@ -227,7 +231,7 @@ class PostgresDatabase(GroupCommit):
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
         # disk, the next runs (PostgreSQL flushes their commits together). What arrives while
         # all are busy waits, and goes in the next batch.
-        while self._running < WRITE_CONNECTIONS and self._queue:
+        while self._running < WRITE_CONNECTIONS and self._waiting:
             batch = self._take()
             if not batch:
                 return
@@ -319,6 +323,7 @@ class PostgresDatabase(GroupCommit):
         before = clock.utcnow()
         now_us = raw.execute(DB_NOW).fetchone()[0]  # type: ignore[index]  # opens the transaction
         tx = WriteTx(connection, from_micros(now_us), read_clock=lambda: _database_now(raw))
+        tx.counter_shard = random.randrange(COUNTER_SHARDS)
         self.db_clock.observe(tx.now, before, clock.utcnow())
         if self.own_events is not None:
             tx.event_ids = []

@@ -118,6 +118,14 @@ _READY_HEADS = _heads(
     "wanted.kquota",
     True,
 )
+_QUOTA_HEADS = _heads("id, priority, created_at", _WANTED_QUOTAS, "wanted.quota", "wanted.quota", True)
+_CLAIM_WITHIN_QUOTAS = f"""{_CLAIMED}
+    WHERE id IN (
+        SELECT heads.id FROM ({_QUOTA_HEADS}) AS heads
+        ORDER BY heads.priority DESC, heads.created_at, heads.id
+        LIMIT %(limit)s)
+    RETURNING {JOB_COLUMN_LIST}
+"""
 _KEY_HEADS = f"""
     SELECT head.* FROM unnest(%(types)s::text[], %(keys)s::text[], %(quotas)s::int[])
         AS wanted(type, key, quota)
@@ -286,6 +294,7 @@ class PostgresStatements(Statements):
 
     claim_jobs = staticmethod(_same_text(_CLAIM))
     promote_due = staticmethod(_same_text(_PROMOTE))
+    claim_within_quotas = staticmethod(_same_text(_CLAIM_WITHIN_QUOTAS))
     ready_heads = staticmethod(_same_text(_READY_HEADS))
     key_heads = staticmethod(_same_text(_KEY_HEADS))
     CLAIM_IDS = f"{_CLAIMED} WHERE id IN {id_list('ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
@@ -367,24 +376,28 @@ class PostgresStatements(Statements):
         " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
     )
 
+    # Each write batch adds to the rows of its own shard (WriteTx.counter_shard), so batches
+    # of several servers do not queue behind one row's lock; reads sum the shards.
     ADD_TO_COUNT = (
-        "INSERT INTO job_counts (scope, name, type, status, n)"
-        " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(n)s)"
-        " ON CONFLICT (scope, name, type, status) DO UPDATE SET n = job_counts.n + excluded.n"
+        "INSERT INTO job_counts (scope, name, type, status, shard, n)"
+        " VALUES (%(scope)s, %(name)s, %(type)s, %(status)s, %(shard)s, %(n)s)"
+        " ON CONFLICT (scope, name, type, status, shard) DO UPDATE SET n = job_counts.n + excluded.n"
     )
     ADD_TO_MINUTE = (
-        "INSERT INTO job_minutes (scope, name, minute, status, n)"
-        " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(n)s)"
-        " ON CONFLICT (scope, name, minute, status) DO UPDATE SET n = job_minutes.n + excluded.n"
+        "INSERT INTO job_minutes (scope, name, minute, status, shard, n)"
+        " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(shard)s, %(n)s)"
+        " ON CONFLICT (scope, name, minute, status, shard) DO UPDATE SET n = job_minutes.n + excluded.n"
     )
     COUNTS_OF_SCOPES = (
-        "SELECT scope, name, type, status, n FROM job_counts WHERE (scope, name) IN"
+        "SELECT scope, name, type, status, SUM(n)::bigint FROM job_counts WHERE (scope, name) IN"
         " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+        " GROUP BY scope, name, type, status"
     )
     MINUTES_OF_SCOPES = (
-        "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= %(since)s"
+        "SELECT scope, name, minute, status, SUM(n)::bigint FROM job_minutes WHERE minute >= %(since)s"
         " AND (scope, name) IN"
         " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"
+        " GROUP BY scope, name, minute, status"
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < %(before)s"
 

@@ -194,7 +194,7 @@ class Repository:
             return outcome
 
         try:
-            return await self._db.write(claim)
+            return await self._db.write(claim, last=True)
         except ClaimAbandoned:
             return ops.Claimed([], [], None)
 

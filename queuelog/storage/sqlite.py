@@ -110,7 +110,7 @@ class SqliteDatabase(GroupCommit):
     # --- writes ------------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        if not self._flush_scheduled and not self._in_thread and self._queue:
+        if not self._flush_scheduled and not self._in_thread and self._waiting:
             self._flush_scheduled = True
             self._idle.clear()
             asyncio.get_running_loop().call_soon(self._flush)

@@ -116,6 +116,16 @@ def claim_statement(type_count: int) -> str:
 
 
 @functools.lru_cache(maxsize=64)
+def claim_within_quotas_statement(type_count: int) -> str:
+    heads = _heads(type_count, "id, priority, created_at", ":quota{i}", ":quota{i}")
+    return f"""{_CLAIMED}
+    WHERE status = 'pending' AND id IN (
+        SELECT id FROM ({heads}) ORDER BY priority DESC, created_at, id LIMIT :limit)
+    RETURNING {JOB_COLUMN_LIST}
+"""
+
+
+@functools.lru_cache(maxsize=64)
 def ready_heads_statement(type_count: int) -> str:
     return _heads(type_count, _CANDIDATE, ":quota{i}", ":kquota{i}")
 
@@ -280,6 +290,7 @@ class SqliteStatements(Statements):
     JOBS_BY_IDS = f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
 
     claim_jobs = staticmethod(claim_statement)
+    claim_within_quotas = staticmethod(claim_within_quotas_statement)
     promote_due = staticmethod(promote_statement)
     ready_heads = staticmethod(ready_heads_statement)
     key_heads = staticmethod(key_heads_statement)
@@ -389,13 +400,16 @@ class SqliteStatements(Statements):
 
     ADD_TO_COUNT = _adding_to(job_counts)
     ADD_TO_MINUTE = _adding_to(job_minutes)
+    # Sums over the shards: one on a database SQLite wrote, more on one copied from PostgreSQL.
     COUNTS_OF_SCOPES = (
-        "SELECT scope, name, type, status, n FROM job_counts"
+        "SELECT scope, name, type, status, SUM(n) FROM job_counts"
         " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
+        " GROUP BY scope, name, type, status"
     )
     MINUTES_OF_SCOPES = (
-        "SELECT scope, name, minute, status, n FROM job_minutes WHERE minute >= :since"
+        "SELECT scope, name, minute, status, SUM(n) FROM job_minutes WHERE minute >= :since"
         " AND (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
+        " GROUP BY scope, name, minute, status"
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
 

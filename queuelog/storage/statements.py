@@ -63,7 +63,10 @@ class Statements:
     # round trip less per claim on PostgreSQL).
     promote_due: ClassVar[Callable[[int], str]]
     PROMOTE_READS_CONTROLS: ClassVar[bool]
-    # Claims of controlled types (flow.py): candidates first, then CLAIM_IDS.
+    # Claims of controlled types (flow.py): `claim_within_quotas(n)` claims the first `limit`
+    # of each type's first `quota{i}` ready jobs in claim order, in one statement, when no
+    # type is limited per key; otherwise candidates first, then CLAIM_IDS.
+    claim_within_quotas: ClassVar[Callable[[int], str]]
     # `ready_heads(n)`: each type's first ready jobs, `quota{i}` without a key and `kquota{i}`
     # with one; `key_heads(n)`: the first `quota{i}` ready jobs of (type{i}, key{i}).
     ready_heads: ClassVar[Callable[[int], str]]

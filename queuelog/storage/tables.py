@@ -198,6 +198,9 @@ job_counts = Table(
     Column("name", String(255), primary_key=True),
     Column("type", String(255), primary_key=True),
     Column("status", String(16), primary_key=True),
+    # Concurrent transactions add to rows of different shards, not to one hot row (migration
+    # 0006); a count is the sum over the shards. SQLite writes shard 0 only.
+    Column("shard", SmallInteger, primary_key=True, server_default="0"),
     Column("n", BigInteger, nullable=False),
 )
 
@@ -211,6 +214,9 @@ job_minutes = Table(
     Column("name", String(255), primary_key=True),
     Column("minute", BigInteger, primary_key=True),
     Column("status", String(16), primary_key=True),
+    # Concurrent transactions add to rows of different shards, not to one hot row (migration
+    # 0006); a count is the sum over the shards. SQLite writes shard 0 only.
+    Column("shard", SmallInteger, primary_key=True, server_default="0"),
     Column("n", BigInteger, nullable=False),
 )
 

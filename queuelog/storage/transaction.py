@@ -58,6 +58,8 @@ class WriteTx:
         # for and read (a controlled claim); None where the batch's `now` already is (SQLite
         # takes it once it holds the write lock).
         self.read_clock = read_clock
+        # Which job_counts / job_minutes rows this transaction adds to (tables.py).
+        self.counter_shard = 0
         self.sql = connection.sql
         # The ids of the events this transaction writes, collected only when an event tail
         # (event_tail.py) must tell this process's events from other processes'.
