@@ -352,7 +352,8 @@ class JobQueue:
 
         Between claims it only reads when the next job is due (an indexed MIN), so an idle
         worker costs one cheap read per recheck, never a write. Enqueues in this process
-        wake it at once; those of other processes are seen at the next recheck. A revoke of
+        wake it at once; those of other processes wake it through the event feed, or are
+        seen at the next recheck (CROSS_PROCESS_RECHECK_SECONDS). A revoke of
         the worker's key ends the wait with nothing claimed: each claim checks the key in its
         transaction, and a moved keys generation (any process's revoke) ends it at the next
         recheck.
@@ -379,6 +380,7 @@ class JobQueue:
                 # event, from any process, wakes us), when a pause or rate window ends
                 # (wake_at), or when a control changes (read at each recheck).
                 recheck = HELD_RECHECK_SECONDS if outcome.controls else CROSS_PROCESS_RECHECK_SECONDS
+                rechecking = False
                 while True:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or (gone is not None and gone.done()):
@@ -387,7 +389,11 @@ class JobQueue:
                         if not await self.repository.key_is_active(worker):
                             return []
                         generation = self.repository.key_generation()
-                    next_due = await self.repository.next_due_at(types)
+                    # At a recheck, a ready job of a type no control holds (another
+                    # process's enqueue whose event has not reached us) ends the wait too. Not
+                    # right after the claim: the ready jobs it skipped are being claimed.
+                    ready_too = rechecking and not outcome.controls
+                    next_due = await self.repository.next_due_at(types, ready_too=ready_too)
                     if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
                         next_due = outcome.wake_at
                     until_due = remaining
@@ -398,6 +404,7 @@ class JobQueue:
                     pause = min(remaining, until_due + 0.001, recheck)
                     if await self.signal.wait(pause, *watched):
                         break  # woken: claim again
+                    rechecking = True
                     if outcome.controls and await self.repository.stored_controls() != outcome.controls:
                         break  # a control changed on some server: claim again
         finally:

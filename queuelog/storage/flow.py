@@ -76,8 +76,6 @@ class ClaimPlan:
     keys: dict[tuple[str, str], int] = field(default_factory=dict)
     # types whose claims go into rate_claims: type -> per key?
     rated: dict[str, bool] = field(default_factory=dict)
-    # type -> its rate period in microseconds: older rate_claims rows are forgotten
-    periods_us: dict[str, int] = field(default_factory=dict)
     # the earliest moment a held type may become claimable by time alone (a pause with
     # `until`, a rate window that frees a slot); None: only an event frees it
     wake_at: datetime | None = None
@@ -90,9 +88,14 @@ class ClaimPlan:
             self.wake_at = at
 
 
-def running_counts(conn: Connection) -> dict[str, int]:
-    """RUNNING jobs per type: the counters, with a write transaction's moves not yet in them."""
-    rows = conn.execute(conn.sql.COUNTS_OF_SCOPES, {"scopes": EVERY_JOB_SCOPE}).fetchall()
+RUNNING_COUNTS = {"scopes": EVERY_JOB_SCOPE}  # COUNTS_OF_SCOPES's parameters for running_counts
+
+
+def running_counts(conn: Connection, rows: Sequence[Any] | None = None) -> dict[str, int]:
+    """RUNNING jobs per type: the counters (COUNTS_OF_SCOPES's `rows` when read already),
+    with a write transaction's moves not yet in them."""
+    if rows is None:
+        rows = conn.execute(conn.sql.COUNTS_OF_SCOPES, RUNNING_COUNTS).fetchall()
     counts = {job_type: n for _, _, job_type, status, n in rows if status == RUNNING}
     moves = conn.moves if isinstance(conn, WriteTx) else ()
     for job_type, _, old_status, _, new_status, _ in moves:
@@ -102,29 +105,78 @@ def running_counts(conn: Connection) -> dict[str, int]:
     return counts
 
 
-def rate_window(tx: WriteTx, job_type: str, rate: RateLimit) -> dict[str, tuple[int, datetime]]:
-    """key -> (claims in the window, the oldest of them) for a rate-limited type."""
-    since = tx.now_us - rate.period_seconds * 1_000_000
-    rows = tx.execute(tx.sql.RATE_WINDOW, {"type": job_type, "since": since}).fetchall()
-    return {key: (n, _moment(oldest)) for key, n, oldest in rows}
+def rate_window(tx: WriteTx, job_type: str, rows: Sequence[Any]) -> dict[str, tuple[int, datetime]]:
+    """key -> (claims in the window, the oldest of them), from RATE_WINDOW's rows and the
+    claims this transaction made already (their rows are written with its events)."""
+    window = {key: (n, _moment(oldest)) for key, n, oldest in rows}
+    for row in tx.rate_claims:
+        if row["type"] == job_type:
+            n, oldest = window.get(row["key"], (0, tx.now))
+            window[row["key"]] = (n + 1, min(oldest, micros_to_datetime(row["at"])))
+    return window
 
 
 def _moment(value: Any) -> datetime:
     return micros_to_datetime(value) if isinstance(value, int) else value
 
 
-def lock(tx: WriteTx) -> None:
-    """Take the controlled-claim lock; what follows is timed from when it was granted."""
-    (granted,) = tx.execute(tx.sql.LOCK_CONTROLLED_CLAIMS).fetchone()
+def lock_and_plan(
+    tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, TypeControl]
+) -> ClaimPlan:
+    """Take the controlled-claim lock and read what each type's quota needs, all in one
+    round trip (a pipeline on PostgreSQL: each statement still runs after the lock, so it
+    sees every claim committed before); then each type's quota under its controls.
+
+    The rate windows are counted from the batch's time (before the lock): a claim made in
+    the moments it waited counts a little longer, never shorter. What follows the lock is
+    timed from when it was granted."""
+    now = tx.now
+    live = {t: c for t in types if (c := controls.get(t)) is not None and not c.paused_at(now)}
+    reads: list[tuple[str, Any]] = [(tx.sql.LOCK_CONTROLLED_CLAIMS, {})]
+    if any(c.max_running is not None for c in live.values()):
+        reads.append((tx.sql.COUNTS_OF_SCOPES, RUNNING_COUNTS))
+    for job_type, control in live.items():
+        if control.rate_limit is not None:
+            since = tx.now_us - control.rate_limit.period_seconds * 1_000_000
+            # Rows older than the window are never read again: forgotten here, where the
+            # window is read anyway.
+            reads.append((tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since}))
+            reads.append((tx.sql.RATE_WINDOW, {"type": job_type, "since": since}))
+        if control.per_key:
+            if control.max_running_per_key is not None:
+                reads.append((tx.sql.RUNNING_PER_KEY, {"type": job_type}))
+            reads.append((tx.sql.KEYS_WITH_READY_JOBS, {"type": job_type}))
+    answers = iter(tx.execute_together(reads))
+    (granted,) = next(answers)[0]
     if granted is not None:
         tx.move_clock_to(micros_to_datetime(granted))
-
-
-def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, TypeControl]) -> ClaimPlan:
-    """Each type's quota under its controls (the caller holds the controlled-claim lock)."""
-    result = ClaimPlan()
     running: dict[str, int] | None = None
-    now = tx.now
+    if any(c.max_running is not None for c in live.values()):
+        running = running_counts(tx, next(answers))
+    read: dict[str, dict[str, Any]] = {}
+    for job_type, control in live.items():
+        read[job_type] = {}
+        if control.rate_limit is not None:
+            next(answers)  # FORGET_RATE_CLAIMS
+            read[job_type]["window"] = rate_window(tx, job_type, next(answers))
+        if control.per_key:
+            if control.max_running_per_key is not None:
+                read[job_type]["running_per_key"] = dict(next(answers))
+            read[job_type]["keys"] = [key for (key,) in next(answers)]
+    return _plan(types, limit, controls, now, running, read)
+
+
+def _plan(
+    types: Sequence[str],
+    limit: int,
+    controls: dict[str, TypeControl],
+    now: datetime,
+    running: dict[str, int] | None,
+    read: dict[str, dict[str, Any]],
+) -> ClaimPlan:
+    """Each type's quota, from what lock_and_plan read."""
+    result = ClaimPlan()
+    result.counted_running = running is not None
     for job_type in types:
         control = controls.get(job_type)
         if control is None:
@@ -137,17 +189,13 @@ def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, Type
             result.held.append(job_type)
             continue
         quota = limit
-        if control.max_running is not None:
-            if running is None:
-                running = running_counts(tx)
-                result.counted_running = True
+        if control.max_running is not None and running is not None:
             quota = min(quota, control.max_running - running.get(job_type, 0))
         window: dict[str, tuple[int, datetime]] = {}
         rate = control.rate_limit
         if rate is not None:
-            window = rate_window(tx, job_type, rate)
+            window = read[job_type]["window"]
             result.rated[job_type] = rate.per_key
-            result.periods_us[job_type] = rate.period_seconds * 1_000_000
             if not rate.per_key:
                 used, oldest = window.get(NO_KEY, (0, now))
                 if used >= rate.limit:
@@ -168,12 +216,8 @@ def plan(tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, Type
                 result.wake(oldest + timedelta(seconds=rate.period_seconds))
             unkeyed = min(unkeyed, rate.limit - used)
         result.types.append((job_type, max(unkeyed, 0)))
-        running_per_key = dict(
-            tx.execute(tx.sql.RUNNING_PER_KEY, {"type": job_type}).fetchall()
-            if control.max_running_per_key is not None
-            else ()
-        )
-        for (key,) in tx.execute(tx.sql.KEYS_WITH_READY_JOBS, {"type": job_type}).fetchall():
+        running_per_key = read[job_type].get("running_per_key", {})
+        for key in read[job_type]["keys"]:
             room = quota
             if control.max_running_per_key is not None:
                 room = min(room, control.max_running_per_key - running_per_key.get(key, 0))
@@ -227,7 +271,8 @@ def choose(claim: ClaimPlan, rows: list[Any], limit: int) -> list[int]:
 
 
 def record_rate_claims(tx: WriteTx, claim: ClaimPlan, claimed: Sequence[Any]) -> None:
-    rows = [
+    """Queue the rate-limited claims' rate_claims rows: written with the batch's events."""
+    tx.rate_claims.extend(
         {
             "type": job.type,
             "key": (job.concurrency_key or NO_KEY) if claim.rated[job.type] else NO_KEY,
@@ -235,11 +280,4 @@ def record_rate_claims(tx: WriteTx, claim: ClaimPlan, claimed: Sequence[Any]) ->
         }
         for job in claimed
         if job.type in claim.rated
-    ]
-    if rows:
-        # Forgetting the window's old rows only when adding new ones keeps a claim that was
-        # held back (nothing claimed) free of writes: its commit needs no WAL flush.
-        for job_type in {row["type"] for row in rows}:
-            since = tx.now_us - claim.periods_us[job_type]
-            tx.execute(tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since})
-        tx.executemany(tx.sql.INSERT_RATE_CLAIM, rows)
+    )

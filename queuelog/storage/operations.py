@@ -201,8 +201,7 @@ def claim(
         params.update(per_type_params(types))
         rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
         return Claimed(_claimed(tx, rows), [], None)
-    flow.lock(tx)
-    plan = flow.plan(tx, types, limit, controls)
+    plan = flow.lock_and_plan(tx, types, limit, controls)
     rows = []
     if plan.per_key_types:
         chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
@@ -507,6 +506,8 @@ def write_side_effects(tx: WriteTx) -> None:
             tx.executemany(tx.sql.INSERT_EVENT, rows)
         else:  # an event tail runs: it must know this process's events from the others'
             tx.event_ids.extend(tx.connection.insert_ids(tx.sql.INSERT_EVENT, rows))
+    if tx.rate_claims:
+        tx.executemany(tx.sql.INSERT_RATE_CLAIM, tx.rate_claims)
     # In key order: concurrent transactions (PostgreSQL servers) then lock the shared counter
     # rows in the same order and queue behind each other instead of deadlocking.
     changes = sorted(counters.net(tx.moves))
@@ -716,11 +717,22 @@ def _oldest_pending_seconds(
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
-def next_due_at(conn: Connection, types: Sequence[str] | None) -> datetime | None:
-    """When the earliest delayed job of these types (None: any) becomes due; may be past."""
+def next_due_at(
+    conn: Connection, types: Sequence[str] | None, now: datetime | None = None
+) -> datetime | None:
+    """When the earliest delayed job of these types (None: any) becomes due; may be past.
+    With `now`, a ready job (another process's enqueue, say) counts too, as due already."""
     if types is None:
         types = pending_types(conn)
     if not types:
         return None
-    row = conn.execute(conn.sql.next_due(len(types)), per_type_params(types)).fetchone()
-    return micros_to_datetime(row[0]) if row is not None else None
+    params = per_type_params(types)
+    row = conn.execute(conn.sql.next_due(len(types)), params).fetchone()
+    due = micros_to_datetime(row[0]) if row is not None else None
+    if now is not None:
+        params.update(now=to_micros(now), created_by=None)
+        ready = conn.execute(conn.sql.oldest_due(len(types)), params).fetchone()
+        ready_at = micros_to_datetime(ready[0]) if ready is not None else None
+        if ready_at is not None and (due is None or ready_at < due):
+            due = ready_at
+    return due

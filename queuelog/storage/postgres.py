@@ -150,6 +150,13 @@ class PgConnection:
         lastrowid = rows[0][0] if rows and sql in RETURNING_ID else None
         return Result(rows, cursor.rowcount, lastrowid)
 
+    def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
+        with self.raw.pipeline():
+            cursors = [
+                self.raw.execute(sql, parameters or None, binary=True) for sql, parameters in statements
+            ]
+        return [cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
+
     def executemany(self, sql: str, parameters: Iterable[Any]) -> Result:
         rows = list(parameters)
         at_once = AT_ONCE.get(sql)
@@ -387,7 +394,7 @@ class PostgresDatabase(GroupCommit):
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
-    def _undo(raw: psycopg.Connection[Any], tx: WriteTx, mark: tuple[int, int]) -> None:
+    def _undo(raw: psycopg.Connection[Any], tx: WriteTx, mark: tuple[int, int, int]) -> None:
         """Back to the operation's savepoint (kept, for another run), forgetting its events."""
         raw.execute("ROLLBACK TO SAVEPOINT op")
         tx.forget_since(mark)

@@ -156,8 +156,10 @@ class Repository:
     async def finished_per_minute(self, scope: JobScope, minutes: int) -> list[MinuteCount]:
         return await self._db.read(ops.finished_per_minute, self.now(), scope, minutes)
 
-    async def next_due_at(self, types: Sequence[str] | None) -> datetime | None:
-        return await self._db.read(ops.next_due_at, types)
+    async def next_due_at(self, types: Sequence[str] | None, ready_too: bool = False) -> datetime | None:
+        """When a delayed job of these types becomes due; with `ready_too`, a ready job
+        (claimable now) counts as due."""
+        return await self._db.read(ops.next_due_at, types, self.now() if ready_too else None)
 
     async def claim(
         self,

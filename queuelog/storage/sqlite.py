@@ -55,6 +55,9 @@ class SqliteConnection(sqlite3.Connection):
 
     sql = SqliteStatements
 
+    def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
+        return [self.execute(sql, parameters).fetchall() for sql, parameters in statements]
+
     def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> range:
         """executemany an INSERT and return the new rows' ids, in order. AUTOINCREMENT under
         the write lock hands out consecutive ids after the last one ever used; the check

@@ -44,6 +44,11 @@ class WriteConnection(Connection, Protocol):
     """A connection a WriteTx writes through."""
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Cursor: ...
+    def execute_together(self, statements: Sequence[tuple[str, Any]], /) -> list[list[Any]]:
+        """Run these statements in order, in one round trip where the database can (each
+        still sees what the ones before it did); every statement's rows."""
+        ...
+
     def insert_ids(self, sql: str, rows: list[dict[str, Any]], /) -> Sequence[int]:
         """executemany an INSERT; the new rows' ids, in the rows' order."""
         ...
@@ -70,6 +75,9 @@ class WriteTx:
         # (type, created_by, old status, old worker, new status, new worker) per transition;
         # turned into counter changes once per transaction, for each distinct move.
         self.moves: list[Move] = []
+        # rate_claims rows of this transaction's rate-limited claims (flow.py), written with
+        # the events.
+        self.rate_claims: list[dict[str, Any]] = []
 
     def move_clock_to(self, now: datetime) -> None:
         """Stamp what follows at `now`, when it is later (the batch's clock never goes back)."""
@@ -86,6 +94,9 @@ class WriteTx:
 
     def executemany(self, sql: str, parameters: Iterable[Any]) -> Cursor:
         return self.connection.executemany(sql, parameters)
+
+    def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
+        return self.connection.execute_together(statements)
 
     def record(self, kind: EventKind | None, before: Job | None, after: Job | None) -> None:
         """A transition of one job: its event (if any) and its move between counter rows."""
@@ -115,9 +126,10 @@ class WriteTx:
         """A job deleted (pruned) in this state."""
         self.moves.append((job_type, created_by, status, worker_id, None, None))
 
-    def mark(self) -> tuple[int, int]:
-        return len(self.events), len(self.moves)
+    def mark(self) -> tuple[int, int, int]:
+        return len(self.events), len(self.moves), len(self.rate_claims)
 
-    def forget_since(self, mark: tuple[int, int]) -> None:
+    def forget_since(self, mark: tuple[int, int, int]) -> None:
         del self.events[mark[0] :]
         del self.moves[mark[1] :]
+        del self.rate_claims[mark[2] :]
