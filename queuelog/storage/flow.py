@@ -80,7 +80,8 @@ class ClaimPlan:
     # `until`, a rate window that frees a slot); None: only an event frees it
     wake_at: datetime | None = None
     held: list[str] = field(default_factory=list)  # types a control held back entirely
-    # whether the plan read RUNNING counts (a claim is then stamped after them)
+    # whether the plan read RUNNING counts, per type or per key (a claim is then stamped
+    # after them)
     counted_running: bool = False
 
     def wake(self, at: datetime) -> None:
@@ -133,7 +134,8 @@ def lock_and_plan(
     now = tx.now
     live = {t: c for t in types if (c := controls.get(t)) is not None and not c.paused_at(now)}
     reads: list[tuple[str, Any]] = [(tx.sql.LOCK_CONTROLLED_CLAIMS, {})]
-    if any(c.max_running is not None for c in live.values()):
+    counts_running = any(c.max_running is not None for c in live.values())
+    if counts_running:
         reads.append((tx.sql.COUNTS_OF_SCOPES, RUNNING_COUNTS))
     for job_type, control in live.items():
         if control.rate_limit is not None:
@@ -150,9 +152,7 @@ def lock_and_plan(
     (granted,) = next(answers)[0]
     if granted is not None:
         tx.move_clock_to(micros_to_datetime(granted))
-    running: dict[str, int] | None = None
-    if any(c.max_running is not None for c in live.values()):
-        running = running_counts(tx, next(answers))
+    running = running_counts(tx, next(answers)) if counts_running else None
     read: dict[str, dict[str, Any]] = {}
     for job_type, control in live.items():
         read[job_type] = {}
@@ -176,7 +176,7 @@ def _plan(
 ) -> ClaimPlan:
     """Each type's quota, from what lock_and_plan read."""
     result = ClaimPlan()
-    result.counted_running = running is not None
+    result.counted_running = running is not None or any("running_per_key" in r for r in read.values())
     for job_type in types:
         control = controls.get(job_type)
         if control is None:

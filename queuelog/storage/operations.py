@@ -202,22 +202,23 @@ def claim(
         rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
         return Claimed(_claimed(tx, rows), [], None)
     plan = flow.lock_and_plan(tx, types, limit, controls)
-    rows = []
-    if plan.per_key_types:
-        chosen = flow.choose(plan, flow.candidates(tx, plan), limit)
-        if chosen:
+
+    def claim_planned(sql: str, chosen: dict[str, Any]) -> list[Any]:
+        if plan.counted_running:
             # Stamped after every count the plan read: a claim that takes a slot a finish
             # freed is never recorded as starting before that finish.
             tx.read_clock_again()
-            params = _claim_params(tx, worker, lease_seconds, limit)
-            rows = tx.execute(tx.sql.CLAIM_IDS, {**params, "ids": _ids_json(chosen)}).fetchall()
-    elif plan.types:
-        if plan.counted_running:
-            tx.read_clock_again()  # as above
         params = _claim_params(tx, worker, lease_seconds, limit)
+        return tx.execute(sql, {**params, **chosen}).fetchall()
+
+    rows = []
+    if plan.per_key_types:
+        ids = flow.choose(plan, flow.candidates(tx, plan), limit)
+        if ids:
+            rows = claim_planned(tx.sql.CLAIM_IDS, {"ids": _ids_json(ids)})
+    elif plan.types:
         names, quotas = zip(*plan.types, strict=True)
-        params.update(per_type_params(names, quotas))
-        rows = tx.execute(tx.sql.claim_within_quotas(len(names)), params).fetchall()
+        rows = claim_planned(tx.sql.claim_within_quotas(len(names)), per_type_params(names, quotas))
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
     return Claimed(claimed, plan.held, plan.wake_at, controls)

@@ -103,14 +103,20 @@ def _heads(columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock
     return " UNION ALL ".join(reads)
 
 
-_CLAIM_HEADS = _heads("id, priority, created_at", _WANTED, "%(limit)s", "%(limit)s", True)
-_CLAIM = f"""{_CLAIMED}
+def _claim_heads(wanted: str, per_type: str) -> str:
+    """Claim the first `limit` of each wanted type's first `per_type` ready jobs, in claim
+    order."""
+    heads = _heads("id, priority, created_at", wanted, per_type, per_type, True)
+    return f"""{_CLAIMED}
     WHERE id IN (
-        SELECT heads.id FROM ({_CLAIM_HEADS}) AS heads
+        SELECT heads.id FROM ({heads}) AS heads
         ORDER BY heads.priority DESC, heads.created_at, heads.id
         LIMIT %(limit)s)
     RETURNING {JOB_COLUMN_LIST}
 """
+
+
+_CLAIM = _claim_heads(_WANTED, "%(limit)s")
 _READY_HEADS = _heads(
     _CANDIDATE,
     "unnest(%(types)s::text[], %(quotas)s::int[], %(kquotas)s::int[]) AS wanted(type, quota, kquota)",
@@ -118,14 +124,7 @@ _READY_HEADS = _heads(
     "wanted.kquota",
     True,
 )
-_QUOTA_HEADS = _heads("id, priority, created_at", _WANTED_QUOTAS, "wanted.quota", "wanted.quota", True)
-_CLAIM_WITHIN_QUOTAS = f"""{_CLAIMED}
-    WHERE id IN (
-        SELECT heads.id FROM ({_QUOTA_HEADS}) AS heads
-        ORDER BY heads.priority DESC, heads.created_at, heads.id
-        LIMIT %(limit)s)
-    RETURNING {JOB_COLUMN_LIST}
-"""
+_CLAIM_WITHIN_QUOTAS = _claim_heads(_WANTED_QUOTAS, "wanted.quota")
 _KEY_HEADS = f"""
     SELECT head.* FROM unnest(%(types)s::text[], %(keys)s::text[], %(quotas)s::int[])
         AS wanted(type, key, quota)

@@ -103,26 +103,26 @@ def _heads(type_count: int, columns: str, unkeyed_limit: str, keyed_limit: str) 
     return _each_type(type_count, f"{unkeyed}) UNION ALL SELECT * FROM ({keyed}")
 
 
-# The claim of types without controls: each type's heads (up to `limit` of each), the first
-# `limit` of them in claim order. BEGIN IMMEDIATE makes it atomic.
-@functools.lru_cache(maxsize=64)
-def claim_statement(type_count: int) -> str:
-    heads = _heads(type_count, "id, priority, created_at", ":limit", ":limit")
+def _claim_heads(type_count: int, per_type: str) -> str:
+    """Claim the first `limit` of each type's first `per_type` ready jobs, in claim order.
+    BEGIN IMMEDIATE makes it atomic."""
+    heads = _heads(type_count, "id, priority, created_at", per_type, per_type)
     return f"""{_CLAIMED}
     WHERE status = 'pending' AND id IN (
         SELECT id FROM ({heads}) ORDER BY priority DESC, created_at, id LIMIT :limit)
     RETURNING {JOB_COLUMN_LIST}
 """
+
+
+# The claim of types without controls: up to `limit` of each type's heads.
+@functools.lru_cache(maxsize=64)
+def claim_statement(type_count: int) -> str:
+    return _claim_heads(type_count, ":limit")
 
 
 @functools.lru_cache(maxsize=64)
 def claim_within_quotas_statement(type_count: int) -> str:
-    heads = _heads(type_count, "id, priority, created_at", ":quota{i}", ":quota{i}")
-    return f"""{_CLAIMED}
-    WHERE status = 'pending' AND id IN (
-        SELECT id FROM ({heads}) ORDER BY priority DESC, created_at, id LIMIT :limit)
-    RETURNING {JOB_COLUMN_LIST}
-"""
+    return _claim_heads(type_count, ":quota{i}")
 
 
 @functools.lru_cache(maxsize=64)
