@@ -128,6 +128,7 @@ class Ledger:
     acked: Counter[str] = field(default_factory=Counter)  # job id -> completions acknowledged
     stale: int = 0  # completions refused because the attempt was no longer the job's
     abandoned: set[str] = field(default_factory=set)  # claimed by workers that then died
+    deaths_wanted: int = 0  # armed workers die at their next non-empty claim until this is 0
     refused: Counter[str] = field(default_factory=Counter)  # failed requests, by what failed
 
 
@@ -155,7 +156,7 @@ class ChaosWorker:
         self.current = home
         self.policy = policy
         self.ledger = ledger
-        self.die_after_claim = False  # the next claimed batch is abandoned: the worker dies
+        self.armed = False  # while ledger.deaths_wanted > 0, a claimed batch is abandoned: the worker dies
         self.dead = asyncio.Event()
         self.answered_after: dict[int, float] = {}  # server -> when it last answered
         self._backoff = Backoff()
@@ -174,7 +175,8 @@ class ChaosWorker:
                 self._answered()
                 if not jobs:
                     continue
-                if self.die_after_claim:
+                if self.armed and self.ledger.deaths_wanted > 0:
+                    self.ledger.deaths_wanted -= 1
                     self.ledger.abandoned.update(job["id"] for job in jobs)
                     return
                 for job in jobs:
@@ -224,10 +226,11 @@ async def produce(
     home: int,
     numbers: Sequence[int],
     ledger: Ledger,
+    fault_started: asyncio.Event,
     fault_over: asyncio.Event,
 ) -> None:
     """Enqueue `numbers` (idempotency key job-<n>): most in bulk at once, then a trickle of
-    small batches while the fault happens, and the last 200 after it. Failures are retried
+    small batches once the fault starts, and the last 200 after it. Failures are retried
     (same keys, so a lost answer never makes a second job), on the next server."""
     clients = [AsyncClient(url, key.secret, timeout=15) for url in urls]
     current = home
@@ -235,6 +238,8 @@ async def produce(
     bulk, trickle, after = numbers[:-300], numbers[-300:-200], numbers[-200:]
     try:
         for part, size in ((bulk, BULK_BATCH), (trickle, TRICKLE_BATCH), (after, BULK_BATCH)):
+            if part is trickle:
+                await fault_started.wait()
             if part is after:
                 await fault_over.wait()
             for start in range(0, len(part), size):
@@ -271,6 +276,7 @@ class Drain:
     database_url: str
     ledger: Ledger
     workers: list[ChaosWorker]
+    fault_started: asyncio.Event = field(default_factory=asyncio.Event)  # the trickle starts
     fault_over: asyncio.Event = field(default_factory=asyncio.Event)
     notes: dict[str, Any] = field(default_factory=dict)
 
@@ -310,11 +316,20 @@ def drain(cluster: Cluster, database_url: str, fault: Fault | None) -> tuple[Dra
         worker_tasks = [asyncio.create_task(worker.run(stop)) for worker in workers]
         producers = [
             asyncio.create_task(
-                produce(producer, urls, s, range(s, CHAOS_JOBS, SERVERS), ledger, state.fault_over)
+                produce(
+                    producer,
+                    urls,
+                    s,
+                    range(s, CHAOS_JOBS, SERVERS),
+                    ledger,
+                    state.fault_started,
+                    state.fault_over,
+                )
             )
             for s in range(SERVERS)
         ]
         if fault is None:
+            state.fault_started.set()
             state.fault_over.set()
             fault_task = None
         else:
@@ -408,14 +423,25 @@ VICTIM = 1
 
 
 async def kill_a_server(state: Drain) -> Callable[[], bool]:
-    """SIGKILL server 1 (and two of its workers, holding claimed jobs) once a third of the
-    jobs are done, then start it again on its port."""
+    """SIGKILL server 1 (and two workers claiming from it, holding claimed jobs) once a third
+    of the jobs are done, then start it again on its port."""
     await state.acked_at_least(FAULT_AT)
+    # Any worker on the victim may be one of the two to die: whichever claims first. The
+    # trickle starts now, on every server, so the victim has jobs for them however the bulk
+    # was shared out.
     mine = [w for w in state.workers if w.home == VICTIM]
-    doomed = [w for w in mine if w.policy == "reconnect"][:2]
-    for worker in doomed:
-        worker.die_after_claim = True
-    await asyncio.wait_for(asyncio.gather(*(w.dead.wait() for w in doomed)), 30)
+    state.ledger.deaths_wanted = 2
+    for worker in state.workers:
+        worker.armed = worker.current == VICTIM
+    state.fault_started.set()
+
+    async def two_died() -> bool:
+        return state.ledger.deaths_wanted == 0
+
+    await wait_until(two_died, 30, "two workers on the victim died holding claimed jobs")
+    for worker in state.workers:
+        worker.armed = False
+    doomed = [w for w in state.workers if w.dead.is_set()]
     state.cluster.kill(VICTIM)
     killed = time.monotonic()
     await asyncio.sleep(1.0)  # down for a moment: its clients find the port closed
@@ -533,6 +559,7 @@ def restart_postgres(postgres: PostgresCluster) -> Fault:
         servers = state.cluster.servers
         processes = [server.process for server in servers]
         await state.acked_at_least(FAULT_AT)
+        state.fault_started.set()
         async with httpx.AsyncClient() as http:
             await asyncio.to_thread(postgres.ctl, "stop")
             stopped = time.monotonic()
