@@ -53,6 +53,7 @@ from queuelog.schema.extensions import cost_rule
 from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
 from queuelog.storage.repository import Repository
+from queuelog.ticker import tick_forever
 from queuelog.wakeup import WorkSignal
 from queuelog.web import graphiql_page
 from queuelog.web import routes as web_routes
@@ -310,6 +311,11 @@ def lifespan_for(settings: Settings, metrics: Metrics, state: State) -> Any:
         state.endpoint = open_graphql_endpoint(state.services)
         tasks = maintenance.start(state.services.repository, settings)
         tasks.append(asyncio.create_task(end_revoked_sockets_forever(state.services)))
+        tasks.append(
+            asyncio.create_task(
+                tick_forever(state.services.repository, state.services.queue.schedules_changed)
+            )
+        )
         # Everything loaded so far (schema, plans' machinery, modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, whose pauses would
         # otherwise show up as tail latency on every request in flight.

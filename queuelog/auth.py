@@ -49,6 +49,8 @@ class Action(enum.Enum):
     RETRY = "retry"
     READ_ERROR = "read_error"
     CONTROL = "control_types"
+    SEE_SCHEDULES = "see_schedules"
+    SCHEDULE = "schedule"
 
 
 ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
@@ -59,6 +61,8 @@ ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
     Action.RETRY: frozenset({Role.ADMIN}),
     Action.READ_ERROR: frozenset({Role.ADMIN}),
     Action.CONTROL: frozenset({Role.ADMIN}),
+    Action.SEE_SCHEDULES: frozenset({Role.ADMIN, Role.VIEWER}),
+    Action.SCHEDULE: frozenset({Role.ADMIN}),
 }
 
 

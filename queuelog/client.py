@@ -151,6 +151,8 @@ class Job:
     updated_at: datetime
     concurrency_key: str | None = None
     timeout_seconds: int | None = None
+    waiting_for: int = 0
+    schedule_name: str | None = None
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> Job:

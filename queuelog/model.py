@@ -73,8 +73,12 @@ class Job:
     updated_at: datetime
     concurrency_key: str | None = None
     timeout_seconds: int | None = None
-    delayed: int = 0  # internal: 1 while PENDING before its run_at (storage/tables.py)
+    delayed: int = 0  # internal: 1 while PENDING before its run_at, 2 waiting (storage/tables.py)
     timeout_at: datetime | None = None  # internal: when a RUNNING job times out
+    waiting_for: int = 0  # dependencies not COMPLETED yet
+    dependency_count: int = 0  # internal: how many jobs it depends on
+    has_dependents: int = 0  # internal: 1 once a job depends on it
+    schedule_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +120,14 @@ class NewJob:
     run_at: datetime | None
     concurrency_key: str | None = None
     timeout_seconds: int | None = None
+    # Dependencies: ids of existing jobs, and indexes of earlier items of the same call.
+    depends_on: tuple[int, ...] = ()
+    depends_on_items: tuple[int, ...] = ()
+    schedule_name: str | None = None
+    # Set by storage once the dependencies are read: the row's own values.
+    waiting_for: int = 0
+    dependency_count: int = 0
+    has_dependents: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,3 +250,51 @@ class JobFilter:
 class BulkOutcome:
     count: int  # jobs this call changed
     more: bool  # whether matching jobs remain
+
+
+class Misfire(enum.Enum):
+    """What a schedule does about ticks that passed while no server was running."""
+
+    SKIP = "SKIP"
+    RUN_ONCE = "RUN_ONCE"
+
+
+class Overlap(enum.Enum):
+    """What a tick does while the job of the schedule's previous tick is PENDING or RUNNING."""
+
+    ALLOW = "ALLOW"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """`putSchedule`'s input, validated."""
+
+    name: str
+    type: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    priority: Priority
+    max_retries: int
+    misfire: Misfire
+    overlap: Overlap
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    name: str
+    type: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    priority: Priority
+    max_retries: int
+    misfire: Misfire
+    overlap: Overlap
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_job_id: int | None
+    created_at: datetime
+    updated_at: datetime

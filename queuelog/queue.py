@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from queuelog.auth import Principal
-from queuelog.errors import BadInput, Forbidden, PayloadTooLarge
+from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge
 from queuelog.model import (
     BulkOutcome,
     Completion,
@@ -42,10 +42,12 @@ from queuelog.model import (
     QueueStats,
     RecordedEvent,
     Role,
+    Schedule,
     TypeControl,
     TypeLimits,
 )
 from queuelog.sanitize import sanitize_error
+from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
 from queuelog.storage.operations import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
@@ -68,6 +70,7 @@ MAX_CONTROL_LIMIT = 100_000
 MAX_BULK = 10_000
 MAX_RATE_PERIOD = 86400
 MAX_TIMEOUT_SECONDS = 86400
+MAX_DEPENDENCIES = 100
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
@@ -94,16 +97,21 @@ class JobQueue:
         self.signal = signal
         self.on_held = on_held  # told the types a control held back in each claim (metrics)
         self._allowed_types = frozenset(settings.job_types)
+        # Set when this process changes a schedule: its ticker looks again at once.
+        self.schedules_changed = asyncio.Event()
 
     # --- producers -------------------------------------------------------------------------
 
     async def enqueue(self, principal: Principal, items: Sequence[dict[str, Any]]) -> list[EnqueueOutcome]:
         if len(items) > MAX_ENQUEUE_BATCH:
             raise BadInput(f"at most {MAX_ENQUEUE_BATCH} jobs per call, got {len(items)}")
-        new_jobs = [self.validate_new_job(principal, **item) for item in items]
+        new_jobs = [
+            check_dependencies(self.validate_new_job(principal, **item), position)
+            for position, item in enumerate(items)
+        ]
         if not new_jobs:
             return []
-        return await self.repository.enqueue(new_jobs, created_by=principal.name)
+        return await self.repository.enqueue(new_jobs, created_by=principal.name, scope=principal.scope)
 
     def validate_new_job(
         self,
@@ -117,6 +125,8 @@ class JobQueue:
         run_at: datetime | None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
+        depends_on: Sequence[str] = (),
+        depends_on_items: Sequence[int] = (),
     ) -> NewJob:
         if not self._allowed_types:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
@@ -148,6 +158,8 @@ class JobQueue:
             run_at=as_utc(run_at) if run_at is not None else None,
             concurrency_key=concurrency_key,
             timeout_seconds=timeout_seconds,
+            depends_on=tuple(sorted({parse_dependency_id(value) for value in depends_on})),
+            depends_on_items=tuple(sorted(set(depends_on_items))),
         )
 
     def check_json_size(self, value: Any, what: str) -> str:
@@ -208,6 +220,11 @@ class JobQueue:
             return []
         return await read((job.id, last))
 
+    async def dependency_ids(self, job_ids: Sequence[int]) -> builtins.list[builtins.list[int]]:
+        """The ids each job depends on, for many jobs in one read (Job.dependsOn)."""
+        found = await self.repository.dependency_ids(list(dict.fromkeys(job_ids)))
+        return [found.get(job_id, []) for job_id in job_ids]
+
     async def histories(
         self, wanted: Sequence[tuple[int, int]]
     ) -> builtins.list[builtins.list[RecordedEvent]]:
@@ -228,6 +245,34 @@ class JobQueue:
         return await self.repository.finished_per_minute(principal.scope, minutes)
 
     # --- flow control (API.md section 9) ---------------------------------------------------
+
+    # --- schedules (API.md section 10) -----------------------------------------------------
+
+    async def schedules(self) -> builtins.list[Schedule]:
+        return await self.repository.schedules()
+
+    async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
+        spec = validate_schedule(self, principal, **fields)
+        schedule = await self.repository.put_schedule(spec)
+        log.info("schedule %r (%s %s) put by %s", spec.name, spec.cron, spec.timezone, principal.name)
+        self.schedules_changed.set()
+        return schedule
+
+    async def delete_schedule(self, principal: Principal, name: str) -> bool:
+        check_schedule_name(name)
+        deleted = await self.repository.delete_schedule(name)
+        if deleted:
+            log.info("schedule %r deleted by %s", name, principal.name)
+        return deleted
+
+    async def pause_schedule(self, principal: Principal, name: str, paused: bool) -> Schedule:
+        check_schedule_name(name)
+        schedule = await self.repository.set_schedule_paused(name, paused)
+        if schedule is None:
+            raise NotFound(f"schedule {name!r} not found")
+        log.info("schedule %r %s by %s", name, "paused" if paused else "resumed", principal.name)
+        self.schedules_changed.set()
+        return schedule
 
     async def type_controls(self) -> builtins.list[TypeControl]:
         return await self.repository.type_controls(self.settings.job_types)
@@ -490,6 +535,29 @@ def check_storable(text: str, what: str) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise BadInput(f"{what} holds a lone surrogate (not Unicode text)") from None
+
+
+def parse_dependency_id(value: str) -> int:
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or not 0 < int(text) < 2**63:
+        raise BadInput(f"dependsOn: invalid job id {text[:40]!r}")
+    return int(text)
+
+
+def check_dependencies(item: NewJob, position: int) -> NewJob:
+    """`dependsOnItems` may only name earlier inputs of the same call, and a job waits for
+    at most MAX_DEPENDENCIES jobs in all."""
+    for index in item.depends_on_items:
+        if not 0 <= index < position:
+            raise BadInput(
+                f"dependsOnItems: {index} is not an earlier input of this enqueueJobs call"
+                f" (input {position} may name 0..{position - 1})"
+                if position
+                else f"dependsOnItems: {index} is not an earlier input (enqueueJob has none)"
+            )
+    if len(item.depends_on) + len(item.depends_on_items) > MAX_DEPENDENCIES:
+        raise BadInput(f"dependsOn: a job may wait for at most {MAX_DEPENDENCIES} jobs")
+    return item
 
 
 def check_concurrency_key(key: str) -> None:

@@ -28,6 +28,7 @@ class WorkSignal:
         if any(
             e.job.status is JobStatus.PENDING
             or (e.job.type in self._held_types and e.job.status is not JobStatus.RUNNING)
+            or (e.job.has_dependents and e.job.status is JobStatus.COMPLETED)  # may release some
             for e in events
         ):
             self.notify()

@@ -23,8 +23,8 @@ from queuelog import client, model
 from queuelog.schema import schema
 from queuelog.storage.tables import jobs
 
-INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at"}
-RELATIONS = {"events"}
+INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents"}
+RELATIONS = {"events", "dependsOn"}
 
 
 def graphql_job_fields() -> dict[str, str]:

@@ -15,5 +15,11 @@ async def job_events(info: Info[RequestContext, None], job: Job, last: int) -> l
     return await jobs.history(caller(info), job, last, batch.load)
 
 
+async def job_dependencies(info: Info[RequestContext, None], job: Job) -> list[int]:
+    """The ids `job` depends on, read for every job of the response at once."""
+    batch = info.context.loader("job_dependencies", queue(info).dependency_ids)
+    return await batch.load(job.id)
+
+
 async def throughput(info: Info[RequestContext, None], minutes: int) -> list[MinuteCount]:
     return await queue(info).throughput(caller(info), minutes)

@@ -52,16 +52,17 @@ def build_schema(settings: Settings) -> strawberry.Schema:
 
 
 def _keep_json_default_printable(built: strawberry.Schema) -> None:
-    """Give `EnqueueJobInput.payload`'s `{}` default as a literal.
+    """Give the `{}` default of `EnqueueJobInput.payload` and `ScheduleInput.payload` as a literal.
 
     graphql-core cannot turn a dict held by a custom scalar back into a literal, so
     introspection of that default failed; the literal form prints as `{}` and coerces
     to the same empty object.
     """
-    enqueue_input = built._schema.type_map["EnqueueJobInput"]
-    assert isinstance(enqueue_input, GraphQLInputObjectType)
-    payload = enqueue_input.fields["payload"]
-    payload.default = GraphQLDefaultInput(literal=parse_const_value("{}"))
+    for name in ("EnqueueJobInput", "ScheduleInput"):
+        input_type = built._schema.type_map[name]
+        assert isinstance(input_type, GraphQLInputObjectType)
+        payload = input_type.fields["payload"]
+        payload.default = GraphQLDefaultInput(literal=parse_const_value("{}"))
 
 
 schema = build_schema(Settings())

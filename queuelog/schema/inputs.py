@@ -24,6 +24,20 @@ class EnqueueJobInput:
     timeout_seconds: int | None = strawberry.field(
         default=None, description="1..86400; null: the type's default (TypeControl.timeoutSeconds), if any."
     )
+    depends_on: list[strawberry.ID] = strawberry.field(
+        default_factory=list,
+        description=(
+            "Up to 100 ids of existing jobs visible to the caller; the job is claimed only after "
+            "all are COMPLETED."
+        ),
+    )
+    depends_on_items: list[int] = strawberry.field(
+        default_factory=list,
+        description=(
+            "enqueueJobs only: 0-based indexes of earlier inputs of the same call that this job "
+            "also waits for."
+        ),
+    )
 
 
 @strawberry.input

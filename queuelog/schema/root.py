@@ -9,9 +9,10 @@ import strawberry
 from strawberry.permission import PermissionExtension
 
 from queuelog.auth import Action
-from queuelog.resolvers import flow_control, mutations, queries, subscriptions
+from queuelog.resolvers import flow_control, mutations, queries, schedules, subscriptions
 from queuelog.schema.flow_control import BulkPayload, TypeControl
 from queuelog.schema.permissions import RoleAllows
+from queuelog.schema.schedules import Schedule
 from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
 
 
@@ -32,6 +33,12 @@ class Query:
         graphql_type=list[TypeControl],
         extensions=allowed(Action.READ),
         description="Every allowlisted type with its controls, in type order. Any authenticated caller.",
+    )
+    schedules = strawberry.field(
+        resolver=schedules.schedules,
+        graphql_type=list[Schedule],
+        extensions=allowed(Action.SEE_SCHEDULES),
+        description="ADMIN and VIEWER; in name order.",
     )
 
 
@@ -119,6 +126,29 @@ class Mutation:
         description=(
             "ADMIN: replaces the type's limits (a null field clears that limit); pausing is separate."
         ),
+    )
+    put_schedule = strawberry.mutation(
+        resolver=schedules.put_schedule,
+        graphql_type=Schedule,
+        extensions=allowed(Action.SCHEDULE),
+        description="ADMIN: create the schedule, or replace the one with this name.",
+    )
+    delete_schedule = strawberry.mutation(
+        resolver=schedules.delete_schedule,
+        extensions=allowed(Action.SCHEDULE),
+        description="ADMIN: false when there was no such schedule. Jobs it already enqueued stay.",
+    )
+    pause_schedule = strawberry.mutation(
+        resolver=schedules.pause_schedule,
+        graphql_type=Schedule,
+        extensions=allowed(Action.SCHEDULE),
+        description="ADMIN: no tick enqueues a job until resumeSchedule.",
+    )
+    resume_schedule = strawberry.mutation(
+        resolver=schedules.resume_schedule,
+        graphql_type=Schedule,
+        extensions=allowed(Action.SCHEDULE),
+        description="ADMIN: ticks go on from the next one; those missed while paused are not enqueued.",
     )
 
 

@@ -52,6 +52,12 @@ async def job_transitions(
     return [JobTransition(kind=e.kind.value, status=e.status, at=e.at) for e in recorded]
 
 
+async def job_dependency_ids(root: model.Job, info: Info[RequestContext, None]) -> list[strawberry.ID]:
+    if not root.dependency_count:
+        return []
+    return [strawberry.ID(str(i)) for i in await fields.job_dependencies(info, root)]
+
+
 @strawberry.type
 class Job:
     id: strawberry.ID
@@ -100,6 +106,14 @@ class Job:
             "error at this path."
         ),
         extensions=[PermissionExtension(permissions=[AdminOnlyField()], use_directives=False)],
+    )
+    waiting_for: int = strawberry.field(
+        description="How many of dependsOn are not COMPLETED yet; a PENDING job is claimed only at 0."
+    )
+    schedule_name: str | None = strawberry.field(description="The schedule that enqueued this job, or null.")
+    depends_on = strawberry.field(
+        resolver=job_dependency_ids,
+        description="Ids of the jobs this job waits for; empty for most jobs.",
     )
     events = strawberry.field(
         resolver=job_transitions,

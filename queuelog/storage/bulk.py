@@ -17,6 +17,7 @@ from typing import Any
 
 from queuelog import jsonutil
 from queuelog.model import EventKind, Job, JobFilter, JobStatus
+from queuelog.storage import dependencies
 from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import to_micros
@@ -90,6 +91,9 @@ def apply(
     ids = jsonutil.dumps(list(before)).decode()
     rows = tx.execute(sql, {"ids": ids, "now": tx.now_us}).fetchall()
     changed: list[Job] = [decode_job(row) for row in rows]
+    if action is EventKind.RETRIED:
+        waiting = dependencies.restore_waiting(tx, changed)
+        changed = [waiting.get(job.id, job) for job in changed]
     changed.sort(key=lambda job: job.id)
     for job in changed:
         old_status, old_worker = before[job.id]

@@ -30,9 +30,9 @@ ENQUEUED = {
         "now_us if item.run_at is None else to_micros(item.run_at)",
         "now if item.run_at is None else item.run_at",
     ),
-    "delayed": (
-        "int(item.run_at is not None and to_micros(item.run_at) > now_us)",
-        "int(item.run_at is not None and item.run_at > now)",
+    "delayed": (  # 2: waiting for dependencies (storage/tables.py)
+        "2 if item.waiting_for else int(item.run_at is not None and to_micros(item.run_at) > now_us)",
+        "2 if item.waiting_for else int(item.run_at is not None and item.run_at > now)",
     ),
     "created_by": ("created_by", "created_by"),
     "created_at": ("now_us", "now"),

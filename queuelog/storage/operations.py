@@ -12,9 +12,9 @@ queue's; they arrive here as values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
@@ -33,7 +33,7 @@ from queuelog.model import (
     RecordedEvent,
     TypeControl,
 )
-from queuelog.storage import counters, flow
+from queuelog.storage import counters, dependencies, flow
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.read_plans import OldestPending, Walk, plan_list, plan_oldest_pending
@@ -61,6 +61,7 @@ from queuelog.storage.transaction import Connection, Cursor, WriteTx
 from queuelog.storage.types import compact_json, to_micros
 
 MICROS_PER_MINUTE = 60_000_000
+T = TypeVar("T")
 
 
 def _ids_json(ids: Sequence[int]) -> str:
@@ -83,6 +84,12 @@ def _same_request(job: Job | NewJob, item: NewJob) -> bool:
         and job.concurrency_key == item.concurrency_key
         and job.timeout_seconds == item.timeout_seconds
         and same_json(job.payload, item.payload)
+        and (
+            set(job.depends_on) == set(item.depends_on)
+            and set(job.depends_on_items) == set(item.depends_on_items)
+            if isinstance(job, NewJob)
+            else job.dependency_count == 0 or bool(item.depends_on or item.depends_on_items)
+        )
     )
 
 
@@ -103,14 +110,18 @@ def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     return EnqueueOutcome(job=existing, created=False)
 
 
-def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[EnqueueOutcome]:
+def enqueue(
+    tx: WriteTx, items: Sequence[NewJob], created_by: str, scope: JobScope = ALL_JOBS
+) -> list[EnqueueOutcome]:
     """Insert the jobs (all or nothing), in a fixed number of statements.
 
     Items whose idempotency key this producer already used get that job back (or CONFLICT
     when their input differs); a key repeated within the call is created once, the same
-    way. Everything new goes in one executemany.
+    way. Everything new goes in one executemany. Dependencies (`depends_on`: jobs `scope`
+    may see; `depends_on_items`: earlier items) are read and locked first (dependencies.py).
     """
-    if len(items) == 1 and items[0].idempotency_key is not None:
+    with_dependencies = any(item.depends_on or item.depends_on_items for item in items)
+    if len(items) == 1 and items[0].idempotency_key is not None and not with_dependencies:
         return [_enqueue_once(tx, items[0], created_by)]
     existing: dict[str | None, Job] = {}
     keys = [item.idempotency_key for item in items if item.idempotency_key is not None]
@@ -122,6 +133,7 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
     new: list[int] = []
     first_with_key: dict[str, int] = {}
     repeats: list[tuple[int, int]] = []
+    same_as: dict[int, int] = {}  # an item repeating an earlier key -> that earlier item
     for i, item in enumerate(items):
         key = item.idempotency_key
         if key is None:
@@ -134,13 +146,19 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
             if not _same_request(items[first_with_key[key]], item):
                 raise Conflict("idempotency key already used for a different job")
             repeats.append((i, first_with_key[key]))
+            same_as[i] = first_with_key[key]
         else:
             first_with_key[key] = i
             new.append(i)
+    fresh = [items[i] for i in new]
+    if with_dependencies:
+        fresh = _with_dependencies(tx, items, outcomes, new, same_as, scope)
     if new:
-        ids = _insert_new(tx, [row_values(items[i], created_by, tx.now_us) for i in new])
-        for job_id, i in zip(ids, new, strict=True):
-            job = new_job(job_id, items[i], created_by, tx.now)
+        ids = _insert_new(tx, [row_values(item, created_by, tx.now_us) for item in fresh])
+        if with_dependencies:
+            dependencies.write_edges(tx, fresh, ids)
+        for job_id, i, item in zip(ids, new, fresh, strict=True):
+            job = new_job(job_id, item, created_by, tx.now)
             tx.record(EventKind.ENQUEUED, None, job)
             outcomes[i] = EnqueueOutcome(job=job, created=True)
     for i, first in repeats:
@@ -148,6 +166,52 @@ def enqueue(tx: WriteTx, items: Sequence[NewJob], created_by: str) -> list[Enque
         assert earlier is not None  # `first` is one of `new`, all set above
         outcomes[i] = EnqueueOutcome(job=earlier.job, created=False)
     return [o for o in outcomes if o is not None]
+
+
+def _with_dependencies(
+    tx: WriteTx,
+    items: Sequence[NewJob],
+    outcomes: list[EnqueueOutcome | None],
+    new: list[int],
+    same_as: dict[int, int],
+    scope: JobScope,
+) -> list[NewJob]:
+    """The new items ready to insert: each earlier item they wait for named by its id when it
+    exists already (a replayed key), else by its place among the new items; every job waited
+    for locked and checked. A replayed item must wait for the same jobs as the one it found."""
+
+    def target(j: int) -> int:
+        return same_as.get(j, j)
+
+    for i, item in enumerate(items):
+        outcome = outcomes[i]
+        if outcome is None or not (item.depends_on or item.depends_on_items or outcome.job.dependency_count):
+            continue
+        wanted = set(item.depends_on)
+        for j in item.depends_on_items:
+            earlier = outcomes[target(j)]
+            if earlier is None:  # waits for a job this call creates: not the one it found
+                raise Conflict("idempotency key already used for a different job")
+            wanted.add(earlier.job.id)
+        if set(dependencies.dependency_ids(tx, [outcome.job.id]).get(outcome.job.id, [])) != wanted:
+            raise Conflict("idempotency key already used for a different job")
+    position = {i: n for n, i in enumerate(new)}
+    fresh = []
+    for i in new:
+        item = items[i]
+        ids = set(item.depends_on)
+        places = set()
+        for j in item.depends_on_items:
+            earlier = outcomes[target(j)]
+            if earlier is not None:
+                ids.add(earlier.job.id)
+            else:
+                places.add(position[target(j)])
+        fresh.append(
+            dataclasses.replace(item, depends_on=tuple(sorted(ids)), depends_on_items=tuple(sorted(places)))
+        )
+    statuses = dependencies.lock_existing(tx, {job_id for item in fresh for job_id in item.depends_on}, scope)
+    return dependencies.prepare(fresh, statuses)
 
 
 def _insert_new(tx: WriteTx, rows: list[dict[str, Any]]) -> Sequence[int]:
@@ -481,6 +545,8 @@ def retry(tx: WriteTx, job_id: int) -> Job:
     if row is None:  # pragma: no cover - the write lock keeps the row as read
         raise Conflict(f"job {job_id} changed while being retried")
     retried = decode_job(row)
+    if retried.dependency_count:
+        retried = dependencies.restore_waiting(tx, [retried]).get(retried.id, retried)
     tx.record(EventKind.RETRIED, job, retried)
     return retried
 
@@ -490,9 +556,19 @@ def prune(tx: WriteTx, finished_before: datetime) -> int:
     rows = tx.execute(tx.sql.PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
     if rows:
         tx.execute(tx.sql.DELETE_EVENTS_OF, {"ids": _ids_json([r[0] for r in rows])})
+        tx.execute(tx.sql.DELETE_DEPENDENCIES_OF, {"ids": _ids_json([r[0] for r in rows])})
         for _, job_type, status, created_by, worker_id in rows:
             tx.forget(job_type, status, created_by, worker_id)
     return len(rows)
+
+
+def run(operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
+    """One operation of a write batch, then what its finished jobs' dependents need: both in
+    the operation's savepoint."""
+    value = operation(tx)
+    if tx.parents:
+        dependencies.settle(tx)
+    return value
 
 
 def write_side_effects(tx: WriteTx) -> None:
@@ -548,8 +624,16 @@ def prune_minutes(tx: WriteTx) -> int:
 
 
 def get_job(conn: Connection, job_id: int, scope: JobScope) -> Job | None:
+    """The job, if the caller may see it: its scope's, or (a worker) a job that a job it
+    holds depends on, so that one step can read the result of the one before."""
     job = _fetch(conn, job_id)
-    return job if job is not None and scope.allows(job) else None
+    if job is None:
+        return None
+    if scope.allows(job):
+        return job
+    if scope.worker_id is not None and job.has_dependents:
+        return job if dependencies.held_dependency(conn, job_id, scope.worker_id) else None
+    return None
 
 
 def get_jobs(conn: Connection, job_ids: Sequence[int]) -> list[Job]:

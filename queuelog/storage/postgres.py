@@ -343,7 +343,7 @@ class PostgresDatabase(GroupCommit):
         else:
             ((operation, future),) = batch
             try:
-                outcomes.append((future, operation(tx), None))
+                outcomes.append((future, ops.run(operation, tx), None))
             except pg_errors.UniqueViolation:
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
@@ -371,7 +371,7 @@ class PostgresDatabase(GroupCommit):
         for attempt in range(1, UNIQUE_VIOLATION_ATTEMPTS + 1):
             mark = tx.mark()
             try:
-                value = operation(tx)
+                value = ops.run(operation, tx)
             except pg_errors.UniqueViolation as exc:
                 # Another server inserted one of its idempotency keys after this operation
                 # looked (a batch may meet several, one after the other): run it again, and

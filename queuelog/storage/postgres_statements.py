@@ -32,6 +32,8 @@ from queuelog.storage.statements import (
     EXPIRE_BATCH,
     PROMOTE_BATCH,
     PRUNE_BATCH,
+    SCHEDULE_COLUMN_LIST,
+    SCHEDULES_PER_PASS,
     TERMINAL_SQL,
     Statements,
 )
@@ -445,6 +447,81 @@ class PostgresStatements(Statements):
         " updated_at = excluded.updated_at"
     )
 
+    MARK_DEPENDED_ON = (
+        f"UPDATE jobs SET has_dependents = 1 WHERE id IN {id_list('ids')}"
+        " RETURNING id, status, created_by, worker_id"
+    )
+    INSERT_DEPENDENCY = (
+        "INSERT INTO job_dependencies (job_id, depends_on) VALUES (%(job_id)s, %(depends_on)s)"
+    )
+    DEPENDENCIES_OF_JOBS = (
+        "SELECT job_id, depends_on FROM job_dependencies"
+        f" WHERE job_id IN {id_list('ids')} ORDER BY job_id, depends_on"
+    )
+    RELEASE_DEPENDENTS = f"""
+        UPDATE jobs SET waiting_for = jobs.waiting_for - d.n,
+            delayed = CASE WHEN jobs.waiting_for - d.n > 0 THEN 2 WHEN jobs.run_at > {NOW} THEN 1 ELSE 0 END,
+            run_at = CASE WHEN jobs.waiting_for - d.n <= 0 AND jobs.run_at < {NOW}
+                THEN {NOW} ELSE jobs.run_at END,
+            updated_at = {NOW}
+        FROM (SELECT job_id, count(*) AS n FROM job_dependencies
+              WHERE depends_on IN {id_list("ids")} GROUP BY job_id) AS d
+        WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
+        RETURNING {JOB_COLUMN_LIST}"""
+    CANCEL_DEPENDENTS = f"""
+        WITH RECURSIVE down(id) AS (
+            SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
+            WHERE d.depends_on = %(root)s AND j.status = 'pending'
+            UNION
+            SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
+            JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')
+        UPDATE jobs SET status = 'cancelled', error = %(error)s, finished_at = {NOW}, updated_at = {NOW}
+        WHERE id IN (SELECT id FROM down) AND status = 'pending'
+        RETURNING {JOB_COLUMN_LIST}"""
+    RESTORE_WAITING = f"""
+        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = {NOW}
+        FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on
+              WHERE d.job_id IN {id_list("ids")} AND j.status <> 'completed'
+              GROUP BY d.job_id) AS w
+        WHERE jobs.id = w.job_id AND jobs.status = 'pending'
+        RETURNING {JOB_COLUMN_LIST}"""
+    DEPENDENCY_OF_HELD = (
+        "SELECT 1 FROM job_dependencies d JOIN jobs j ON j.id = d.job_id"
+        " WHERE d.depends_on = %(id)s AND j.status = 'running' AND j.worker_id = %(worker)s LIMIT 1"
+    )
+    DELETE_DEPENDENCIES_OF = f"DELETE FROM job_dependencies WHERE job_id IN {id_list('ids')}"
+    SCHEDULES = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules ORDER BY name"
+    SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules WHERE name = %(name)s"
+    PUT_SCHEDULE = f"""
+        INSERT INTO schedules (name, type, cron, timezone, payload, priority, max_retries, misfire,
+            overlap, paused, next_run_at, created_at, updated_at)
+        VALUES (%(name)s, %(type)s, %(cron)s, %(timezone)s, %(payload)s, %(priority)s, %(max_retries)s,
+            %(misfire)s, %(overlap)s, 0, {as_timestamp("%(next_run_at)s::bigint")}, {NOW}, {NOW})
+        ON CONFLICT (name) DO UPDATE SET type = excluded.type, cron = excluded.cron,
+            timezone = excluded.timezone, payload = excluded.payload, priority = excluded.priority,
+            max_retries = excluded.max_retries, misfire = excluded.misfire, overlap = excluded.overlap,
+            next_run_at = CASE WHEN schedules.paused = 1 THEN NULL ELSE excluded.next_run_at END,
+            updated_at = excluded.updated_at
+        RETURNING {SCHEDULE_COLUMN_LIST}"""
+    DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = %(name)s"
+    SET_SCHEDULE_PAUSED = f"""
+        UPDATE schedules SET paused = %(paused)s, next_run_at = {as_timestamp("%(next_run_at)s::bigint")},
+            updated_at = {NOW}
+        WHERE name = %(name)s RETURNING {SCHEDULE_COLUMN_LIST}"""
+    # Servers tick at once: each takes the due schedules no other is firing (SKIP LOCKED).
+    DUE_SCHEDULES = f"""
+        SELECT {SCHEDULE_COLUMN_LIST} FROM schedules
+        WHERE paused = 0 AND next_run_at <= {NOW} ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}
+        FOR UPDATE SKIP LOCKED"""
+    NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules WHERE paused = 0"
+    SCHEDULE_FIRED = f"""
+        UPDATE schedules SET next_run_at = {as_timestamp("%(next_run_at)s::bigint")},
+            last_run_at = coalesce({as_timestamp("%(last_run_at)s::bigint")}, last_run_at),
+            last_job_id = coalesce(%(last_job_id)s::bigint, last_job_id), updated_at = {NOW}
+        WHERE name = %(name)s"""
+    SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
+    LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK + " FOR UPDATE"
+    MARK_SCHEDULE_CLOCK = f"UPDATE schedule_clock SET alive_at = {NOW} WHERE id = 1"
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"
         " WHERE key_hash = %(key_hash)s AND revoked_at IS NULL"

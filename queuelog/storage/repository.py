@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
+    ALL_JOBS,
     ApiKey,
     BulkOutcome,
     Completion,
@@ -33,10 +34,12 @@ from queuelog.model import (
     QueueStats,
     RecordedEvent,
     Role,
+    Schedule,
+    ScheduleSpec,
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, controls, flow
+from queuelog.storage import bulk, controls, dependencies, flow, schedules
 from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
@@ -127,11 +130,17 @@ class Repository:
 
     # --- jobs ------------------------------------------------------------------------------
 
-    async def enqueue(self, items: Sequence[NewJob], created_by: str) -> list[EnqueueOutcome]:
-        return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by))
+    async def enqueue(
+        self, items: Sequence[NewJob], created_by: str, scope: JobScope = ALL_JOBS
+    ) -> list[EnqueueOutcome]:
+        """`scope`: the jobs the caller may see, which are all its items may depend on."""
+        return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by, scope))
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(ops.get_job, job_id, scope)
+
+    async def dependency_ids(self, job_ids: Sequence[int]) -> dict[int, list[int]]:
+        return await self._db.read(dependencies.dependency_ids, job_ids)
 
     async def events_of_jobs(self, job_ids: Sequence[int], last: int) -> dict[int, list[RecordedEvent]]:
         return await self._db.read(ops.events_of_jobs, job_ids, last)
@@ -234,6 +243,27 @@ class Repository:
         wanted = bulk.statuses(action, job_filter)
         rest = await self._db.read(bulk.matching, job_filter, wanted, created_by, after, 1)
         return BulkOutcome(done, more=bool(rest))
+
+    # --- schedules ---------------------------------------------------------------------------
+
+    async def schedules(self) -> list[Schedule]:
+        return await self._db.read(schedules.list_all)
+
+    async def put_schedule(self, spec: ScheduleSpec) -> Schedule:
+        return await self._db.write(lambda tx: schedules.put(tx, spec))
+
+    async def delete_schedule(self, name: str) -> bool:
+        return await self._db.write(lambda tx: schedules.delete(tx, name))
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> Schedule | None:
+        return await self._db.write(lambda tx: schedules.set_paused(tx, name, paused))
+
+    async def next_schedule_due(self) -> datetime | None:
+        return await self._db.read(schedules.next_due)
+
+    async def fire_schedules(self) -> int:
+        """Enqueue the jobs of every due tick (on any server: exactly once per tick)."""
+        return await self._db.write(schedules.fire_due)
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))

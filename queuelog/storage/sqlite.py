@@ -164,7 +164,7 @@ class SqliteDatabase(GroupCommit):
                 mark = tx.mark()
                 connection.execute("SAVEPOINT op")
                 try:
-                    value = operation(tx)
+                    value = ops.run(operation, tx)
                 except Exception as exc:
                     connection.execute("ROLLBACK TO op")
                     connection.execute("RELEASE op")

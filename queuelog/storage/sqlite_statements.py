@@ -24,6 +24,8 @@ from queuelog.storage.statements import (
     PROMOTE_BATCH,
     PRUNE_BATCH,
     RUNNING,
+    SCHEDULE_COLUMN_LIST,
+    SCHEDULES_PER_PASS,
     TERMINAL_SQL,
     Statements,
 )
@@ -451,6 +453,77 @@ class SqliteStatements(Statements):
         )
     )
 
+    MARK_DEPENDED_ON = (
+        "UPDATE jobs SET has_dependents = 1 WHERE id IN (SELECT value FROM json_each(:ids))"
+        " RETURNING id, status, created_by, worker_id"
+    )
+    INSERT_DEPENDENCY = "INSERT INTO job_dependencies (job_id, depends_on) VALUES (:job_id, :depends_on)"
+    DEPENDENCIES_OF_JOBS = (
+        "SELECT job_id, depends_on FROM job_dependencies"
+        " WHERE job_id IN (SELECT value FROM json_each(:ids)) ORDER BY job_id, depends_on"
+    )
+    RELEASE_DEPENDENTS = f"""
+        UPDATE jobs SET waiting_for = jobs.waiting_for - d.n,
+            delayed = CASE WHEN jobs.waiting_for - d.n > 0 THEN 2 WHEN jobs.run_at > :now THEN 1 ELSE 0 END,
+            run_at = CASE WHEN jobs.waiting_for - d.n <= 0 AND jobs.run_at < :now
+                THEN :now ELSE jobs.run_at END,
+            updated_at = :now
+        FROM (SELECT job_id, count(*) AS n FROM job_dependencies
+              WHERE depends_on IN (SELECT value FROM json_each(:ids)) GROUP BY job_id) AS d
+        WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
+        RETURNING {JOB_COLUMN_LIST}"""
+    CANCEL_DEPENDENTS = f"""
+        WITH RECURSIVE down(id) AS (
+            SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
+            WHERE d.depends_on = :root AND j.status = 'pending'
+            UNION
+            SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
+            JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')
+        UPDATE jobs SET status = 'cancelled', error = :error, finished_at = :now, updated_at = :now
+        WHERE id IN (SELECT id FROM down) AND status = 'pending'
+        RETURNING {JOB_COLUMN_LIST}"""
+    RESTORE_WAITING = f"""
+        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = :now
+        FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on
+              WHERE d.job_id IN (SELECT value FROM json_each(:ids)) AND j.status <> 'completed'
+              GROUP BY d.job_id) AS w
+        WHERE jobs.id = w.job_id AND jobs.status = 'pending'
+        RETURNING {JOB_COLUMN_LIST}"""
+    DEPENDENCY_OF_HELD = (
+        "SELECT 1 FROM job_dependencies d JOIN jobs j ON j.id = d.job_id"
+        " WHERE d.depends_on = :id AND j.status = 'running' AND j.worker_id = :worker LIMIT 1"
+    )
+    DELETE_DEPENDENCIES_OF = (
+        "DELETE FROM job_dependencies WHERE job_id IN (SELECT value FROM json_each(:ids))"
+    )
+    SCHEDULES = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules ORDER BY name"
+    SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules WHERE name = :name"
+    PUT_SCHEDULE = f"""
+        INSERT INTO schedules (name, type, cron, timezone, payload, priority, max_retries, misfire,
+            overlap, paused, next_run_at, created_at, updated_at)
+        VALUES (:name, :type, :cron, :timezone, :payload, :priority, :max_retries, :misfire, :overlap, 0,
+            :next_run_at, :now, :now)
+        ON CONFLICT (name) DO UPDATE SET type = excluded.type, cron = excluded.cron,
+            timezone = excluded.timezone, payload = excluded.payload, priority = excluded.priority,
+            max_retries = excluded.max_retries, misfire = excluded.misfire, overlap = excluded.overlap,
+            next_run_at = CASE WHEN schedules.paused = 1 THEN NULL ELSE excluded.next_run_at END,
+            updated_at = excluded.updated_at
+        RETURNING {SCHEDULE_COLUMN_LIST}"""
+    DELETE_SCHEDULE = "DELETE FROM schedules WHERE name = :name"
+    SET_SCHEDULE_PAUSED = f"""
+        UPDATE schedules SET paused = :paused, next_run_at = :next_run_at, updated_at = :now
+        WHERE name = :name RETURNING {SCHEDULE_COLUMN_LIST}"""
+    DUE_SCHEDULES = f"""
+        SELECT {SCHEDULE_COLUMN_LIST} FROM schedules INDEXED BY ix_schedules_due
+        WHERE paused = 0 AND next_run_at <= :now ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}"""
+    NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules INDEXED BY ix_schedules_due WHERE paused = 0"
+    SCHEDULE_FIRED = """
+        UPDATE schedules SET next_run_at = :next_run_at, last_run_at = coalesce(:last_run_at, last_run_at),
+            last_job_id = coalesce(:last_job_id, last_job_id), updated_at = :now
+        WHERE name = :name"""
+    SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
+    LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK
+    MARK_SCHEDULE_CLOCK = "UPDATE schedule_clock SET alive_at = :now WHERE id = 1"
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"
         " WHERE key_hash = :key_hash AND revoked_at IS NULL"

@@ -15,6 +15,11 @@ from typing import Any, ClassVar
 from queuelog.model import EventKind, Job, JobStatus
 from queuelog.storage import counters
 from queuelog.storage.codec import COLUMN_INDEX
+from queuelog.storage.tables import schedules
+
+SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in schedules.c)
+SCHEDULE_COLUMN_LIST = ", ".join(SCHEDULE_COLUMNS)
+SCHEDULES_PER_PASS = 1000  # due schedules one ticker transaction fires
 
 PENDING = JobStatus.PENDING.value
 RUNNING = JobStatus.RUNNING.value
@@ -121,6 +126,32 @@ class Statements:
     FORGET_RATE_CLAIMS: ClassVar[str]
     INSERT_RATE_CLAIM: ClassVar[str]
     PUT_TYPE_CONTROL: ClassVar[str]
+    # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents = 1 on `ids`, their
+    # (id, status, created_by, worker_id) back, the rows locked against a concurrent finish.
+    MARK_DEPENDED_ON: ClassVar[str]
+    INSERT_DEPENDENCY: ClassVar[str]
+    DEPENDENCIES_OF_JOBS: ClassVar[str]
+    # Dependents of the COMPLETED `ids` count them done; those at 0 become ready (or delayed).
+    RELEASE_DEPENDENTS: ClassVar[str]
+    # Every PENDING job downstream of `root`, transitively, CANCELLED with `error`.
+    CANCEL_DEPENDENTS: ClassVar[str]
+    # Retried jobs `ids` wait again for their dependencies not COMPLETED.
+    RESTORE_WAITING: ClassVar[str]
+    # A row when job `id` is a dependency of a RUNNING job held by `worker`.
+    DEPENDENCY_OF_HELD: ClassVar[str]
+    DELETE_DEPENDENCIES_OF: ClassVar[str]
+    # schedules and schedule_clock (schedules.py)
+    SCHEDULES: ClassVar[str]
+    SCHEDULE_BY_NAME: ClassVar[str]
+    PUT_SCHEDULE: ClassVar[str]
+    DELETE_SCHEDULE: ClassVar[str]
+    SET_SCHEDULE_PAUSED: ClassVar[str]
+    DUE_SCHEDULES: ClassVar[str]
+    NEXT_SCHEDULE_AT: ClassVar[str]
+    SCHEDULE_FIRED: ClassVar[str]
+    SCHEDULE_CLOCK: ClassVar[str]
+    LOCK_SCHEDULE_CLOCK: ClassVar[str]
+    MARK_SCHEDULE_CLOCK: ClassVar[str]
     # api_keys and key_state: every request's key checks
     ACTIVE_KEY: ClassVar[str]
     KEY_IS_ACTIVE: ClassVar[str]

@@ -63,6 +63,14 @@ jobs = Table(
     Column("delayed", SmallInteger, nullable=False, server_default="0"),
     # Internal: when a RUNNING job times out (set by the claim from its timeout, or its type's).
     Column("timeout_at", UtcTimestamp()),
+    # Dependencies (API.md section 10): how many of the job's dependencies are not COMPLETED
+    # yet; while above 0 the job is PENDING with delayed = 2, in none of the claim's indexes.
+    Column("waiting_for", Integer, nullable=False, server_default="0"),
+    # Internal: how many jobs this one depends on (0: job_dependencies need not be read), and
+    # 1 once some job depends on it (then finishing it releases or cancels its dependents).
+    Column("dependency_count", SmallInteger, nullable=False, server_default="0"),
+    Column("has_dependents", SmallInteger, nullable=False, server_default="0"),
+    Column("schedule_name", String(100)),
     UniqueConstraint("created_by", "idempotency_key", name="uq_jobs_idempotency"),
     # The claim, one type at a time: the first ready rows of the type in claim order
     # (priority DESC, created_at, id). Other types and delayed jobs are not in its path.
@@ -154,6 +162,13 @@ jobs = Table(
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
     Index(
+        "ix_jobs_schedule",
+        "schedule_name",
+        "id",
+        postgresql_where=text("schedule_name IS NOT NULL"),
+        sqlite_where=text("schedule_name IS NOT NULL"),
+    ),
+    Index(
         "ix_jobs_worker",
         "worker_id",
         "id",
@@ -162,6 +177,53 @@ jobs = Table(
     ),
     # Never reuse the id of a pruned job: ids are what clients hold on to (and cursors).
     sqlite_autoincrement=True,
+)
+
+# What each job waits for: `job_id` is claimed only once every `depends_on` is COMPLETED.
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("depends_on", BigInteger, primary_key=True),
+    Index("ix_job_dependencies_on", "depends_on", "job_id"),
+)
+
+# Cron schedules (API.md section 10). `next_run_at`: the next tick to enqueue (NULL while
+# paused); every server's ticker takes the due rows (PostgreSQL: FOR UPDATE SKIP LOCKED,
+# SQLite: under the write lock), enqueues and moves `next_run_at` on in one transaction.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("type", String(255), nullable=False),
+    Column("cron", String(200), nullable=False),
+    Column("timezone", String(64), nullable=False),
+    Column("payload", JsonDocument(), nullable=False),
+    Column("priority", SmallInteger, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("misfire", String(16), nullable=False),
+    Column("overlap", String(16), nullable=False),
+    Column("paused", SmallInteger, nullable=False, server_default="0"),
+    Column("next_run_at", UtcTimestamp()),
+    Column("last_run_at", UtcTimestamp()),
+    Column("last_job_id", BigInteger),
+    Column("created_at", UtcTimestamp(), nullable=False),
+    Column("updated_at", UtcTimestamp(), nullable=False),
+    Index(
+        "ix_schedules_due",
+        "next_run_at",
+        postgresql_where=text("paused = 0"),
+        sqlite_where=text("paused = 0"),
+    ),
+)
+
+# One row: when a ticker last ran on any server. Ticks between that moment and a ticker's
+# next run long after it passed while no server ran (misfire), not while one lagged.
+schedule_clock = Table(
+    "schedule_clock",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("alive_at", UtcTimestamp()),
 )
 
 api_keys = Table(

@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from queuelog.model import EventKind, Job, JobEvent
+from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent
 from queuelog.storage.counters import STATUS_TEXT, Move
 from queuelog.storage.statements import Statements
 from queuelog.storage.types import to_micros
+
+FINISHED = TERMINAL_STATUSES
 
 
 class Cursor(Protocol):
@@ -78,6 +80,9 @@ class WriteTx:
         # rate_claims rows of this transaction's rate-limited claims (flow.py), written with
         # the events.
         self.rate_claims: list[dict[str, Any]] = []
+        # Jobs with dependents that the running operation finished: dependencies.settle
+        # releases or cancels their dependents right after it, in its savepoint.
+        self.parents: list[Job] = []
 
     def move_clock_to(self, now: datetime) -> None:
         """Stamp what follows at `now`, when it is later (the batch's clock never goes back)."""
@@ -114,6 +119,8 @@ class WriteTx:
         )
         if after is not None and kind is not None:
             self.events.append(JobEvent(kind, after, self.now))
+        if after is not None and after.has_dependents and after.status in FINISHED:
+            self.parents.append(after)
 
     def record_from(self, kind: EventKind, old_status: str, old_worker: str | None, after: Job) -> None:
         """`record` for a job whose earlier state differs from `after` only in these two."""
@@ -121,6 +128,8 @@ class WriteTx:
             (after.type, after.created_by, old_status, old_worker, STATUS_TEXT[after.status], after.worker_id)
         )
         self.events.append(JobEvent(kind, after, self.now))
+        if after.has_dependents and after.status in FINISHED:
+            self.parents.append(after)
 
     def forget(self, job_type: str, status: str, created_by: str, worker_id: str | None) -> None:
         """A job deleted (pruned) in this state."""
@@ -133,3 +142,4 @@ class WriteTx:
         del self.events[mark[0] :]
         del self.moves[mark[1] :]
         del self.rate_claims[mark[2] :]
+        self.parents.clear()  # only ever the failed operation's

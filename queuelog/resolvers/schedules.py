@@ -1,0 +1,43 @@
+"""Schedule resolvers (API.md section 10)."""
+
+from __future__ import annotations
+
+from strawberry.types import Info
+
+from queuelog.model import Schedule
+from queuelog.resolvers.common import caller, queue
+from queuelog.schema.context import RequestContext
+from queuelog.schema.schedules import ScheduleInput
+
+Ctx = Info[RequestContext, None]
+
+
+async def schedules(info: Ctx) -> list[Schedule]:
+    return await queue(info).schedules()
+
+
+async def put_schedule(info: Ctx, input: ScheduleInput) -> Schedule:
+    return await queue(info).put_schedule(
+        caller(info),
+        name=input.name,
+        type=input.type,
+        cron_expression=input.cron,
+        timezone=input.timezone,
+        payload=input.payload,
+        priority=input.priority,
+        max_retries=input.max_retries,
+        misfire=input.misfire,
+        overlap=input.overlap,
+    )
+
+
+async def delete_schedule(info: Ctx, name: str) -> bool:
+    return await queue(info).delete_schedule(caller(info), name)
+
+
+async def pause_schedule(info: Ctx, name: str) -> Schedule:
+    return await queue(info).pause_schedule(caller(info), name, paused=True)
+
+
+async def resume_schedule(info: Ctx, name: str) -> Schedule:
+    return await queue(info).pause_schedule(caller(info), name, paused=False)

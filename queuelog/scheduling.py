@@ -1,0 +1,70 @@
+"""The rules of `putSchedule`'s input (API.md section 10), checked before anything is written."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from queuelog import cron
+from queuelog.errors import BadInput, Forbidden
+from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
+
+if TYPE_CHECKING:
+    from queuelog.auth import Principal
+    from queuelog.queue import JobQueue
+
+SCHEDULE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def check_schedule_name(name: str) -> None:
+    if not SCHEDULE_NAME.fullmatch(name):
+        raise BadInput("name: 1..100 characters: letters, digits, '-', '_', '.'")
+
+
+def validate_schedule(
+    queue: JobQueue,
+    principal: Principal,
+    *,
+    name: str,
+    type: str,
+    cron_expression: str,
+    timezone: str,
+    payload: Any,
+    priority: Priority,
+    max_retries: int,
+    misfire: Misfire,
+    overlap: Overlap,
+) -> ScheduleSpec:
+    check_schedule_name(name)
+    try:
+        cron.check_timezone(timezone)
+    except cron.CronError as exc:
+        raise BadInput(f"timezone: {exc}") from None
+    try:
+        expression = cron.parse(cron_expression, timezone)
+    except cron.CronError as exc:
+        raise BadInput(f"cron: {exc}") from None
+    # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
+    # size, maxRetries, priority): checked once here, not at every tick.
+    job = queue.validate_new_job(
+        principal,
+        type=type,
+        payload=payload,
+        priority=priority,
+        idempotency_key=None,
+        max_retries=max_retries,
+        run_at=None,
+    )
+    if priority.value > principal.max_priority.value:  # pragma: no cover - validate_new_job checks it
+        raise Forbidden("priority above this key's maximum")
+    return ScheduleSpec(
+        name=name,
+        type=job.type,
+        cron=expression.expression,
+        timezone=expression.timezone,
+        payload=job.payload,
+        priority=job.priority,
+        max_retries=job.max_retries,
+        misfire=misfire,
+        overlap=overlap,
+    )

@@ -1,0 +1,191 @@
+"""Cron schedules (API.md section 10): each tick enqueues exactly one job, whichever servers run.
+
+No server is special. Every server's ticker (queuelog/ticker.py) runs `fire_due` when a
+schedule is due; the transaction takes the due rows (PostgreSQL: `FOR UPDATE SKIP LOCKED`,
+under the schedule clock's row lock; SQLite: under the write lock), enqueues each due tick's
+job and moves `next_run_at` past now before it commits. A server that dies mid-way rolls
+back and the next one fires the same ticks: none is lost, none doubled. The job's
+idempotency key `<name>@<tick>` is the last line of defence, not the mechanism.
+
+Misfire: `schedule_clock.alive_at` says when a ticker last ran anywhere. A tick found more
+than MISFIRE_GRACE old is "missed while no server ran" only when no ticker had run for
+DOWN_AFTER seconds before this one; then `misfire` decides (SKIP: none, RUN_ONCE: one job for
+the newest). A deployment that was up but slow still enqueues every tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from queuelog import cron, jsonutil
+from queuelog.model import (
+    EventKind,
+    JobStatus,
+    Misfire,
+    NewJob,
+    Overlap,
+    Priority,
+    Schedule,
+    ScheduleSpec,
+)
+from queuelog.storage.codec import decode_job, micros_to_datetime
+from queuelog.storage.new_job import new_job, row_values
+from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.types import compact_json, to_micros
+
+DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment was down
+MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)
+MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule looked at in one pass (the rest: missed)
+OPEN_STATUSES = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
+
+
+def creator(name: str) -> str:
+    """The `created_by` of a schedule's jobs: no API key can have this name (keys.py), so
+    producers never see them; ADMIN and VIEWER see every job."""
+    return f"schedule:{name}"
+
+
+def idempotency_key(name: str, tick: datetime) -> str:
+    return f"{name}@{tick.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def decode(row: Sequence[Any]) -> Schedule:
+    (name, job_type, expression, zone, payload, priority, max_retries, misfire, overlap, paused) = row[:10]
+    next_run_at, last_run_at, last_job_id, created_at, updated_at = row[10:]
+    return Schedule(
+        name=name,
+        type=job_type,
+        cron=expression,
+        timezone=zone,
+        payload=jsonutil.loads(payload) if isinstance(payload, str | bytes) else payload,
+        priority=Priority(priority),
+        max_retries=max_retries,
+        misfire=Misfire(misfire),
+        overlap=Overlap(overlap),
+        paused=bool(paused),
+        next_run_at=micros_to_datetime(next_run_at),
+        last_run_at=micros_to_datetime(last_run_at),
+        last_job_id=last_job_id,
+        created_at=micros_to_datetime(created_at),
+        updated_at=micros_to_datetime(updated_at),
+    )
+
+
+def list_all(conn: Connection) -> list[Schedule]:
+    return [decode(row) for row in conn.execute(conn.sql.SCHEDULES).fetchall()]
+
+
+def put(tx: WriteTx, spec: ScheduleSpec) -> Schedule:
+    """Create or replace; a replaced schedule keeps its pause and its last run, and its next
+    tick is the first after now by the new expression."""
+    next_tick = cron.parse(spec.cron, spec.timezone).next_after(tx.now)
+    params = {
+        "name": spec.name,
+        "type": spec.type,
+        "cron": spec.cron,
+        "timezone": spec.timezone,
+        "payload": compact_json(spec.payload),
+        "priority": spec.priority.value,
+        "max_retries": spec.max_retries,
+        "misfire": spec.misfire.value,
+        "overlap": spec.overlap.value,
+        "next_run_at": to_micros(next_tick),
+        "now": tx.now_us,
+    }
+    return decode(tx.execute(tx.sql.PUT_SCHEDULE, params).fetchone())
+
+
+def delete(tx: WriteTx, name: str) -> bool:
+    return tx.execute(tx.sql.DELETE_SCHEDULE, {"name": name}).rowcount > 0
+
+
+def set_paused(tx: WriteTx, name: str, paused: bool) -> Schedule | None:
+    """Pause (no next tick) or resume (the next tick after now: the ticks missed while
+    paused are not enqueued); None if there is no such schedule."""
+    row = tx.execute(tx.sql.SCHEDULE_BY_NAME, {"name": name}).fetchone()
+    if row is None:
+        return None
+    schedule = decode(row)
+    next_tick = None if paused else cron.parse(schedule.cron, schedule.timezone).next_after(tx.now)
+    params = {
+        "name": name,
+        "paused": int(paused),
+        "next_run_at": None if next_tick is None else to_micros(next_tick),
+        "now": tx.now_us,
+    }
+    return decode(tx.execute(tx.sql.SET_SCHEDULE_PAUSED, params).fetchone())
+
+
+def next_due(conn: Connection) -> datetime | None:
+    """When the next tick of any running schedule is due."""
+    row = conn.execute(conn.sql.NEXT_SCHEDULE_AT).fetchone()
+    return micros_to_datetime(row[0]) if row is not None else None
+
+
+def fire_due(tx: WriteTx) -> int:
+    """Enqueue the jobs of every due tick; returns how many were enqueued."""
+    row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
+    alive_at = micros_to_datetime(row[0]) if row is not None else None
+    tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
+    was_down = alive_at is not None and tx.now - alive_at > DOWN_AFTER
+    enqueued = 0
+    for schedule in map(decode, tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()):
+        enqueued += _fire(tx, schedule, was_down)
+    return enqueued
+
+
+def _fire(tx: WriteTx, schedule: Schedule, was_down: bool) -> int:
+    assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
+    expression = cron.parse(schedule.cron, schedule.timezone)
+    first = schedule.next_run_at
+    ticks = [first, *expression.ticks_between(first, tx.now, MAX_TICKS_PER_FIRE)]
+    if was_down:
+        missed = [t for t in ticks if tx.now - t > MISFIRE_GRACE]
+        ticks = [t for t in ticks if tx.now - t <= MISFIRE_GRACE]
+        if missed and schedule.misfire is Misfire.RUN_ONCE:
+            ticks.insert(0, missed[-1])
+    last_tick, last_job, enqueued = None, schedule.last_job_id, 0
+    for tick in ticks:
+        if schedule.overlap is Overlap.SKIP and last_job is not None and _still_open(tx, last_job):
+            continue
+        job_id = _enqueue_tick(tx, schedule, tick)
+        if job_id is not None:
+            last_tick, last_job, enqueued = tick, job_id, enqueued + 1
+    params = {
+        "name": schedule.name,
+        "next_run_at": to_micros(expression.next_after(tx.now)),
+        "last_run_at": None if last_tick is None else to_micros(last_tick),
+        "last_job_id": last_job if last_tick is not None else None,
+        "now": tx.now_us,
+    }
+    tx.execute(tx.sql.SCHEDULE_FIRED, params)
+    return enqueued
+
+
+def _still_open(tx: WriteTx, job_id: int) -> bool:
+    row = tx.execute(tx.sql.JOB_BY_ID, {"id": job_id}).fetchone()
+    return row is not None and decode_job(row).status.value in OPEN_STATUSES
+
+
+def _enqueue_tick(tx: WriteTx, schedule: Schedule, tick: datetime) -> int | None:
+    """The tick's job; None if it exists already (the idempotency key's guard)."""
+    item = NewJob(
+        type=schedule.type,
+        payload=schedule.payload,
+        payload_json=compact_json(schedule.payload),
+        priority=schedule.priority,
+        max_retries=schedule.max_retries,
+        idempotency_key=idempotency_key(schedule.name, tick),
+        run_at=None,
+        schedule_name=schedule.name,
+    )
+    created_by = creator(schedule.name)
+    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
+    if cursor.rowcount != 1:
+        return None
+    job_id = cursor.lastrowid
+    assert job_id is not None
+    tx.record(EventKind.ENQUEUED, None, new_job(job_id, item, created_by, tx.now))
+    return job_id

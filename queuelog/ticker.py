@@ -1,0 +1,48 @@
+"""Every server's schedule ticker: fires due ticks (storage/schedules.py), exactly once each
+across all servers, with no leader.
+
+It sleeps until the next tick of any schedule (read from the database: another server may
+have added or changed one), at most LOOK_AGAIN_SECONDS, or until this process changes a
+schedule. While schedules run it fires at least that often, which also tells the other
+servers it is alive (the misfire rule's schedule clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from queuelog.errors import DatabaseUnavailable
+from queuelog.maintenance import OutageLog
+from queuelog.storage.repository import Repository
+
+log = logging.getLogger("queuelog.schedules")
+
+LOOK_AGAIN_SECONDS = 1.0
+
+
+async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
+    outage = OutageLog("schedules")
+    while True:
+        pause = LOOK_AGAIN_SECONDS
+        try:
+            due = await repository.next_schedule_due()
+            if due is not None:
+                until = (due - repository.now()).total_seconds()
+                if until <= 0:
+                    enqueued = await repository.fire_schedules()
+                    # Nothing fired: another server did, or this clock runs ahead of the
+                    # database's. Either way, look again in a moment, not at once.
+                    pause = 0.0 if enqueued else 0.05
+                else:
+                    pause = min(pause, until)
+            outage.succeeded()
+        except DatabaseUnavailable as exc:
+            outage.failed(exc)
+        except Exception:
+            log.exception("firing schedules failed; trying again")
+        if pause > 0:
+            changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), pause)
