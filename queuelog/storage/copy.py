@@ -11,8 +11,9 @@ itself would refuse a write, and rolled back at the end. The target is written i
 transaction that first locks its tables against other writers: a failure anywhere leaves
 it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is not).
 
-api_keys, jobs and job_events are copied row for row with their ids, streamed (a large queue
-is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having no COPY:
+api_keys, jobs, job_events, job_dependencies and schedules are copied row for row (with
+their ids), streamed (a large queue is never held in memory) into PostgreSQL's binary
+COPY, SQLAlchemy Core having no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
 (postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
@@ -62,11 +63,22 @@ from queuelog.storage.postgres_statements import (
     sequence_state,
 )
 from queuelog.storage.sqlite_statements import GIVEN_OUT, IS_MIGRATED
-from queuelog.storage.tables import api_keys, job_counts, job_events, job_minutes, jobs
+from queuelog.storage.tables import (
+    api_keys,
+    job_counts,
+    job_dependencies,
+    job_events,
+    job_minutes,
+    jobs,
+    schedules,
+)
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
 COPIED = (api_keys, jobs, job_events)
+# Copied row for row too, but without an id sequence: the edges that waiting jobs wait on
+# (without them a waiting job would wait forever) and the schedules.
+COPIED_TOO = (job_dependencies, schedules)
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
 
 
@@ -117,7 +129,7 @@ def copy_database(
             read.exec_driver_sql("PRAGMA query_only = ON")  # in a BEGIN IMMEDIATE: see engine.py
             try:
                 _empty_target(write, replace)
-                rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in COPIED}
+                rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in (*COPIED, *COPIED_TOO)}
                 _recount(write)
                 _copy_minutes(read, write, batch_rows)
                 next_ids = {t.name: _restart_sequence(write, t, _highest_id(read, t)) for t in COPIED}
@@ -131,14 +143,15 @@ def copy_database(
 
 def _empty_target(write: Connection, replace: bool) -> None:
     write.exec_driver_sql(LOCK_COPIED)
-    held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in COPIED}
+    counted = (*COPIED, *COPIED_TOO)
+    held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in counted}
     if any(held.values()) and not replace:
         listing = ", ".join(f"{name}: {n}" for name, n in held.items() if n)
         raise Conflict(
             f"the target already holds rows ({listing}): copy into an empty database, "
             "or pass --replace to delete them first"
         )
-    for table in (*COPIED, job_counts, job_minutes):
+    for table in (*COPIED, *COPIED_TOO, job_counts, job_minutes):
         write.execute(delete(table))
 
 
@@ -154,7 +167,8 @@ def _as_sent(column: Column[Any]) -> ColumnElement[Any]:
 def _copy_rows(read: Connection, write: Connection, table: Table, batch_rows: int) -> int:
     types: dict[str, str] = dict(write.execute(text(COLUMN_TYPES), {"table": table.name}).all())
     wire = ["int8" if types[c.name] == "timestamp with time zone" else types[c.name] for c in table.c]
-    query = select(*map(_as_sent, table.c)).order_by(table.c.id).execution_options(yield_per=batch_rows)
+    order = list(table.primary_key.columns)
+    query = select(*map(_as_sent, table.c)).order_by(*order).execution_options(yield_per=batch_rows)
     driver = write.connection.driver_connection
     assert isinstance(driver, psycopg.Connection)  # the target is PostgreSQL through psycopg
     with driver.cursor() as cursor:

@@ -643,7 +643,10 @@ LISTEN = f"LISTEN {EVENTS_CHANNEL}"
 
 # --- `queuelog copy-database`, on the target ------------------------------------------------
 
-LOCK_COPIED = "LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes IN EXCLUSIVE MODE"
+LOCK_COPIED = (
+    "LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes, job_dependencies, schedules"
+    " IN EXCLUSIVE MODE"
+)
 SEQUENCE_OF = "SELECT pg_get_serial_sequence(:table, 'id')"
 COLUMN_TYPES = (
     "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
