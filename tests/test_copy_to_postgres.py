@@ -454,6 +454,47 @@ def test_ids_of_pruned_jobs_are_not_given_out_again(new_database: Callable[[], s
         server.stop()
 
 
+def test_a_waiting_job_and_a_schedule_carry_over(new_database: Callable[[], str], tmp_path: Path) -> None:
+    """The dependency edges and the schedules are copied: a job that waited for another on
+    SQLite is released when that one completes on PostgreSQL, and the schedule is there."""
+    path = tmp_path / "graph.db"
+    server = launch_server(tmp_path, database_url=f"sqlite:///{path}")
+    try:
+        producer = Key("p", server.make_key("p", "producer"))
+        first = enqueue(server, producer)["id"]
+        then = enqueue(server, producer, dependsOn=[first])
+        assert then["status"] == "PENDING"
+        put = "mutation($i: ScheduleInput!) { putSchedule(input: $i) { name } }"
+        gql(
+            server,
+            put,
+            {"i": {"name": "nightly", "type": "email", "cron": "0 3 * * *", "timezone": "Europe/Paris"}},
+        )
+        admin = server.admin_key
+    finally:
+        server.stop()
+    target = new_database()
+    result = copy_command(f"sqlite:///{path}", target, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    home = tmp_path / "new"
+    home.mkdir()
+    server = launch_server(home, database_url=target, admin_key=admin)
+    try:
+        schedules = gql(server, "{ schedules { name cron timezone paused nextRunAt } }")["schedules"]
+        assert [(s["name"], s["cron"], s["timezone"], s["paused"]) for s in schedules] == [
+            ("nightly", "0 3 * * *", "Europe/Paris", False)
+        ]
+        job = "query($id: ID!) { job(id: $id) { waitingFor dependsOn } }"
+        assert gql(server, job, {"id": then["id"]})["job"] == {"waitingFor": 1, "dependsOn": [first]}
+        worker = Key("w", server.make_key("w", "worker"))
+        claim(server, worker, "email", first)
+        complete = "mutation($id: ID!) { completeJob(id: $id) { status } }"
+        gql(server, complete, {"id": first}, key=worker)
+        claim(server, worker, "email", then["id"])
+    finally:
+        server.stop()
+
+
 def test_a_target_that_holds_keys_is_refused_unless_replaced(
     old_queue: OldQueue, new_database: Callable[[], str], tmp_path: Path
 ) -> None:
