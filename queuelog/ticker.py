@@ -3,8 +3,9 @@ across all servers, with no leader.
 
 It sleeps until the next tick of any schedule (read from the database: another server may
 have added or changed one), at most LOOK_AGAIN_SECONDS, or until this process changes a
-schedule. While schedules run it fires at least that often, which also tells the other
-servers it is alive (the misfire rule's schedule clock).
+schedule. While any schedule runs, it also records at least every ALIVE_EVERY_SECONDS that
+a ticker is alive (the misfire rule's schedule clock): a tick found late is then known to
+be late, not missed while no server ran.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.maintenance import OutageLog
@@ -20,10 +22,12 @@ from queuelog.storage.repository import Repository
 log = logging.getLogger("queuelog.schedules")
 
 LOOK_AGAIN_SECONDS = 1.0
+ALIVE_EVERY_SECONDS = 1.0
 
 
 async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
     outage = OutageLog("schedules")
+    marked = 0.0
     while True:
         pause = LOOK_AGAIN_SECONDS
         try:
@@ -35,8 +39,12 @@ async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
                     # Nothing fired: another server did, or this clock runs ahead of the
                     # database's. Either way, look again in a moment, not at once.
                     pause = 0.0 if enqueued else 0.05
+                    marked = time.monotonic()
                 else:
                     pause = min(pause, until)
+                    if time.monotonic() - marked >= ALIVE_EVERY_SECONDS:
+                        await repository.mark_schedules_alive()
+                        marked = time.monotonic()
             outage.succeeded()
         except DatabaseUnavailable as exc:
             outage.failed(exc)

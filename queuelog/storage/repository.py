@@ -261,6 +261,9 @@ class Repository:
     async def next_schedule_due(self) -> datetime | None:
         return await self._db.read(schedules.next_due)
 
+    async def mark_schedules_alive(self) -> None:
+        await self._db.write(schedules.mark_alive)
+
     async def fire_schedules(self) -> int:
         """Enqueue the jobs of every due tick (on any server: exactly once per tick)."""
         return await self._db.write(schedules.fire_due)

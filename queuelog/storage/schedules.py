@@ -124,6 +124,11 @@ def next_due(conn: Connection) -> datetime | None:
     return micros_to_datetime(row[0]) if row is not None else None
 
 
+def mark_alive(tx: WriteTx) -> None:
+    """A ticker runs: ticks found late from now on were not missed while no server ran."""
+    tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
+
+
 def fire_due(tx: WriteTx) -> int:
     """Enqueue the jobs of every due tick; returns how many were enqueued."""
     row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
