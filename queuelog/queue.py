@@ -199,12 +199,17 @@ class JobQueue:
         job_type: str | None,
         first: int,
         after_id: int | None,
+        schedule_name: str | None = None,
     ) -> tuple[builtins.list[Job], bool, int]:
         if not 1 <= first <= MAX_PAGE:
             raise BadInput(f"first must be between 1 and {MAX_PAGE}")
         if job_type is not None:
             check_storable(job_type, "type")
-        return await self.repository.list_jobs(principal.scope, status, job_type, first, after_id)
+        if schedule_name is not None:
+            check_schedule_name(schedule_name, "scheduleName")
+        return await self.repository.list_jobs(
+            principal.scope, status, job_type, first, after_id, schedule_name
+        )
 
     async def history(
         self, principal: Principal, job: Job, last: int, read: HistoryRead

@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
 
-def check_schedule_name(name: str) -> None:
+def check_schedule_name(name: str, field: str = "name") -> None:
     if not SCHEDULE_NAME.fullmatch(name):
-        raise BadInput("name: 1..100 characters: letters, digits, '-', '_', '.'")
+        raise BadInput(f"{field}: a schedule name is 1..100 characters: letters, digits, '-', '_', '.'")
 
 
 def validate_schedule(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import strawberry
 from strawberry.types import Info
 
@@ -33,9 +35,12 @@ async def jobs(
     type: str | None = None,
     first: int = 20,
     after: str | None = None,
+    schedule_name: Annotated[
+        str | None, strawberry.argument(description="Only the jobs this schedule enqueued.")
+    ] = None,
 ) -> JobConnection:
     after_id = decode_cursor(after) if after is not None else None
-    page, has_next, total = await queue(info).list(caller(info), status, type, first, after_id)
+    page, has_next, total = await queue(info).list(caller(info), status, type, first, after_id, schedule_name)
     edges = [JobEdge(node=j, cursor=encode_cursor(j.id)) for j in page]
     return JobConnection(
         edges=edges,

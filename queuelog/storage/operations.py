@@ -730,6 +730,33 @@ def list_jobs(
     return [decode_job(r) for r in rows[:first]], len(rows) > first, plan.total
 
 
+def list_schedule_jobs(
+    conn: Connection,
+    scope: JobScope,
+    schedule_name: str,
+    status: JobStatus | None,
+    job_type: str | None,
+    first: int,
+    after_id: int | None,
+) -> tuple[list[Job], bool, int]:
+    """`jobs(scheduleName:)`: the schedule's jobs the caller may see, newest first, from the
+    schedule's own index (its jobs are few next to the table: counted, not from counters)."""
+    params = {
+        "schedule": schedule_name,
+        "status": status.value if status is not None else None,
+        "type": job_type,
+        "everyone": int(scope.everything),
+        "creator": scope.created_by,
+        "worker": scope.worker_id,
+    }
+    total = conn.execute(conn.sql.COUNT_SCHEDULE_JOBS, params).fetchone()[0]
+    if not total:
+        return [], False, 0
+    page = {**params, "after": after_id if after_id is not None else 2**63 - 1, "limit": first + 1}
+    rows = conn.execute(conn.sql.SCHEDULE_JOBS, page).fetchall()
+    return [decode_job(r) for r in rows[:first]], len(rows) > first, total
+
+
 def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minutes: int) -> list[MinuteCount]:
     """The last `minutes` minutes, oldest first, the current one included, each with the
     jobs of the scope that became COMPLETED or FAILED in it (zeros where none did)."""

@@ -277,6 +277,13 @@ def list_statement(
     return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
 
 
+_OF_SCHEDULE = (
+    "schedule_name = %(schedule)s AND (%(status)s::text IS NULL OR status = %(status)s::text)"
+    " AND (%(type)s::text IS NULL OR type = %(type)s::text)"
+    " AND (%(everyone)s::int = 1 OR created_by = %(creator)s::text OR worker_id = %(worker)s::text)"
+)
+
+
 class PostgresStatements(Statements):
     INSERT_JOB = f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}) RETURNING id"
     INSERT_JOB_ONCE = (
@@ -447,6 +454,11 @@ class PostgresStatements(Statements):
         " updated_at = excluded.updated_at"
     )
 
+    SCHEDULE_JOBS = (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {_OF_SCHEDULE}"
+        " AND id < %(after)s ORDER BY id DESC LIMIT %(limit)s"
+    )
+    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs WHERE {_OF_SCHEDULE}"
     MARK_DEPENDED_ON = (
         f"UPDATE jobs SET has_dependents = 1 WHERE id IN {id_list('ids')}"
         " RETURNING id, status, created_by, worker_id"

@@ -152,7 +152,12 @@ class Repository:
         job_type: str | None,
         first: int,
         after_id: int | None,
+        schedule_name: str | None = None,
     ) -> tuple[list[Job], bool, int]:
+        if schedule_name is not None:
+            return await self._db.read(
+                ops.list_schedule_jobs, scope, schedule_name, status, job_type, first, after_id
+            )
         return await self._db.read(ops.list_jobs, scope, status, job_type, first, after_id)
 
     def now(self) -> datetime:

@@ -272,6 +272,13 @@ def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -
     return _sql(query) + " LIMIT :limit"
 
 
+_OF_SCHEDULE = (
+    "schedule_name = :schedule AND (:status IS NULL OR status = :status)"
+    " AND (:type IS NULL OR type = :type)"
+    " AND (:everyone = 1 OR created_by = :creator OR worker_id = :worker)"
+)
+
+
 class SqliteStatements(Statements):
     INSERT_JOB = _sql(insert(jobs).values(_INSERT_VALUES))
     INSERT_JOB_ONCE = _sql(
@@ -453,6 +460,11 @@ class SqliteStatements(Statements):
         )
     )
 
+    SCHEDULE_JOBS = (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
+        " AND id < :after ORDER BY id DESC LIMIT :limit"
+    )
+    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
     MARK_DEPENDED_ON = (
         "UPDATE jobs SET has_dependents = 1 WHERE id IN (SELECT value FROM json_each(:ids))"
         " RETURNING id, status, created_by, worker_id"

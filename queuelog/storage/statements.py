@@ -126,6 +126,9 @@ class Statements:
     FORGET_RATE_CLAIMS: ClassVar[str]
     INSERT_RATE_CLAIM: ClassVar[str]
     PUT_TYPE_CONTROL: ClassVar[str]
+    # `jobs(scheduleName:)`: a schedule's jobs newest first (ix_jobs_schedule), and how many.
+    SCHEDULE_JOBS: ClassVar[str]
+    COUNT_SCHEDULE_JOBS: ClassVar[str]
     # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents = 1 on `ids`, their
     # (id, status, created_by, worker_id) back, the rows locked against a concurrent finish.
     MARK_DEPENDED_ON: ClassVar[str]
