@@ -29,10 +29,8 @@ Proven here:
 - the worker holding a RUNNING job reads the jobs it depends on (with `result`, not
   `error`), and nothing else; not before it holds the job, nor after;
 - `oldestPendingSeconds` leaves waiting jobs out, and counts a released one from its release.
-
-Known bugs, marked xfail(strict): a retried job none of whose dependencies is still open
-keeps its stale `waitingFor`; a producer's `oldestPendingSeconds` counts its waiting jobs
-when it is read among the producer's own jobs (OLDEST_DUE_AMONG_OWN).
+- a retried job none of whose dependencies is still open reads `waitingFor: 0`; a producer's
+  `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too.
 """
 
 from __future__ import annotations
@@ -584,11 +582,6 @@ def test_retry_jobs_puts_a_cascade_back_to_wait(deps: Deps) -> None:
     assert ids(deps.claim([rest])) == [jobs[2]["id"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a retried job keeps the waitingFor it had when cancelled when none of its dependencies"
-    " is left open: RESTORE_WAITING only updates jobs with one, and RETRY_FINISHED does not reset it",
-)
 def test_retrying_a_cascaded_job_whose_dependencies_all_completed_since(deps: Deps) -> None:
     top, rest, other = deps.type(), deps.type(), deps.type()
     a = deps.enqueue(top)
@@ -736,11 +729,6 @@ def test_oldest_pending_seconds_leaves_out_waiting_jobs(deps: Deps) -> None:
     assert ids(deps.claim([rest])) == [b["id"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="OLDEST_DUE_AMONG_OWN (sqlite_statements.py, postgres_statements.py) does not leave out"
-    " jobs waiting for dependencies (delayed = 2)",
-)
 def test_a_producers_oldest_pending_seconds_leaves_out_its_waiting_jobs(deps: Deps) -> None:
     top, rest, later = deps.type(), deps.type(), deps.type()
     # Others' pending jobs outnumber this producer's jobs: its lag is read among its own.

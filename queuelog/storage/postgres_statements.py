@@ -216,7 +216,7 @@ _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
 
 
 _RETRIED = (
-    f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, worker_id = NULL,"
+    f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, waiting_for = 0, worker_id = NULL,"
     f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
 )
 
@@ -359,7 +359,7 @@ class PostgresStatements(Statements):
     OLDEST_DUE_AMONG_OWN = (
         "SELECT MIN(run_at) FROM jobs"
         " WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
-        f" AND run_at <= {NOW} AND type IN {text_list('types')}"
+        f" AND delayed <> 2 AND run_at <= {NOW} AND type IN {text_list('types')}"
     )
     list_jobs = staticmethod(list_statement)
 

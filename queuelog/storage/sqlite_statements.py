@@ -221,6 +221,7 @@ _RETRIED_VALUES = {
     "retry_count": lit(0),
     "run_at": bindparam("now"),
     "delayed": lit(0),
+    "waiting_for": lit(0),  # dependencies.restore_waiting counts those still open
     "worker_id": lit(None),
     "lease_expires_at": lit(None),
     "finished_at": lit(None),
@@ -381,7 +382,7 @@ class SqliteStatements(Statements):
     # pending ones (read_plans.plan_oldest_pending chooses, from the counters).
     OLDEST_DUE_AMONG_OWN = (
         "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_created_by"
-        " WHERE created_by = :created_by AND status = 'pending' AND run_at <= :now"
+        " WHERE created_by = :created_by AND status = 'pending' AND delayed <> 2 AND run_at <= :now"
         " AND type IN (SELECT value FROM json_each(:types))"
     )
     list_jobs = staticmethod(list_statement)
