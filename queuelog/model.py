@@ -282,16 +282,9 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class Schedule:
-    name: str
-    type: str
-    cron: str
-    timezone: str
-    payload: dict[str, Any]
-    priority: Priority
-    max_retries: int
-    misfire: Misfire
-    overlap: Overlap
+class Schedule(ScheduleSpec):
+    """A stored schedule: its definition and where its ticks stand."""
+
     paused: bool
     next_run_at: datetime | None
     last_run_at: datetime | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from queuelog import cron
+from queuelog import cron as cron_rules
 from queuelog.errors import BadInput, Forbidden
 from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
 
@@ -27,7 +27,7 @@ def validate_schedule(
     *,
     name: str,
     type: str,
-    cron_expression: str,
+    cron: str,
     timezone: str,
     payload: Any,
     priority: Priority,
@@ -37,12 +37,12 @@ def validate_schedule(
 ) -> ScheduleSpec:
     check_schedule_name(name)
     try:
-        cron.check_timezone(timezone)
-    except cron.CronError as exc:
+        cron_rules.check_timezone(timezone)
+    except cron_rules.CronError as exc:
         raise BadInput(f"timezone: {exc}") from None
     try:
-        expression = cron.parse(cron_expression, timezone)
-    except cron.CronError as exc:
+        expression = cron_rules.parse(cron, timezone)
+    except cron_rules.CronError as exc:
         raise BadInput(f"cron: {exc}") from None
     # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
     # size, maxRetries, priority): checked once here, not at every tick.

@@ -17,18 +17,8 @@ async def schedules(info: Ctx) -> list[Schedule]:
 
 
 async def put_schedule(info: Ctx, input: ScheduleInput) -> Schedule:
-    return await queue(info).put_schedule(
-        caller(info),
-        name=input.name,
-        type=input.type,
-        cron_expression=input.cron,
-        timezone=input.timezone,
-        payload=input.payload,
-        priority=input.priority,
-        max_retries=input.max_retries,
-        misfire=input.misfire,
-        overlap=input.overlap,
-    )
+    # Both GraphQL paths hand over ScheduleInput objects whose attributes are its fields.
+    return await queue(info).put_schedule(caller(info), **vars(input))
 
 
 async def delete_schedule(info: Ctx, name: str) -> bool:
