@@ -16,6 +16,18 @@ Flow control (API.md sections 9 and 11), with an ADMIN key:
     queue.set_type_control("email", max_running=5, rate_limit=(100, 60))  # replaces all limits
     queue.type_controls()                                # [TypeControl(type="email", ...), ...]
     queue.cancel_jobs(status="PENDING", type="email")    # every matching job, chunk by chunk
+
+Dependencies and schedules (API.md sections 10 and 11):
+
+    fetch = queue.enqueue("fetch", {"url": url})
+    queue.enqueue("parse", depends_on=[fetch])           # claimed once `fetch` is COMPLETED
+    queue.enqueue_many([                                 # a whole graph, all or nothing
+        {"type": "fetch", "payload": {"url": a}},
+        {"type": "fetch", "payload": {"url": b}},
+        {"type": "merge", "depends_on_items": [0, 1]},   # waits for the two above
+    ])
+    queue.put_schedule("nightly", "report", "0 3 * * *", timezone="Europe/Paris")  # ADMIN
+    queue.schedules()                                    # [Schedule(name="nightly", ...), ...]
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -196,6 +208,12 @@ class Enqueued:
     created: bool
 
 
+# What `depends_on` takes: jobs (or what enqueue_many returned for them), or their ids; one
+# alone, or a sequence of them.
+JobRef = str | Job | Enqueued
+JobRefs = JobRef | Sequence[JobRef]
+
+
 @dataclass(frozen=True, slots=True)
 class Completed:
     completed: list[str]
@@ -250,6 +268,64 @@ class TypeControl:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A cron schedule (API.md section 10); `next_run_at` is None while paused, `last_run_at`
+    and `last_job_id` until its first job."""
+
+    name: str
+    type: str
+    cron: str
+    timezone: str
+    payload: dict[str, Any]
+    priority: str
+    max_retries: int
+    misfire: str
+    overlap: str
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_job_id: str | None
+
+    @classmethod
+    def from_graphql(cls, data: dict[str, Any]) -> Schedule:
+        return cls(
+            name=data["name"],
+            type=data["type"],
+            cron=data["cron"],
+            timezone=data["timezone"],
+            payload=data["payload"],
+            priority=data["priority"],
+            max_retries=data["maxRetries"],
+            misfire=data["misfire"],
+            overlap=data["overlap"],
+            paused=data["paused"],
+            next_run_at=_time(data.get("nextRunAt")),
+            last_run_at=_time(data.get("lastRunAt")),
+            last_job_id=data.get("lastJobId"),
+        )
+
+
+SCHEDULE_FIELDS = " ".join(_graphql_name(f.name) for f in fields(Schedule))
+
+
+class EnqueueItem(TypedDict):
+    """One item of `enqueue_many`: enqueue()'s arguments as keys, plus `depends_on_items`, the
+    0-based indexes of earlier items of the same call that this job waits for. A plain dict
+    with these keys does as well; this type only lets a type checker check the keys."""
+
+    type: str
+    payload: NotRequired[dict[str, Any] | None]
+    priority: NotRequired[str]
+    idempotency_key: NotRequired[str | None]
+    max_retries: NotRequired[int]
+    run_at: NotRequired[datetime | None]
+    concurrency_key: NotRequired[str | None]
+    timeout_seconds: NotRequired[int | None]
+    depends_on: NotRequired[JobRefs]
+    depends_on_items: NotRequired[Sequence[int] | int]
+
+
 TYPE_CONTROL_FIELDS = (
     "type paused pausedUntil maxRunning maxRunningPerKey rateLimit { limit periodSeconds perKey }"
     " timeoutSeconds running"
@@ -290,6 +366,8 @@ def _enqueue_input(
     run_at: datetime | None = None,
     concurrency_key: str | None = None,
     timeout_seconds: int | None = None,
+    depends_on: JobRefs = (),
+    depends_on_items: Sequence[int] | int = (),
 ) -> dict[str, Any]:
     item: dict[str, Any] = {
         "type": type,
@@ -305,7 +383,31 @@ def _enqueue_input(
         item["concurrencyKey"] = concurrency_key
     if timeout_seconds is not None:
         item["timeoutSeconds"] = timeout_seconds
+    # Sent only when given, so that an enqueue without them also suits a server without them.
+    if dependencies := _job_ids(depends_on):
+        item["dependsOn"] = dependencies
+    if isinstance(depends_on_items, int):
+        depends_on_items = (depends_on_items,)
+    if depends_on_items:
+        item["dependsOnItems"] = list(depends_on_items)
     return item
+
+
+def _job_ids(jobs: JobRefs) -> builtins.list[str]:
+    """The ids of `depends_on`'s jobs; TypeError for anything but ids, Jobs and Enqueued."""
+    if isinstance(jobs, str | Job | Enqueued):
+        jobs = (jobs,)
+    ids: builtins.list[str] = []
+    for job in jobs:
+        if isinstance(job, str):
+            ids.append(job)
+        elif isinstance(job, Job):
+            ids.append(job.id)
+        elif isinstance(job, Enqueued):
+            ids.append(job.job.id)
+        else:
+            raise TypeError(f"depends_on takes job ids, Job or Enqueued objects, not {type(job).__name__}")
+    return ids
 
 
 def _utc_text(moment: datetime) -> str:
@@ -527,7 +629,18 @@ class AsyncClient:
         run_at: datetime | None = None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
+        depends_on: JobRefs = (),
     ) -> Job:
+        """Enqueue one job. `depends_on`: the jobs it waits for (ids, Job or Enqueued
+        objects; one or a sequence): it stays PENDING, with `waiting_for` > 0, and is claimed
+        only once every one of them is COMPLETED.
+
+        Raises BadInput (a type outside the allowlist, bad arguments, over 100 dependencies),
+        NotFound (a dependency this key cannot see), Conflict (a dependency already FAILED or
+        CANCELLED; an idempotency key reused with other input), Forbidden, PayloadTooLarge,
+        Unauthenticated, ServerUnreachable; TypeError for a dependency that is not an id or a
+        job (before sending).
+        """
         item = _enqueue_input(
             type,
             payload,
@@ -537,6 +650,7 @@ class AsyncClient:
             run_at=run_at,
             concurrency_key=concurrency_key,
             timeout_seconds=timeout_seconds,
+            depends_on=depends_on,
         )
         data = await self.execute(
             "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
@@ -545,8 +659,19 @@ class AsyncClient:
         )
         return Job.from_graphql(data["enqueueJob"]["job"])
 
-    async def enqueue_many(self, items: Sequence[dict[str, Any]]) -> list[Enqueued]:
-        """Enqueue several jobs at once, all or nothing. Each item takes enqueue()'s arguments."""
+    async def enqueue_many(self, items: Sequence[EnqueueItem | dict[str, Any]]) -> list[Enqueued]:
+        """Enqueue several jobs at once, all or nothing; the answers come in the items' order.
+
+        Each item is a dict of enqueue()'s arguments (`{"type": "email", "payload": {...},
+        "depends_on": [job]}`, see EnqueueItem), plus `depends_on_items`: the 0-based indexes
+        of earlier items of this call that the job waits for, so a whole graph goes in at
+        once. A chain: `[{"type": "a"}, {"type": "b", "depends_on_items": [0]}, {"type": "c",
+        "depends_on_items": [1]}]`; a fan-in: `[{"type": "part"}, {"type": "part"}, {"type":
+        "join", "depends_on_items": [0, 1]}]`.
+
+        Raises what enqueue() raises, for any item (then none is enqueued); BadInput also for
+        an index that is not of an earlier item; TypeError for a key enqueue() does not take.
+        """
         inputs = [_enqueue_input(**item) for item in items]
         data = await self.execute(
             "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
@@ -735,6 +860,90 @@ class AsyncClient:
             if not outcome["more"] or idle >= BULK_IDLE_ROUNDS:
                 return total
 
+    # --- schedules (API.md section 10) -----------------------------------------------------
+
+    async def schedules(self) -> builtins.list[Schedule]:
+        """ADMIN and VIEWER: every schedule, in name order.
+
+        Raises Forbidden (another role), Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute(f"{{ schedules {{ {SCHEDULE_FIELDS} }} }}")
+        return [Schedule.from_graphql(s) for s in data["schedules"]]
+
+    async def put_schedule(
+        self,
+        name: str,
+        type: str,
+        cron: str,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        *,
+        priority: str = "LOW",
+        max_retries: int = 3,
+        misfire: str = "RUN_ONCE",
+        overlap: str = "ALLOW",
+    ) -> Schedule:
+        """ADMIN: create the schedule `name`, or replace the one with that name. Each tick of
+        `cron` (read in the IANA `timezone`) enqueues one job of `type` with `payload`,
+        `priority` and `max_retries`. `misfire`: "RUN_ONCE" (one job for the newest tick
+        missed while no server ran) or "SKIP"; `overlap`: "ALLOW" or "SKIP" (no job for a tick
+        while the previous tick's job is PENDING or RUNNING).
+
+        Raises BadInput (a bad cron expression, time zone or name, a type outside the
+        allowlist: the message names the field), Forbidden, Unauthenticated,
+        ServerUnreachable.
+        """
+        item = {
+            "name": name,
+            "type": type,
+            "cron": cron,
+            "timezone": timezone,
+            "payload": payload if payload is not None else {},
+            "priority": priority.upper(),
+            "maxRetries": max_retries,
+            "misfire": misfire.upper(),
+            "overlap": overlap.upper(),
+        }
+        data = await self.execute(
+            f"mutation($input: ScheduleInput!) {{ putSchedule(input: $input) {{ {SCHEDULE_FIELDS} }} }}",
+            {"input": item},
+        )
+        return Schedule.from_graphql(data["putSchedule"])
+
+    async def delete_schedule(self, name: str) -> bool:
+        """ADMIN: delete the schedule; False when there was none by that name. The jobs it
+        already enqueued stay.
+
+        Raises BadInput (a malformed name), Forbidden, Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute("mutation($name: String!) { deleteSchedule(name: $name) }", {"name": name})
+        return bool(data["deleteSchedule"])
+
+    async def pause_schedule(self, name: str) -> Schedule:
+        """ADMIN: stop the schedule's ticks until `resume_schedule`.
+
+        Raises NotFound (no such schedule), BadInput (a malformed name), Forbidden,
+        Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($name: String!) {{ pauseSchedule(name: $name) {{ {SCHEDULE_FIELDS} }} }}",
+            {"name": name},
+        )
+        return Schedule.from_graphql(data["pauseSchedule"])
+
+    async def resume_schedule(self, name: str) -> Schedule:
+        """ADMIN: restart the schedule's ticks from now on (the ticks missed while paused
+        enqueue nothing).
+
+        Raises NotFound (no such schedule), BadInput (a malformed name), Forbidden,
+        Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($name: String!) {{ resumeSchedule(name: $name) {{ {SCHEDULE_FIELDS} }} }}",
+            {"name": name},
+        )
+        return Schedule.from_graphql(data["resumeSchedule"])
+
     # --- workers ---------------------------------------------------------------------------
 
     async def claim(
@@ -904,7 +1113,9 @@ class Client:
         run_at: datetime | None = None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
+        depends_on: JobRefs = (),
     ) -> Job:
+        """See AsyncClient.enqueue: `depends_on` takes ids, Job or Enqueued objects."""
         return self._call(
             self._async.enqueue(
                 type,
@@ -915,10 +1126,13 @@ class Client:
                 run_at=run_at,
                 concurrency_key=concurrency_key,
                 timeout_seconds=timeout_seconds,
+                depends_on=depends_on,
             )
         )
 
-    def enqueue_many(self, items: Sequence[dict[str, Any]]) -> list[Enqueued]:
+    def enqueue_many(self, items: Sequence[EnqueueItem | dict[str, Any]]) -> list[Enqueued]:
+        """See AsyncClient.enqueue_many: dicts of enqueue()'s arguments, plus
+        `depends_on_items` (indexes of earlier items); all or nothing."""
         return self._call(self._async.enqueue_many(items))
 
     def get(self, id: str) -> Job | None:
@@ -999,3 +1213,49 @@ class Client:
         """See AsyncClient.retry_jobs: the total retried (BadInput, Forbidden,
         Unauthenticated, ServerUnreachable)."""
         return self._call(self._async.retry_jobs(status, type, concurrency_key, created_before, chunk=chunk))
+
+    def schedules(self) -> builtins.list[Schedule]:
+        """See AsyncClient.schedules (Forbidden, Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.schedules())
+
+    def put_schedule(
+        self,
+        name: str,
+        type: str,
+        cron: str,
+        timezone: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        *,
+        priority: str = "LOW",
+        max_retries: int = 3,
+        misfire: str = "RUN_ONCE",
+        overlap: str = "ALLOW",
+    ) -> Schedule:
+        """See AsyncClient.put_schedule: creates or replaces. Raises BadInput (naming the field:
+        `cron`, `timezone`, `name`...), Forbidden, Unauthenticated, ServerUnreachable."""
+        return self._call(
+            self._async.put_schedule(
+                name,
+                type,
+                cron,
+                timezone,
+                payload,
+                priority=priority,
+                max_retries=max_retries,
+                misfire=misfire,
+                overlap=overlap,
+            )
+        )
+
+    def delete_schedule(self, name: str) -> bool:
+        """See AsyncClient.delete_schedule: False when there was none (Forbidden,
+        Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.delete_schedule(name))
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """See AsyncClient.pause_schedule (NotFound, Forbidden, Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.pause_schedule(name))
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """See AsyncClient.resume_schedule (NotFound, Forbidden, Unauthenticated, ServerUnreachable)."""
+        return self._call(self._async.resume_schedule(name))

@@ -45,6 +45,15 @@ failure), unless the server, which applies the timeout on its own, did so first.
 that goes on regardless keeps its slot until it returns (so `concurrency` still bounds the
 handlers running), and whatever it returns is discarded. A completion that reaches the
 server after the job timed out there is rejected and logged "lost", never "completed".
+
+Dependencies (API.md sections 10 and 11). A job enqueued with `depends_on` runs only once the
+jobs it waits for are COMPLETED; its handler reads them, with their results, through
+`job.dependencies()` (`await job.dependencies()` in an async handler), so one step passes its
+output to the next:
+
+    def parse(job):
+        (fetched,) = job.dependencies()  # [queuelog.client.Job], in id order
+        return {"words": len(fetched.result["text"].split())}
 """
 
 from __future__ import annotations
@@ -69,7 +78,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
-from queuelog.client import AsyncClient, Job, ServerUnreachable
+from queuelog.client import WORKER_JOB_FIELDS, AsyncClient, Job, ServerUnreachable
 from queuelog.errors import Conflict, NotFound, PayloadTooLarge, QueuelogError
 
 log = logging.getLogger("queuelog.worker")
@@ -100,6 +109,7 @@ BACKOFF_MAX = 15.0
 TYPE_TIMEOUTS_REFRESH_SECONDS = 60.0
 FIRST_TYPE_TIMEOUTS_WAIT = 2.0  # at start, before the first claim, at most this long
 TIMED_OUT_ERROR = "timed out"  # the server's error for a job past its timeout (API.md section 9)
+DEPENDENCY_READS = 8  # `job(id)` reads in flight at once for one JobContext.dependencies()
 
 
 class Retry(Exception):
@@ -117,9 +127,16 @@ class Discard(Exception):
         super().__init__(reason)
 
 
+class _WorkerBound:
+    """A slot, outside JobContext's dataclass fields (those are what the worker claims), for
+    the client and event loop of the worker that runs the job: set by `Worker._start`."""
+
+    __slots__ = ("_worker",)
+
+
 @dataclass(frozen=True, slots=True)
-class JobContext:
-    """What a handler sees of its job."""
+class JobContext(_WorkerBound):
+    """What a handler sees of its job: its fields, and `dependencies()`."""
 
     id: str
     type: str
@@ -159,6 +176,56 @@ class JobContext:
             data["concurrencyKey"],
             data["timeoutSeconds"],
         )
+
+    def dependencies(self) -> Any:
+        """The jobs this job waits for (its `dependsOn`), as `queuelog.client.Job` objects
+        with their `result` (not `error`), in id order; [] for a job without dependencies.
+
+        In an async handler, `await job.dependencies()`; in a sync handler (on its thread),
+        `job.dependencies()` returns the list itself. Either way the requests go through the
+        worker's client, on the worker's event loop: the worker's key may read these jobs
+        while it holds this one.
+
+        Raises NotFound (this job is no longer held by the worker, its lease lost; or a
+        dependency no longer exists, deleted by the retention pruner), ServerUnreachable,
+        Unauthenticated; RuntimeError for a JobContext that a running Worker did not give.
+        """
+        binding: tuple[AsyncClient, asyncio.AbstractEventLoop] | None = getattr(self, "_worker", None)
+        if binding is None:
+            raise RuntimeError("dependencies() reads through a worker: this job was not given by one")
+        client, loop = binding
+        if loop.is_closed():
+            raise RuntimeError("dependencies(): the worker that ran this job has stopped")
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        reading = _read_dependencies(client, self.id)
+        if running is loop:  # an async handler
+            return reading
+        future = asyncio.run_coroutine_threadsafe(reading, loop)
+        if running is None:  # a sync handler's thread: wait for the answer here
+            return future.result()
+        return asyncio.wrap_future(future)  # awaited on some other event loop
+
+
+async def _read_dependencies(client: AsyncClient, job_id: str) -> list[Job]:
+    """`job_id`'s dependsOn, then each of those jobs (DEPENDENCY_READS at a time)."""
+    data = await client.execute("query($id: ID!) { job(id: $id) { dependsOn } }", {"id": job_id})
+    if not data.get("job"):
+        raise NotFound(f"job {job_id} is not visible to this worker (its lease may have been lost)")
+    gate = asyncio.Semaphore(DEPENDENCY_READS)
+
+    async def read(dependency: str) -> Job:
+        async with gate:
+            found = await client.execute(
+                f"query($id: ID!) {{ job(id: $id) {{ {WORKER_JOB_FIELDS} }} }}", {"id": dependency}
+            )
+        if not found.get("job"):
+            raise NotFound(f"dependency {dependency} of job {job_id} is not visible to this worker")
+        return Job.from_graphql(found["job"])
+
+    return list(await asyncio.gather(*(read(str(d)) for d in data["job"]["dependsOn"])))
 
 
 @dataclass
@@ -637,8 +704,10 @@ class Worker:
         held_jobs = self._held
         type_timeouts = self._type_timeouts
         loop = asyncio.get_running_loop()
+        binding = (self._client, loop)  # what JobContext.dependencies() reads through
         for data in jobs:  # the hot path: per job, one dict read for its timeout, no request
             context = JobContext.from_graphql(data)
+            object.__setattr__(context, "_worker", binding)  # frozen: no plain assignment
             held = _Held(context, now, interval)
             if beat_now:
                 held.next_beat = now
