@@ -1,9 +1,11 @@
 // The jobs dashboard: a client of the public GraphQL API, with the key's own permissions.
 // Reads only queueStats, jobs(first <= 50) and job(id) with its events, which the server
-// answers from counters and indexes however many jobs there are, and typeControls while the
-// Types view is open; listens on the websocket (jobEvents for everything, jobUpdated for the
-// open job) and polls while the socket is down. Two views: jobs (#jobs, #job/<id>) and types
-// (#types); flow-control actions (pause, limits, bulk cancel and retry) for the roles allowed.
+// answers from counters and indexes however many jobs there are, typeControls while the Types
+// view is open and schedules while the Schedules view is; listens on the websocket (jobEvents
+// for everything, jobUpdated for the open job) and polls while the socket is down. Three
+// views: jobs (#jobs, #job/<id>), types (#types) and schedules (#schedules); flow-control
+// actions (pause, limits, bulk cancel and retry) and schedule actions (pause, resume, delete)
+// for the roles allowed.
 import { KEY_REFUSED, request, socketClient } from "./api.js";
 import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
 
@@ -15,11 +17,13 @@ const SPARK_MINUTES = 30; // full minutes drawn; queueStats.throughput also give
 const TIMELINE_EVENTS = 50; // Job.events(last:): the newest this many transitions of the open job
 const BULK_LIMIT = 500; // cancelJobs/retryJobs: jobs per call, the progress shown between calls
 const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
-const ROW_FIELDS = "id type status priority attempt createdAt updatedAt";
+const ROW_FIELDS = "id type status priority attempt createdAt updatedAt scheduleName waitingFor";
+// The job's own values, then its relations (read from other tables): events and dependsOn.
 const DETAIL_FIELDS =
   "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId " +
   "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds " +
-  `events(last: ${TIMELINE_EVENTS}) { kind status at }`;
+  "waitingFor scheduleName " +
+  `events(last: ${TIMELINE_EVENTS}) { kind status at } dependsOn`;
 const COUNT_FIELDS = COUNTS.join(" ");
 const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
   byType { type counts { ${COUNT_FIELDS} } } throughput(minutes: ${SPARK_MINUTES + 1}) { at completed failed } } }`;
@@ -34,6 +38,15 @@ const PAUSE_MUTATION = `mutation Pause($type: String!) { pauseType(type: $type) 
 const RESUME_MUTATION = `mutation Resume($type: String!) { resumeType(type: $type) { ${CONTROL_FIELDS} } }`;
 const LIMITS_MUTATION = `mutation Limits($input: TypeControlInput!) {
   setTypeControl(input: $input) { ${CONTROL_FIELDS} } }`;
+const SCHEDULE_FIELDS = "name type cron timezone paused nextRunAt lastRunAt lastJobId";
+const SCHEDULES_QUERY = `query Schedules { schedules { ${SCHEDULE_FIELDS} } }`;
+const PAUSE_SCHEDULE_MUTATION = `mutation PauseSchedule($name: String!) {
+  pauseSchedule(name: $name) { ${SCHEDULE_FIELDS} } }`;
+const RESUME_SCHEDULE_MUTATION = `mutation ResumeSchedule($name: String!) {
+  resumeSchedule(name: $name) { ${SCHEDULE_FIELDS} } }`;
+const DELETE_SCHEDULE_MUTATION = "mutation DeleteSchedule($name: String!) { deleteSchedule(name: $name) }";
+const SCHEDULE_COLUMNS = 7; // without the ADMIN's Actions
+const JOB_COLUMNS = 8;
 // The bulk actions: the statuses each may change, its mutation, and how the page words it.
 const BULK = {
   cancel: { statuses: ["PENDING"], mutation: "cancelJobs", verb: "Cancel", doing: "Cancelling", done: "cancelled" },
@@ -61,11 +74,14 @@ const state = {
   detailView: 0, // bumped whenever the detail pane turns to another job (or closes)
   detail: null,
   stopDetailUpdates: null,
-  view: "jobs", // "jobs" or "types"
+  view: "jobs", // "jobs", "types" or "schedules"
   typesRequest: 0,
   controls: new Map(), // type -> its TypeControl, as last read
   editing: null, // the type whose limits form is open
   bulk: null, // the bulk action awaiting confirmation or under way: {action, filter, running}
+  schedulesRequest: 0,
+  schedules: new Map(), // name -> its Schedule, as last read
+  deleting: null, // the schedule whose delete awaits confirmation
 };
 
 // ---- talking to the server -------------------------------------------------------------
@@ -101,6 +117,8 @@ function quietly(promise) {
 
 const isAdmin = () => Boolean(state.me) && state.me.roles.includes("ADMIN");
 const mayCancel = () => isAdmin() || (Boolean(state.me) && state.me.roles.includes("PRODUCER"));
+// API.md section 10: `schedules` is for ADMIN and VIEWER; other roles are refused it.
+const mayReadSchedules = () => isAdmin() || (Boolean(state.me) && state.me.roles.includes("VIEWER"));
 
 // ---- signing in and out ----------------------------------------------------------------
 
@@ -128,6 +146,14 @@ async function signIn(key) {
   document.querySelector('[data-bulk="cancel"]').hidden = !mayCancel();
   document.querySelector('[data-bulk="retry"]').hidden = !isAdmin();
   $("type-actions-head").hidden = !isAdmin();
+  $("schedule-actions-head").hidden = !isAdmin();
+  $("schedules-link").hidden = !mayReadSchedules();
+  $("schedules").hidden = !mayReadSchedules();
+  showSchedulesMessage(
+    mayReadSchedules()
+      ? ""
+      : `Schedules are shown to ADMIN and VIEWER keys only; this key is ${me.roles.join(", ")}.`,
+  );
   updateBulk();
   setLive(false);
   openSocket();
@@ -135,6 +161,7 @@ async function signIn(key) {
     setInterval(() => {
       quietly(loadStats());
       if (state.view === "types") quietly(loadTypes());
+      if (state.view === "schedules") quietly(loadSchedules());
     }, STATS_MS),
   );
   state.timers.push(setInterval(refreshTimes, 10000));
@@ -151,13 +178,16 @@ function signOut(message, kind = "error") {
   closeDetail();
   closeBulk();
   closeLimits();
-  Object.assign(state, { key: "", me: null, controls: new Map() });
+  closeScheduleDialog();
+  Object.assign(state, { key: "", me: null, controls: new Map(), schedules: new Map() });
   // Nothing the key could read stays on the page.
   document.querySelectorAll("[data-count]").forEach((cell) => (cell.textContent = "–"));
   $("by-type").tBodies[0].replaceChildren();
   $("jobs").tBodies[0].replaceChildren();
   $("type-controls").tBodies[0].replaceChildren();
+  $("schedules").tBodies[0].replaceChildren();
   showTypesMessage("");
+  showSchedulesMessage("");
   $("bulk-progress").textContent = "";
   drawSparkline([]);
   state.nextCursor = null;
@@ -237,6 +267,7 @@ function refreshAll() {
   quietly(loadJobs());
   if (state.detailId) quietly(loadDetail(state.detailId));
   if (state.view === "types") quietly(loadTypes());
+  if (state.view === "schedules") quietly(loadSchedules());
 }
 
 // Leading and trailing: the first event refreshes at once, a burst at most every `gap` ms.
@@ -257,6 +288,7 @@ const refreshSoon = throttled(() => {
   quietly(loadStats());
   if (state.cursors.length === 1) quietly(loadJobs()); // the newest page: new jobs appear
   if (state.view === "types") quietly(loadTypes()); // running counts move with the jobs
+  if (state.view === "schedules") quietly(loadSchedules()); // a tick's job is its last job
 }, REFRESH_GAP_MS);
 
 function onEvent(event) {
@@ -337,7 +369,7 @@ async function loadJobs() {
   const rows = jobs.nodes.map(jobRow);
   if (!rows.length) {
     const empty = cell("No jobs match.");
-    empty.colSpan = 7;
+    empty.colSpan = JOB_COLUMNS;
     const row = document.createElement("tr");
     row.append(empty);
     rows.push(row);
@@ -359,11 +391,18 @@ function jobRow(job) {
   const link = document.createElement("a");
   link.href = `#job/${encodeURIComponent(job.id)}`;
   link.textContent = `#${job.id}`;
-  link.setAttribute("aria-label", `Job ${job.id}, ${job.type}, ${job.status}`);
+  const waiting = isWaiting(job);
+  const label = `Job ${job.id}, ${job.type}, ${job.status}` + (waiting ? `, waiting for ${dependencies(job.waitingFor)}` : "");
+  link.setAttribute("aria-label", label);
+  const status = document.createElement("span");
+  status.className = "status-cell";
+  status.append(statusBadge(job.status));
+  if (waiting) status.append(" ", waitingBadge(job.waitingFor));
   row.append(
     cell(link),
     cell(job.type),
-    cell(statusBadge(job.status)),
+    cell(status),
+    cell(job.scheduleName || ""),
     cell(job.priority),
     cell(String(job.attempt), "num"),
     cell(timeElement(job.createdAt)),
@@ -407,9 +446,13 @@ function hashJobId() {
   }
 }
 
-// `#types`: the Types view; anything else: the jobs view (with a job open for `#job/<id>`).
+// `#types`: the Types view; `#schedules`: the Schedules view; anything else: the jobs view
+// (with a job open for `#job/<id>`).
 function hashView() {
-  return window.location.hash === "#types" ? "types" : "jobs";
+  const hash = window.location.hash;
+  if (hash === "#types") return "types";
+  if (hash === "#schedules") return "schedules";
+  return "jobs";
 }
 
 function showView(view) {
@@ -433,6 +476,12 @@ async function route(focus) {
     return;
   }
   closeLimits();
+  if (state.view === "schedules") {
+    closeDetail();
+    if (focus) $("schedules-title").focus();
+    if (mayReadSchedules()) await quietly(loadSchedules()); // others: the message says why not
+    return;
+  }
   const id = hashJobId();
   if (id === null) {
     closeDetail();
@@ -562,6 +611,9 @@ function renderDetail(job) {
     ["Idempotency key", job.idempotencyKey || "none"],
     ["Concurrency key", job.concurrencyKey || "none"],
     ["Timeout", job.timeoutSeconds === null ? "not set (the type's, if any)" : seconds(job.timeoutSeconds)],
+    ["Schedule", scheduleOf(job)],
+    ["Depends on", dependencyLinks(job.dependsOn)],
+    ["Waiting for", waitingText(job)],
   ];
   $("detail-fields").replaceChildren(
     ...fields.flatMap(([name, value]) => {
@@ -578,6 +630,63 @@ function renderDetail(job) {
   if (isAdmin()) $("detail-error").textContent = job.error || "none";
   renderActions(job);
   renderTimeline(job);
+}
+
+// A PENDING job with dependencies not COMPLETED yet: not claimed whatever its runAt says.
+function isWaiting(job) {
+  return job.status === "PENDING" && job.waitingFor > 0;
+}
+
+function dependencies(count) {
+  return `${count.toLocaleString("en")} ${count === 1 ? "dependency" : "dependencies"}`;
+}
+
+function waitingBadge(count) {
+  const badge = document.createElement("span");
+  badge.className = "waiting";
+  badge.textContent = `waiting for ${count.toLocaleString("en")}`;
+  badge.title = `${dependencies(count)} not COMPLETED yet: not claimed before they are`;
+  return badge;
+}
+
+// The schedule that enqueued the job: a link to the Schedules view for the keys that see it.
+function scheduleOf(job) {
+  if (!job.scheduleName) return "none";
+  if (!mayReadSchedules()) return job.scheduleName;
+  const link = document.createElement("a");
+  link.href = "#schedules";
+  link.textContent = job.scheduleName;
+  link.setAttribute("aria-label", `Schedule ${job.scheduleName} (Schedules view)`);
+  return link;
+}
+
+// Job.dependsOn: each a link to that job's detail. (The API has no field for the jobs that
+// wait for this one, so dependents are not listed.)
+function dependencyLinks(ids) {
+  if (!ids.length) return "nothing";
+  const list = document.createElement("ul");
+  list.className = "inline-list";
+  list.append(
+    ...ids.map((id) => {
+      const link = document.createElement("a");
+      link.href = `#job/${encodeURIComponent(id)}`;
+      link.textContent = `#${shortId(id)}`;
+      link.setAttribute("aria-label", `Job ${shortId(id)}`);
+      link.dataset.dependency = id;
+      const item = document.createElement("li");
+      item.append(link);
+      return item;
+    }),
+  );
+  return list;
+}
+
+function waitingText(job) {
+  const total = job.dependsOn.length;
+  if (!total) return "nothing";
+  if (job.waitingFor === 0) return `nothing: ${total === 1 ? "its dependency is" : `all ${total} are`} COMPLETED`;
+  const text = `${job.waitingFor.toLocaleString("en")} of ${dependencies(total)} not COMPLETED yet`;
+  return job.status === "PENDING" ? `${text}: not claimed before they are` : text;
 }
 
 function renderActions(job) {
@@ -701,10 +810,15 @@ function typeRow(control) {
   return row;
 }
 
-function pauseState(control) {
+function pausedBadge(paused) {
   const badge = document.createElement("span");
-  badge.className = `status ${control.paused ? "status-PAUSED" : "status-ACTIVE"}`;
-  badge.textContent = control.paused ? "PAUSED" : "ACTIVE";
+  badge.className = `status ${paused ? "status-PAUSED" : "status-ACTIVE"}`;
+  badge.textContent = paused ? "PAUSED" : "ACTIVE";
+  return badge;
+}
+
+function pauseState(control) {
+  const badge = pausedBadge(control.paused);
   if (!control.paused || !control.pausedUntil) return badge;
   const until = document.createElement("span");
   until.append(badge, " until ", timeElement(control.pausedUntil));
@@ -746,17 +860,23 @@ function typeActions(control) {
 // Rows are redrawn on every refresh: a keyboard user's focus stays on the same type's button
 // (a pause that became a resume keeps the focus on its replacement).
 function keepingTypeFocus(redraw) {
+  keepingActionFocus("type-controls", "type", redraw);
+}
+
+// The same for the rows of table `tableId`, each named by its `data-<key>` attribute; the
+// focusable parts of a row carry `data-action`.
+function keepingActionFocus(tableId, key, redraw) {
   const focused = document.activeElement;
-  const row = focused && focused.closest("#type-controls tr[data-type]");
+  const row = focused && focused.closest(`#${tableId} tr[data-${key}]`);
   const action = row && focused.dataset.action;
   redraw();
-  if (!row || row.isConnected) return;
-  const again = typeRowElement(row.dataset.type);
+  if (!row || row.isConnected || !action) return;
+  const again = document.querySelector(`#${tableId} tr[data-${key}="${CSS.escape(row.dataset[key])}"]`);
   if (!again) return;
   const swapped = { pause: "resume", resume: "pause" }[action];
   const target =
-    again.querySelector(`button[data-action="${action}"]`) ||
-    (swapped && again.querySelector(`button[data-action="${swapped}"]`));
+    again.querySelector(`[data-action="${action}"]`) ||
+    (swapped && again.querySelector(`[data-action="${swapped}"]`));
   if (target) target.focus();
 }
 
@@ -918,6 +1038,185 @@ function showLimitsMessage(text, input = null) {
     input.setAttribute("aria-describedby", "limits-message");
     input.focus();
   }
+}
+
+// ---- the Schedules view (schedules) -----------------------------------------------------
+
+async function loadSchedules() {
+  if (!mayReadSchedules()) return;
+  const ticket = ++state.schedulesRequest;
+  const schedules = (await call(SCHEDULES_QUERY)).schedules;
+  if (ticket !== state.schedulesRequest) return; // a newer read, or a write's answer, is newer
+  state.schedules = new Map(schedules.map((schedule) => [schedule.name, schedule]));
+  const rows = schedules.map(scheduleRow);
+  if (!rows.length) rows.push(noSchedulesRow());
+  keepingActionFocus("schedules", "schedule", () => $("schedules").tBodies[0].replaceChildren(...rows));
+}
+
+function noSchedulesRow() {
+  const empty = cell("No schedules. An ADMIN creates them with putSchedule (GraphQL or the SDK).");
+  empty.colSpan = SCHEDULE_COLUMNS + (isAdmin() ? 1 : 0);
+  const row = document.createElement("tr");
+  row.append(empty);
+  return row;
+}
+
+// One schedule as a write answered it: its row alone is redrawn.
+function showSchedule(schedule) {
+  state.schedulesRequest += 1; // a read sent before this write must not paint the old state
+  state.schedules.set(schedule.name, schedule);
+  const row = scheduleRowElement(schedule.name);
+  if (!row) {
+    quietly(loadSchedules()); // not on the page (the list was still loading): read them all
+    return;
+  }
+  const fresh = scheduleRow(schedule);
+  keepingActionFocus("schedules", "schedule", () => row.replaceWith(fresh));
+}
+
+function scheduleRowElement(name) {
+  return document.querySelector(`#schedules tr[data-schedule="${CSS.escape(name)}"]`);
+}
+
+function scheduleRow(schedule) {
+  const row = document.createElement("tr");
+  row.dataset.schedule = schedule.name;
+  const name = document.createElement("th");
+  name.scope = "row";
+  name.textContent = schedule.name;
+  const cron = document.createElement("code");
+  cron.textContent = schedule.cron;
+  const when = document.createElement("span");
+  when.append(cron, ` (${schedule.timezone})`);
+  let next = schedule.paused ? "none while paused" : "none";
+  if (schedule.nextRunAt) next = timeElement(schedule.nextRunAt);
+  row.append(
+    name,
+    cell(schedule.type),
+    cell(when),
+    cell(pausedBadge(schedule.paused)),
+    cell(next),
+    cell(schedule.lastRunAt ? timeElement(schedule.lastRunAt) : "never"),
+    cell(lastJobLink(schedule)),
+  );
+  if (isAdmin()) row.append(scheduleActions(schedule));
+  return row;
+}
+
+function lastJobLink(schedule) {
+  if (!schedule.lastJobId) return "none";
+  const link = document.createElement("a");
+  link.href = `#job/${encodeURIComponent(schedule.lastJobId)}`;
+  link.textContent = `#${shortId(schedule.lastJobId)}`;
+  link.dataset.action = "last-job"; // for keepingActionFocus
+  link.setAttribute("aria-label", `Job ${shortId(schedule.lastJobId)}, the last one ${schedule.name} enqueued`);
+  return link;
+}
+
+function scheduleActions(schedule) {
+  const td = document.createElement("td");
+  td.className = "row-actions";
+  const action = schedule.paused ? "resume" : "pause";
+  const toggle = document.createElement("button");
+  toggle.type = "button";
+  toggle.dataset.action = action;
+  toggle.textContent = schedule.paused ? "Resume" : "Pause";
+  toggle.setAttribute("aria-label", `${toggle.textContent} schedule ${schedule.name}`);
+  toggle.addEventListener("click", () => toggleSchedule(schedule.name, action, toggle));
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.className = "secondary";
+  remove.dataset.action = "delete";
+  remove.textContent = "Delete…";
+  remove.setAttribute("aria-label", `Delete schedule ${schedule.name}…`);
+  remove.setAttribute("aria-haspopup", "dialog");
+  remove.addEventListener("click", () => askDeleteSchedule(schedule.name));
+  td.append(toggle, " ", remove);
+  return td;
+}
+
+async function toggleSchedule(name, action, button) {
+  button.disabled = true;
+  showSchedulesMessage("");
+  const operation = action === "pause" ? "pauseSchedule" : "resumeSchedule";
+  try {
+    const data = await call(action === "pause" ? PAUSE_SCHEDULE_MUTATION : RESUME_SCHEDULE_MUTATION, { name });
+    const schedule = data[operation];
+    const hadFocus = document.activeElement === button || document.activeElement === document.body;
+    showSchedule(schedule);
+    // Its button became the other one: the focus moves to it (the old one was disabled).
+    const again = scheduleRowElement(name)?.querySelector('button[data-action="pause"], button[data-action="resume"]');
+    if (hadFocus && again) again.focus();
+    showSchedulesMessage(
+      schedule.paused
+        ? `${name} paused: it enqueues nothing until it is resumed.`
+        : `${name} resumed (the ticks it missed while paused are not enqueued).`,
+    );
+  } catch (error) {
+    if (error instanceof Stale) return;
+    showSchedulesMessage(`${action === "pause" ? "Pause" : "Resume"} ${name} refused: ${error.plain}`, "error");
+    button.disabled = false;
+  }
+}
+
+function askDeleteSchedule(name) {
+  const schedule = state.schedules.get(name);
+  if (!schedule || state.deleting) return;
+  state.deleting = name;
+  showSchedulesMessage("");
+  $("schedule-dialog-title").textContent = `Delete schedule ${name}?`;
+  const last = schedule.lastJobId ? ` (the newest is #${shortId(schedule.lastJobId)})` : "";
+  $("schedule-dialog-text").textContent =
+    `${name} will enqueue no more ${schedule.type} jobs (${schedule.cron}, ${schedule.timezone}). ` +
+    `The jobs it already enqueued stay${last}. Only putSchedule can create it again.`;
+  $("schedule-delete-confirm").textContent = `Delete ${name}`;
+  $("schedule-dialog").showModal();
+}
+
+// `refocus`: back to the schedule's Delete button (Back, or Escape).
+function closeScheduleDialog(refocus = false) {
+  const name = state.deleting;
+  state.deleting = null;
+  if ($("schedule-dialog").open) $("schedule-dialog").close();
+  const button = refocus && name && scheduleRowElement(name)?.querySelector('button[data-action="delete"]');
+  if (button) button.focus();
+}
+
+async function deleteSchedule() {
+  const name = state.deleting;
+  if (!name) return;
+  state.deleting = null;
+  $("schedule-dialog").close();
+  const row = scheduleRowElement(name);
+  // After it goes, the focus moves to the next schedule's Delete (or the one before, or the heading).
+  const neighbour = row && (row.nextElementSibling || row.previousElementSibling);
+  const neighbourName = neighbour ? neighbour.dataset.schedule : undefined;
+  row?.querySelectorAll("button").forEach((button) => (button.disabled = true));
+  try {
+    const deleted = (await call(DELETE_SCHEDULE_MUTATION, { name })).deleteSchedule;
+    state.schedulesRequest += 1; // a read sent before this write must not paint it again
+    state.schedules.delete(name);
+    scheduleRowElement(name)?.remove();
+    if (!state.schedules.size) $("schedules").tBodies[0].replaceChildren(noSchedulesRow());
+    const next = neighbourName && scheduleRowElement(neighbourName)?.querySelector('button[data-action="delete"]');
+    if (next) next.focus();
+    else $("schedules-title").focus();
+    showSchedulesMessage(
+      deleted
+        ? `Schedule ${name} deleted; the jobs it enqueued stay.`
+        : `Schedule ${name} was already gone (deleted elsewhere).`,
+    );
+    quietly(loadSchedules());
+  } catch (error) {
+    if (error instanceof Stale) return;
+    row?.querySelectorAll("button").forEach((button) => (button.disabled = false));
+    showSchedulesMessage(`Delete ${name} refused: ${error.plain}`, "error");
+  }
+}
+
+function showSchedulesMessage(text, kind = "info") {
+  $("schedules-message").textContent = text;
+  $("schedules-message").dataset.kind = kind;
 }
 
 // ---- bulk cancel and retry on the filtered list ----------------------------------------
@@ -1121,6 +1420,15 @@ $("limits-form").addEventListener("submit", (event) => {
   saveLimits();
 });
 $("limits-close").addEventListener("click", () => closeLimits(true));
+$("schedule-delete-confirm").addEventListener("click", () => deleteSchedule());
+$("schedule-delete-back").addEventListener("click", () => closeScheduleDialog(true));
+$("schedule-dialog").addEventListener("cancel", (event) => {
+  event.preventDefault(); // Escape: the same as Back
+  closeScheduleDialog(true);
+});
+$("schedule-dialog").addEventListener("close", () => {
+  state.deleting = null; // however it closed, nothing awaits confirmation
+});
 $("next").addEventListener("click", () => state.nextCursor && changePage([...state.cursors, state.nextCursor]));
 $("previous").addEventListener("click", () => state.cursors.length > 1 && changePage(state.cursors.slice(0, -1)));
 $("newest").addEventListener("click", () => changePage([null]));
