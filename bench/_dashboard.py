@@ -18,11 +18,12 @@ from queuelog.resolvers.ids import encode_cursor
 PAGE_SIZE = 25
 STATUSES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 COUNT_FIELDS = "pending running completed failed cancelled"
-ROW_FIELDS = "id type status priority attempt createdAt updatedAt"
+ROW_FIELDS = "id type status priority attempt createdAt updatedAt scheduleName waitingFor"
 DETAIL_FIELDS = (
     "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId "
     "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds "
-    "events(last: 50) { kind status at }"
+    "waitingFor scheduleName "
+    "events(last: 50) { kind status at } dependsOn"
 )
 SIGN_IN = "query Me { me { name roles } }"
 STATS = (

@@ -160,6 +160,6 @@ def test_the_dashboard_asks_for_job_fields_and_shows_only_what_it_asked_for() ->
     detail = _javascript_string(source, "DETAIL_FIELDS").replace("${TIMELINE_EVENTS}", timeline.group(1))
     asked = set(row.split()) | set(detail.split("events(")[0].split()) | {"error"}  # error: ADMIN's detail
     assert asked <= set(graphql_job_fields().values()), ("queuelog/web/static/dashboard.js", asked)
-    read = set(re.findall(r"\bjob\.([a-zA-Z]+)", source)) - {"events"}
+    read = set(re.findall(r"\bjob\.([a-zA-Z]+)", source)) - RELATIONS
     assert read <= asked, ("queuelog/web/static/dashboard.js reads fields it never asks for", read - asked)
     assert (row, detail) == (_dashboard.ROW_FIELDS, _dashboard.DETAIL_FIELDS), "bench/_dashboard.py"
