@@ -37,7 +37,7 @@ from queuelog.storage.types import compact_json, to_micros
 
 DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment was down
 MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)
-MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule looked at in one pass (the rest: missed)
+MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule enqueued in one pass (the rest: missed)
 OPEN_STATUSES = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
 
 
@@ -134,7 +134,9 @@ def fire_due(tx: WriteTx) -> int:
     row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
     alive_at = micros_to_datetime(row[0]) if row is not None else None
     tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
-    was_down = alive_at is not None and tx.now - alive_at > DOWN_AFTER
+    # Never marked (a database no ticker has fired on yet, or one `queuelog copy-database`
+    # just filled): nothing says a server ran, so ticks found late were missed.
+    was_down = alive_at is None or tx.now - alive_at > DOWN_AFTER
     enqueued = 0
     for schedule in map(decode, tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()):
         enqueued += _fire(tx, schedule, was_down)
@@ -144,13 +146,7 @@ def fire_due(tx: WriteTx) -> int:
 def _fire(tx: WriteTx, schedule: Schedule, was_down: bool) -> int:
     assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
     expression = cron.parse(schedule.cron, schedule.timezone)
-    first = schedule.next_run_at
-    ticks = [first, *expression.ticks_between(first, tx.now, MAX_TICKS_PER_FIRE)]
-    if was_down:
-        missed = [t for t in ticks if tx.now - t > MISFIRE_GRACE]
-        ticks = [t for t in ticks if tx.now - t <= MISFIRE_GRACE]
-        if missed and schedule.misfire is Misfire.RUN_ONCE:
-            ticks.insert(0, missed[-1])
+    ticks = _due_ticks(expression, schedule.next_run_at, tx.now, was_down, schedule.misfire)
     last_tick, last_job, enqueued = None, schedule.last_job_id, 0
     for tick in ticks:
         if schedule.overlap is Overlap.SKIP and last_job is not None and _still_open(tx, last_job):
@@ -167,6 +163,52 @@ def _fire(tx: WriteTx, schedule: Schedule, was_down: bool) -> int:
     }
     tx.execute(tx.sql.SCHEDULE_FIRED, params)
     return enqueued
+
+
+def _due_ticks(
+    expression: cron.Cron, first: datetime, now: datetime, was_down: bool, misfire: Misfire
+) -> list[datetime]:
+    """The ticks to enqueue, oldest first, of a schedule whose next tick was `first`."""
+    cutoff = now - MISFIRE_GRACE  # a tick before this was missed, if the deployment was down
+    if not was_down or first >= cutoff:
+        return [first, *expression.ticks_between(first, now, MAX_TICKS_PER_FIRE)]
+    # Missed while no server ran: every tick from `first` to the cutoff, maybe far more than
+    # MAX_TICKS_PER_FIRE. The ticks still in time and the newest missed one are looked up
+    # from the end, never by walking from `first` (which would stop at the 1000th tick).
+    in_time = expression.ticks_between(cutoff - _MICROSECOND, now, MAX_TICKS_PER_FIRE)
+    if misfire is Misfire.RUN_ONCE:
+        return [_newest_before(expression, first, cutoff), *in_time]
+    return in_time
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _newest_before(expression: cron.Cron, first: datetime, cutoff: datetime) -> datetime:
+    """The newest tick from `first` (a tick, before `cutoff`) on that is before `cutoff`:
+    looked for in windows ending at the cutoff, each twice as long as the last."""
+    span = timedelta(seconds=1)
+    while True:
+        start = cutoff - span
+        if start <= first:
+            return _last_tick(expression, first, cutoff) or first
+        newest = _last_tick(expression, start, cutoff)
+        if newest is not None:
+            return newest
+        span *= 2
+
+
+def _last_tick(expression: cron.Cron, start: datetime, cutoff: datetime) -> datetime | None:
+    """The last tick t with start < t < cutoff, or None."""
+    newest = None
+    while True:
+        chunk = expression.ticks_between(start, cutoff - _MICROSECOND, MAX_TICKS_PER_FIRE)
+        if not chunk:
+            return newest
+        newest = chunk[-1]
+        if len(chunk) < MAX_TICKS_PER_FIRE:
+            return newest
+        start = newest
 
 
 def _still_open(tx: WriteTx, job_id: int) -> bool:
