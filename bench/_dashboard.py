@@ -31,14 +31,17 @@ STATS = (
     f"byType {{ type counts {{ {COUNT_FIELDS} }} }} throughput(minutes: 31) {{ at completed failed }} }} }}"
 )
 JOBS = (
-    "query Jobs($status: JobStatus, $type: String, $first: Int!, $after: String) { "
-    "jobs(status: $status, type: $type, first: $first, after: $after) { "
+    "query Jobs($status: JobStatus, $type: String, $scheduleName: String, $first: Int!, $after: String) { "
+    "jobs(status: $status, type: $type, scheduleName: $scheduleName, first: $first, after: $after) { "
     f"totalCount pageInfo {{ hasNextPage endCursor }} nodes {{ {ROW_FIELDS} }} }} }}"
 )
 DETAIL = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} }} }}"
 DETAIL_ADMIN = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} error }} }}"  # error: ADMIN's alone
+# The schedule filter's names (and the Schedules view), read at an ADMIN's or VIEWER's sign-in;
+# not among `views`, which other roles time too (they may not read schedules).
+SCHEDULES = "query Schedules { schedules { name type cron timezone paused nextRunAt lastRunAt lastJobId } }"
 # Every query the page sends; its mutations (cancelJob, retryJob) are actions, not views.
-QUERIES = frozenset({SIGN_IN, STATS, JOBS, DETAIL, DETAIL_ADMIN, "query Me { me { name } }"})
+QUERIES = frozenset({SIGN_IN, STATS, JOBS, DETAIL, DETAIL_ADMIN, SCHEDULES, "query Me { me { name } }"})
 
 
 def normalized(document: str) -> str:
@@ -49,7 +52,7 @@ def views(job_type: str, newest_id: int, detail_id: int) -> dict[str, tuple[str,
     """name -> (document, variables): every view of the page, and what each poll repeats."""
 
     def page(status: str | None = None, type: str | None = None, after: int | None = None) -> Any:
-        variables = {"status": status, "type": type, "first": PAGE_SIZE, "after": None}
+        variables = {"status": status, "type": type, "scheduleName": None, "first": PAGE_SIZE, "after": None}
         if after is not None:
             variables["after"] = encode_cursor(after)
         return JOBS, variables

@@ -1,8 +1,10 @@
 """The dashboard's schedules and dependencies (API.md sections 10 and 11) in a real browser.
 
 The Schedules view (schedules, pauseSchedule, resumeSchedule, deleteSchedule after a
-confirmation), what each role sees of it, and the job detail's and job list's dependency
-fields (dependsOn as links, waitingFor, scheduleName). The browser, the per-test context and
+confirmation), what each role sees of it, the job list's schedule filter (jobs(scheduleName:),
+with the status and type filters and across pages; the bulk actions off while it is set) and
+the links to it from the Schedules view and the job detail, and the job detail's and job
+list's dependency fields (dependsOn as links, waitingFor, scheduleName). The browser, the per-test context and
 its watch (no request leaves 127.0.0.1, no CSP violation, no uncaught script error, a
 screenshot when a test fails) and the axe check come from test_browser.py, as in
 test_browser_flow.py; this module runs its own server, and each test its own schedules and
@@ -29,13 +31,22 @@ REPORTED = "nightly-report"
 CHAINED = "chained"
 SWEPT = "swept"
 WATCHED = "watched"
-SCHEDULE_TYPES = (TICKED, REPORTED, CHAINED, SWEPT, WATCHED)
+SIEVED = "sieved"
+SIEVED_TOO = "sieved-too"
+LINKED = "linked"
+SCHEDULE_TYPES = (TICKED, REPORTED, CHAINED, SWEPT, WATCHED, SIEVED, SIEVED_TOO, LINKED)
 
 SCHEDULE_FIELDS = "name type cron timezone paused nextRunAt lastRunAt lastJobId"
 PUT = f"mutation($i: ScheduleInput!) {{ putSchedule(input: $i) {{ {SCHEDULE_FIELDS} }} }}"
 SCHEDULES = f"{{ schedules {{ {SCHEDULE_FIELDS} }} }}"
 CLAIM = "mutation($t: String!) { claimJob(types: [$t]) { id attempt } }"
 COMPLETE = "mutation($id: ID!, $a: Int) { completeJob(id: $id, attempt: $a) { status } }"
+# A page of the job list as the API gives it (the dashboard's page size).
+JOBS_PAGE = """query($s: String, $st: JobStatus, $t: String, $a: String) {
+  jobs(scheduleName: $s, status: $st, type: $t, first: 25, after: $a) {
+    totalCount pageInfo { hasNextPage endCursor } nodes { id scheduleName } } }"""
+MANY = "mutation($i: [EnqueueJobInput!]!) { enqueueJobs(inputs: $i) { job { id } } }"
+BULK_HINT = "Bulk actions filter by status and type only"
 # The cells of a schedule row after its name (a <th>): the Actions cell is the ADMIN's alone.
 TYPE, CRON, STATE, NEXT_RUN, LAST_RUN, LAST_JOB = range(6)
 
@@ -68,6 +79,32 @@ def last_job_of(server: Server, name: str, timeout_s: float = 5.0) -> str:
         assert time.monotonic() < deadline, f"{name} enqueued nothing in {timeout_s} s"
         time.sleep(0.1)
     return last
+
+
+def jobs_page(
+    server: Server,
+    schedule: str | None = None,
+    status: str | None = None,
+    job_type: str | None = None,
+    after: str | None = None,
+) -> dict[str, Any]:
+    variables = {"s": schedule, "st": status, "t": job_type, "a": after}
+    return server.gql(JOBS_PAGE, variables).ok()["jobs"]
+
+
+def ids_of(page: dict[str, Any]) -> list[str]:
+    return [node["id"] for node in page["nodes"]]
+
+
+def ticked_then_paused(server: Server, name: str, job_type: str, jobs: int) -> None:
+    """Schedule `name` enqueues a `job_type` job every second until it has `jobs`, then pauses
+    (its jobs stay PENDING: no worker claims these types)."""
+    put_schedule(server, name, job_type, "* * * * * *")
+    deadline = time.monotonic() + jobs + 5
+    while jobs_page(server, name)["totalCount"] < jobs:
+        assert time.monotonic() < deadline, f"{name} enqueued fewer than {jobs} jobs"
+        time.sleep(0.2)
+    server.gql("mutation($n: String!) { pauseSchedule(name: $n) { paused } }", {"n": name}).ok()
 
 
 def complete_one_of(server: Server, job_type: str) -> str:
@@ -106,6 +143,38 @@ def detail_values(page: Page) -> dict[str, str]:
 
 def mutations(tab: Tab, operation: str = "") -> list[str]:
     return [q for q in tab.watch.posted if q.lstrip().startswith("mutation") and operation in q]
+
+
+def shown_ids(page: Page) -> list[str]:
+    return page.locator("#jobs tr[data-job-id]").evaluate_all("rows => rows.map(r => r.dataset.jobId)")
+
+
+def expect_api_page(page: Page, server: Server, timeout_s: float = 5.0, **query: Any) -> dict[str, Any]:
+    """Wait until the list shows exactly the rows of the API's page for `query` (see
+    jobs_page), in order, and says how many match; that page."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        expected = jobs_page(server, **query)
+        shown = shown_ids(page)
+        summary = page.locator("#jobs-summary").inner_text()
+        wanted = f"{expected['totalCount']:,} matching"
+        if (shown, summary) == (ids_of(expected), wanted) or time.monotonic() > deadline:
+            break
+        page.wait_for_timeout(100)
+    assert shown == ids_of(expected), query
+    assert summary == wanted, query
+    return expected
+
+
+def schedule_cells(page: Page) -> list[str]:
+    """The Schedule column of the job list (the fourth)."""
+    return page.locator("#jobs tr[data-job-id] td:nth-child(4)").all_inner_texts()
+
+
+def expect_bulk_off_for_the_schedule(page: Page) -> None:
+    for action in ("cancel", "retry"):
+        expect(page.locator(f'[data-bulk="{action}"]')).to_be_disabled()
+    expect(page.locator("#bulk-hint")).to_contain_text(BULK_HINT)
 
 
 # ---- the Schedules view -----------------------------------------------------------------
@@ -159,16 +228,19 @@ def test_the_schedules_view_lists_each_schedule_and_an_admin_pauses_and_resumes_
     expect(cells.nth(NEXT_RUN).locator("time")).to_have_attribute("datetime", stored["nextRunAt"])
     assert len(mutations(tab, "pauseSchedule")) == 1 and len(mutations(tab, "resumeSchedule")) == 1
 
-    # The last job's link opens its detail, which names the schedule (a link back to the view),
-    # and the job list shows the schedule beside the job.
+    # The last job's link opens its detail, which names the schedule (a link to the list of
+    # its jobs), and the job list shows the schedule beside the job.
     last_link.click()
     expect(page.locator("#detail-title")).to_contain_text(f"Job #{last} · {TICKED}")
     expect(page.locator("#schedules-view")).to_be_hidden()
     assert detail_values(page)["Schedule"] == "ticking"
     expect(tab.row(last).locator("td").nth(3)).to_have_text("ticking")
-    page.locator("#detail-fields").get_by_role("link", name="Schedule ticking").click()
-    expect(page.locator("#schedules-title")).to_be_focused()
+    page.locator("#detail-fields").get_by_role("link", name="Jobs of schedule ticking").click()
+    schedule_filter = page.locator("select[name=schedule]")
+    expect(schedule_filter).to_be_focused()
+    expect(schedule_filter).to_have_value("ticking")
     expect(page.locator("#detail")).to_be_hidden()
+    assert expect_api_page(page, server, schedule="ticking")["totalCount"] == 1  # SKIP: the one job
     server.gql('mutation { pauseSchedule(name: "ticking") { paused } }').ok()  # quiet from here
 
 
@@ -214,7 +286,7 @@ def test_an_admin_deletes_a_schedule_only_after_confirming(tab: Tab) -> None:
     assert "sweep-a" not in schedules(server) and "sweep-b" in schedules(server)
     assert len(mutations(tab, "deleteSchedule")) == 1
     # Read afresh (another view, then back), it stays gone.
-    page.get_by_role("link", name="Jobs").click()
+    page.get_by_role("link", name="Jobs", exact=True).click()
     page.get_by_role("link", name="Schedules").click()
     expect(page.locator("#schedules tr[data-schedule]")).to_have_count(len(schedules(server)))
     expect(row).to_have_count(0)
@@ -232,6 +304,9 @@ def test_a_viewer_sees_the_schedules_without_buttons_and_a_producer_is_told_they
     expect(page.get_by_role("columnheader", name="Actions")).to_have_count(0)
     assert axe_violations(page) == [], "the Schedules view as a viewer"
     assert mutations(tab) == [], "a viewer's page sends no mutation"
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    expect(page.locator("select[name=schedule]")).to_be_visible()  # a viewer filters by schedule too
+    expect(page.locator('select[name=schedule] option[value="watched-hourly"]')).to_be_attached()
 
     # A producer may not read schedules: no link, and at #schedules a message, not a refusal.
     page.click("#forget")
@@ -240,6 +315,7 @@ def test_a_viewer_sees_the_schedules_without_buttons_and_a_producer_is_told_they
     page = tab.sign_in(producer)
     expect(page.get_by_role("link", name="Types")).to_be_visible()
     expect(page.get_by_role("link", name="Schedules")).to_be_hidden()
+    expect(page.locator("select[name=schedule]")).to_be_hidden()  # a producer sees no schedule's jobs
     page.evaluate("() => { window.location.hash = '#schedules'; }")
     expect(page.locator("#schedules-message")).to_have_text(
         "Schedules are shown to ADMIN and VIEWER keys only; this key is PRODUCER."
@@ -248,6 +324,137 @@ def test_a_viewer_sees_the_schedules_without_buttons_and_a_producer_is_told_they
     expect(page.locator("#banner")).to_be_hidden()
     page.wait_for_timeout(200)
     assert not [q for q in tab.watch.posted[sent:] if "schedules" in q], "the page never asks"
+
+
+# ---- the job list filtered by a schedule -------------------------------------------------
+
+
+def test_the_schedule_filter_lists_exactly_that_schedules_jobs_with_the_other_filters_and_pages(
+    tab: Tab,
+) -> None:
+    """Two schedules of one type, jobs of that type from no schedule, and more of a second type
+    put into the first schedule's jobs in the database (a schedule enqueues a job a second: 30
+    would take half a minute), so that its jobs fill two pages."""
+    server = tab.server
+    ticked_then_paused(server, "sieve-a", SIEVED, 3)
+    ticked_then_paused(server, "sieve-b", SIEVED, 2)
+    loose = [enqueue(server, SIEVED) for _ in range(3)]
+    made = server.gql(MANY, {"i": [{"type": SIEVED_TOO, "payload": {"n": n}} for n in range(27)]}).ok()
+    tagged = [int(item["job"]["id"]) for item in made["enqueueJobs"]]
+    server.sql("UPDATE jobs SET schedule_name = 'sieve-a' WHERE id IN :ids", ids=tagged)
+    cancelled = ids_of(jobs_page(server, "sieve-a", job_type=SIEVED))[:2]
+    for job_id in cancelled:
+        server.gql("mutation($id: ID!) { cancelJob(id: $id) { status } }", {"id": job_id}).ok()
+
+    page = tab.sign_in(server.admin_key)
+    schedule_filter = page.locator("select[name=schedule]")
+    expect(schedule_filter).to_be_visible()
+    expect(schedule_filter).to_have_value("")
+    expect(schedule_filter.locator('option[value="sieve-b"]')).to_be_attached()
+    options = schedule_filter.locator("option").evaluate_all("os => os.map(o => [o.value, o.text])")
+    assert options[0] == ["", "any"], options
+    assert [value for value, _ in options[1:]] == sorted(schedules(server)), "every schedule, by name"
+    expect(page.locator('[data-bulk="cancel"]')).to_be_disabled()  # no filter yet: the usual hint
+    expect(page.locator("#bulk-hint")).to_contain_text("Choose a status or a type")
+
+    # One schedule: its jobs alone, newest first, both pages of them, as jobs(scheduleName:).
+    page.select_option("select[name=schedule]", "sieve-a")
+    first = expect_api_page(page, server, schedule="sieve-a")
+    assert first["totalCount"] >= 30 and first["pageInfo"]["hasNextPage"], first["totalCount"]
+    assert set(schedule_cells(page)) == {"sieve-a"}
+    expect_bulk_off_for_the_schedule(page)
+    assert axe_violations(page) == [], "the job list filtered by a schedule"
+    page.click("#next")
+    expect(page.locator("#page-number")).to_have_text("Page 2")
+    second = expect_api_page(page, server, schedule="sieve-a", after=first["pageInfo"]["endCursor"])
+    assert set(schedule_cells(page)) == {"sieve-a"}
+    assert len(ids_of(first)) + len(ids_of(second)) == first["totalCount"], "two pages hold them all"
+    assert not set(ids_of(first)) & set(ids_of(second))
+    assert {str(t) for t in tagged} <= set(ids_of(first)) | set(ids_of(second))
+    page.click("#previous")
+    expect(page.locator("#page-number")).to_have_text("Page 1")
+    expect_api_page(page, server, schedule="sieve-a")
+
+    # With a status, then a type: both narrow the schedule's jobs; each starts at page 1.
+    page.click("#next")
+    expect(page.locator("#page-number")).to_have_text("Page 2")
+    page.select_option("select[name=status]", "CANCELLED")
+    expect(page.locator("#page-number")).to_have_text("Page 1")
+    expect_api_page(page, server, schedule="sieve-a", status="CANCELLED")
+    assert sorted(shown_ids(page)) == sorted(cancelled)
+    expect_bulk_off_for_the_schedule(page)  # even though "retry matching" would fit the status
+    page.select_option("select[name=status]", "")
+    expect(page.locator(f'select[name=type] option[value="{SIEVED}"]')).to_be_attached()
+    page.select_option("select[name=type]", SIEVED)
+    ticked = expect_api_page(page, server, schedule="sieve-a", job_type=SIEVED)
+    assert not set(ids_of(ticked)) & set(loose), "jobs of the type from no schedule are not among them"
+    assert not set(ids_of(ticked)) & {str(t) for t in tagged}
+
+    # The other schedule of the same type; then any schedule: the type's jobs, bulk back on.
+    page.select_option("select[name=schedule]", "sieve-b")
+    expect_api_page(page, server, schedule="sieve-b", job_type=SIEVED)
+    assert set(schedule_cells(page)) == {"sieve-b"}
+    expect_bulk_off_for_the_schedule(page)
+    page.select_option("select[name=schedule]", "")
+    everything = expect_api_page(page, server, job_type=SIEVED)
+    assert set(loose) <= set(ids_of(everything))
+    expect(page.locator('[data-bulk="cancel"]')).to_be_enabled()
+    expect(page.locator("#bulk-hint")).to_have_text("")
+    assert mutations(tab, "cancelJobs") == [] and mutations(tab, "retryJobs") == []
+
+
+def test_the_schedules_views_jobs_link_and_the_job_details_open_the_list_of_its_jobs(tab: Tab) -> None:
+    server = tab.server
+    ticked_then_paused(server, "linked-a", LINKED, 2)
+    ticked_then_paused(server, "linked-b", LINKED, 2)
+    page = tab.sign_in(server.admin_key)
+    page.select_option("select[name=status]", "FAILED")  # the link shows all the schedule's jobs
+    page = open_schedules(tab)
+    jobs_cell = schedule_row(page, "linked-a").locator("td").nth(LAST_JOB + 1)
+    link = jobs_cell.get_by_role("link", name="Jobs of schedule linked-a")
+    expect(link).to_have_text("jobs")
+    expect(link).to_have_attribute("href", "#jobs?schedule=linked-a")
+    assert axe_violations(page) == [], "the Schedules view with its jobs links"
+
+    link.click()
+    schedule_filter = page.locator("select[name=schedule]")
+    expect(schedule_filter).to_be_focused()
+    expect(schedule_filter).to_have_value("linked-a")
+    expect(page.locator("#schedules-view")).to_be_hidden()
+    expect(page.get_by_role("link", name="Jobs", exact=True)).to_have_attribute("aria-current", "page")
+    expect(page.locator("select[name=status]")).to_have_value("")
+    listed = expect_api_page(page, server, schedule="linked-a")
+    assert listed["totalCount"] >= 2 and set(schedule_cells(page)) == {"linked-a"}
+    expect_bulk_off_for_the_schedule(page)
+    assert page.evaluate("() => window.location.hash") == "#jobs"  # the same link works again
+    assert axe_violations(page) == [], "the job list a schedule's link opened"
+
+    # The job detail's Schedule value links to the same list (whatever the filter was).
+    page.select_option("select[name=schedule]", "linked-b")
+    newest = expect_api_page(page, server, schedule="linked-b")
+    job_id = ids_of(newest)[0]
+    page.locator(f'#jobs tr[data-job-id="{job_id}"] a').click()
+    expect(page.locator("#detail-title")).to_have_text(f"Job #{job_id} · {LINKED}")
+    assert detail_values(page)["Schedule"] == "linked-b"
+    page.select_option("select[name=schedule]", "")
+    page.locator("#detail-fields").get_by_role("link", name="Jobs of schedule linked-b").click()
+    expect(schedule_filter).to_have_value("linked-b")
+    expect(page.locator("#detail")).to_be_hidden()
+    expect_api_page(page, server, schedule="linked-b")
+
+    # Back to the Schedules view, then its link again: the list follows it again.
+    page.go_back()
+    expect(page.locator("#detail-title")).to_have_text(f"Job #{job_id} · {LINKED}")
+    open_schedules(tab).locator('#schedules tr[data-schedule="linked-a"] a[data-action="jobs"]').click()
+    expect(schedule_filter).to_have_value("linked-a")
+    expect_api_page(page, server, schedule="linked-a")
+
+    # A link naming no possible schedule is ignored: no filter, no refusal on the page.
+    page.evaluate("() => { window.location.hash = '#jobs?schedule=' + encodeURIComponent('no such/name'); }")
+    expect(page.locator("#overview-title")).to_be_focused()
+    expect(schedule_filter).to_have_value("linked-a")
+    page.wait_for_timeout(200)
+    expect(page.locator("#banner")).to_be_hidden()
 
 
 # ---- dependencies in the job detail and the job list ------------------------------------

@@ -1,11 +1,12 @@
 // The jobs dashboard: a client of the public GraphQL API, with the key's own permissions.
 // Reads only queueStats, jobs(first <= 50) and job(id) with its events, which the server
 // answers from counters and indexes however many jobs there are, typeControls while the Types
-// view is open and schedules while the Schedules view is; listens on the websocket (jobEvents
-// for everything, jobUpdated for the open job) and polls while the socket is down. Three
-// views: jobs (#jobs, #job/<id>), types (#types) and schedules (#schedules); flow-control
-// actions (pause, limits, bulk cancel and retry) and schedule actions (pause, resume, delete)
-// for the roles allowed.
+// view is open and schedules while the Schedules view is (and, for the job list's schedule
+// filter, at sign-in and on coming back to the jobs); listens on the websocket (jobEvents for
+// everything, jobUpdated for the open job) and polls while the socket is down. Three views:
+// jobs (#jobs, #job/<id>, #jobs?schedule=<name> for one schedule's jobs), types (#types) and
+// schedules (#schedules); flow-control actions (pause, limits, bulk cancel and retry) and
+// schedule actions (pause, resume, delete) for the roles allowed.
 import { KEY_REFUSED, request, socketClient } from "./api.js";
 import { bindKeyForm, forgetStoredKey, showMessage, storeKey, storedKey } from "./keybox.js";
 
@@ -27,8 +28,8 @@ const DETAIL_FIELDS =
 const COUNT_FIELDS = COUNTS.join(" ");
 const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
   byType { type counts { ${COUNT_FIELDS} } } throughput(minutes: ${SPARK_MINUTES + 1}) { at completed failed } } }`;
-const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $first: Int!, $after: String) {
-  jobs(status: $status, type: $type, first: $first, after: $after) {
+const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $scheduleName: String, $first: Int!, $after: String) {
+  jobs(status: $status, type: $type, scheduleName: $scheduleName, first: $first, after: $after) {
     totalCount pageInfo { hasNextPage endCursor } nodes { ${ROW_FIELDS} } } }`;
 const EVENTS_SUBSCRIPTION = `subscription Events { jobEvents { kind at job { ${ROW_FIELDS} } } }`;
 const CONTROL_FIELDS =
@@ -45,7 +46,9 @@ const PAUSE_SCHEDULE_MUTATION = `mutation PauseSchedule($name: String!) {
 const RESUME_SCHEDULE_MUTATION = `mutation ResumeSchedule($name: String!) {
   resumeSchedule(name: $name) { ${SCHEDULE_FIELDS} } }`;
 const DELETE_SCHEDULE_MUTATION = "mutation DeleteSchedule($name: String!) { deleteSchedule(name: $name) }";
-const SCHEDULE_COLUMNS = 7; // without the ADMIN's Actions
+const SCHEDULE_COLUMNS = 8; // without the ADMIN's Actions
+// API.md section 10: what a schedule may be called (a link's name that is not one is ignored).
+const SCHEDULE_NAME = /^[A-Za-z0-9._-]{1,100}$/;
 const JOB_COLUMNS = 8;
 // The bulk actions: the statuses each may change, its mutation, and how the page words it.
 const BULK = {
@@ -136,7 +139,7 @@ async function signIn(key) {
   }
   storeKey(key);
   state.session += 1;
-  Object.assign(state, { key, me, cursors: [null] });
+  Object.assign(state, { key, me, cursors: [null], view: null }); // view: the first route shows one afresh
   $("signin").hidden = true;
   $("app").hidden = false;
   $("forget").hidden = false;
@@ -149,6 +152,7 @@ async function signIn(key) {
   $("schedule-actions-head").hidden = !isAdmin();
   $("schedules-link").hidden = !mayReadSchedules();
   $("schedules").hidden = !mayReadSchedules();
+  $("schedule-filter-box").hidden = !mayReadSchedules();
   showSchedulesMessage(
     mayReadSchedules()
       ? ""
@@ -195,6 +199,8 @@ function signOut(message, kind = "error") {
   $("previous").disabled = true;
   $("status-filter").value = "";
   $("type-filter").replaceChildren(new Option("any", ""));
+  $("schedule-filter").replaceChildren(new Option("any", ""));
+  $("schedule-filter-box").hidden = true;
   $("app").hidden = true;
   $("forget").hidden = true;
   $("live").hidden = true;
@@ -328,6 +334,24 @@ function setTypeOptions(types) {
   }
 }
 
+// The schedule filter's choices: "any", the schedules as last read, and the one chosen (a
+// schedule deleted since still names its jobs). Redrawn only when they change.
+function setScheduleOptions(names, chosen = $("schedule-filter").value) {
+  const select = $("schedule-filter");
+  const wanted = [...new Set(chosen ? [...names, chosen] : names)].sort();
+  const have = [...select.options].slice(1).map((option) => option.value);
+  if (have.length !== wanted.length || have.some((name, i) => name !== wanted[i])) {
+    select.replaceChildren(new Option("any", ""), ...wanted.map((name) => new Option(name, name)));
+  }
+  select.value = chosen;
+}
+
+// The schedule the list is filtered by, or null: the filter is for ADMIN and VIEWER, who may
+// read schedules (a PRODUCER's jobs(scheduleName:) is always empty).
+function scheduleFilter() {
+  return (mayReadSchedules() && $("schedule-filter").value) || null;
+}
+
 // Jobs finished per minute (queueStats.throughput, oldest first, the current minute last):
 // the full minutes as lines, the current one, still filling up, in the caption.
 function drawSparkline(minutes) {
@@ -361,6 +385,7 @@ async function loadJobs() {
   const variables = {
     status: $("status-filter").value || null,
     type: $("type-filter").value || null,
+    scheduleName: scheduleFilter(),
     first: PAGE_SIZE,
     after: state.cursors.at(-1),
   };
@@ -446,8 +471,20 @@ function hashJobId() {
   }
 }
 
+// `#jobs?schedule=<name>`: the job list of that schedule's jobs (the links of the Schedules
+// view and of the job detail), or null.
+function hashSchedule() {
+  const match = /^#jobs\?schedule=(.*)$/.exec(window.location.hash);
+  if (!match) return null;
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return match[1];
+  }
+}
+
 // `#types`: the Types view; `#schedules`: the Schedules view; anything else: the jobs view
-// (with a job open for `#job/<id>`).
+// (with a job open for `#job/<id>`, filtered by a schedule for `#jobs?schedule=<name>`).
 function hashView() {
   const hash = window.location.hash;
   if (hash === "#types") return "types";
@@ -482,6 +519,12 @@ async function route(focus) {
     if (mayReadSchedules()) await quietly(loadSchedules()); // others: the message says why not
     return;
   }
+  if (changed) quietly(loadSchedules()); // the schedule filter's names, afresh
+  if (hashSchedule() !== null) {
+    closeDetail();
+    showScheduleJobs(hashSchedule(), focus);
+    return;
+  }
   const id = hashJobId();
   if (id === null) {
     closeDetail();
@@ -493,6 +536,25 @@ async function route(focus) {
   const view = state.detailView;
   await quietly(loadDetail(id));
   if (state.socket && view === state.detailView && state.detailId !== null) followDetail(id);
+}
+
+// `#jobs?schedule=<name>`: the list of the schedule's jobs from its newest page, the status and
+// type filters back to any. The address then says `#jobs` (the filters are not kept in it, as
+// the status and type ones never are), so that the same link works again after the filter
+// changes. The focus goes to the schedule filter, which names the schedule.
+function showScheduleJobs(name, focus) {
+  history.replaceState(null, "", "#jobs");
+  if (!mayReadSchedules() || !SCHEDULE_NAME.test(name)) {
+    if (focus) $("overview-title").focus(); // not this key's, or no schedule's name: the list as it is
+    return;
+  }
+  closeBulk(); // a confirmation open for the old filter is not one for this list
+  $("status-filter").value = "";
+  $("type-filter").value = "";
+  setScheduleOptions([...state.schedules.keys()], name);
+  updateBulk();
+  changePage([null]);
+  if (focus) $("schedule-filter").focus();
 }
 
 // The pane turns to job `id`, empty until its answer comes: nothing of the job shown before
@@ -649,14 +711,20 @@ function waitingBadge(count) {
   return badge;
 }
 
-// The schedule that enqueued the job: a link to the Schedules view for the keys that see it.
+// The schedule that enqueued the job: for the keys that may filter by it, a link to the list
+// of its jobs.
 function scheduleOf(job) {
   if (!job.scheduleName) return "none";
   if (!mayReadSchedules()) return job.scheduleName;
+  return scheduleJobsLink(job.scheduleName, job.scheduleName);
+}
+
+// A link to the job list filtered by schedule `name` (`#jobs?schedule=<name>`).
+function scheduleJobsLink(name, text) {
   const link = document.createElement("a");
-  link.href = "#schedules";
-  link.textContent = job.scheduleName;
-  link.setAttribute("aria-label", `Schedule ${job.scheduleName} (Schedules view)`);
+  link.href = `#jobs?schedule=${encodeURIComponent(name)}`;
+  link.textContent = text;
+  link.setAttribute("aria-label", `Jobs of schedule ${name}`);
   return link;
 }
 
@@ -1048,6 +1116,7 @@ async function loadSchedules() {
   const schedules = (await call(SCHEDULES_QUERY)).schedules;
   if (ticket !== state.schedulesRequest) return; // a newer read, or a write's answer, is newer
   state.schedules = new Map(schedules.map((schedule) => [schedule.name, schedule]));
+  setScheduleOptions(schedules.map((schedule) => schedule.name));
   const rows = schedules.map(scheduleRow);
   if (!rows.length) rows.push(noSchedulesRow());
   keepingActionFocus("schedules", "schedule", () => $("schedules").tBodies[0].replaceChildren(...rows));
@@ -1098,6 +1167,7 @@ function scheduleRow(schedule) {
     cell(next),
     cell(schedule.lastRunAt ? timeElement(schedule.lastRunAt) : "never"),
     cell(lastJobLink(schedule)),
+    cell(jobsLink(schedule)),
   );
   if (isAdmin()) row.append(scheduleActions(schedule));
   return row;
@@ -1110,6 +1180,12 @@ function lastJobLink(schedule) {
   link.textContent = `#${shortId(schedule.lastJobId)}`;
   link.dataset.action = "last-job"; // for keepingActionFocus
   link.setAttribute("aria-label", `Job ${shortId(schedule.lastJobId)}, the last one ${schedule.name} enqueued`);
+  return link;
+}
+
+function jobsLink(schedule) {
+  const link = scheduleJobsLink(schedule.name, "jobs");
+  link.dataset.action = "jobs"; // for keepingActionFocus
   return link;
 }
 
@@ -1223,6 +1299,8 @@ function showSchedulesMessage(text, kind = "info") {
 
 // The list's filter as cancelJobs/retryJobs take it, or null when it names neither a status
 // nor a type (the server refuses such a filter: "everything" is not a bulk action here).
+// JobFilter has no schedule: while the list is filtered by one, the bulk actions are off
+// (updateBulk), since they would act on more jobs than the list shows.
 function listFilter() {
   const status = $("status-filter").value || null;
   const type = $("type-filter").value || null;
@@ -1239,11 +1317,13 @@ function bulkStatuses(action, filter) {
 function updateBulk() {
   const filter = listFilter();
   const running = Boolean(state.bulk && state.bulk.running);
+  const bySchedule = scheduleFilter() !== null;
   const shown = [...document.querySelectorAll("[data-bulk]")].filter((button) => !button.hidden);
   const usable = (button) => filter !== null && bulkStatuses(button.dataset.bulk, filter).length > 0;
-  shown.forEach((button) => (button.disabled = running || !usable(button)));
+  shown.forEach((button) => (button.disabled = running || bySchedule || !usable(button)));
   let hint = "";
   if (running || !shown.length) hint = "";
+  else if (bySchedule) hint = "Bulk actions filter by status and type only: set Schedule to any to use them.";
   else if (filter === null) hint = "Choose a status or a type to act on every matching job.";
   else if (!shown.some(usable)) {
     hint = isAdmin()
@@ -1265,6 +1345,7 @@ function describeFilter(filter) {
 async function askBulk(action) {
   const filter = listFilter();
   if (!filter || state.bulk) return; // one at a time (a second click while counting does nothing)
+  if (scheduleFilter() !== null) return; // the buttons are off: never more jobs than the list shows
   const statuses = bulkStatuses(action, filter);
   const counts = statuses.map((s, i) => `s${i}: jobs(status: ${s}, type: $type, first: 1) { totalCount }`);
   state.bulk = { action, filter, running: false };
@@ -1278,6 +1359,11 @@ async function askBulk(action) {
   } catch (error) {
     state.bulk = null;
     if (!(error instanceof Stale)) $("bulk-progress").textContent = `Cannot count matching jobs: ${error.plain}`;
+    return;
+  }
+  if (scheduleFilter() !== null) {
+    state.bulk = null; // the list turned to one schedule's jobs while counting: no confirmation
+    $("bulk-progress").textContent = "";
     return;
   }
   const words = BULK[action];
@@ -1312,6 +1398,10 @@ function closeBulk() {
 async function runBulk() {
   const bulk = state.bulk;
   if (!bulk || bulk.running) return;
+  if (scheduleFilter() !== null) {
+    closeBulk(); // the list turned to one schedule's jobs meanwhile: not what was confirmed
+    return;
+  }
   bulk.running = true;
   $("bulk-dialog").close();
   updateBulk();
@@ -1401,7 +1491,7 @@ function showBanner(text) {
 bindKeyForm($("key-form"), signIn);
 $("forget").addEventListener("click", () => signOut("Key forgotten: this tab no longer holds it.", "info"));
 $("filters").addEventListener("submit", (event) => event.preventDefault());
-for (const id of ["status-filter", "type-filter"]) {
+for (const id of ["status-filter", "type-filter", "schedule-filter"]) {
   $(id).addEventListener("change", () => {
     updateBulk();
     changePage([null]);
