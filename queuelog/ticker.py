@@ -28,6 +28,7 @@ ALIVE_EVERY_SECONDS = 1.0
 async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
     outage = OutageLog("schedules")
     marked = 0.0
+    running_since = repository.now()  # no tick after this is missed while no server ran
     while True:
         pause = LOOK_AGAIN_SECONDS
         try:
@@ -35,7 +36,7 @@ async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
             if due is not None:
                 until = (due - repository.now()).total_seconds()
                 if until <= 0:
-                    enqueued = await repository.fire_schedules()
+                    enqueued = await repository.fire_schedules(running_since)
                     # Nothing fired: another server did, or this clock runs ahead of the
                     # database's. Either way, look again in a moment, not at once.
                     pause = 0.0 if enqueued else 0.05

@@ -730,3 +730,21 @@ def test_a_tick_held_up_while_servers_run_is_still_enqueued(server: Server, clea
     )
     jobs = tick_jobs(server, name)
     assert [j.tick for j in jobs] == ([first] if target == first else [first, target]), jobs
+
+
+def test_a_database_stall_longer_than_the_down_threshold_loses_no_tick(
+    server: Server, cleanup: list[str]
+) -> None:
+    """Misfire SKIP, every second: every firing waits 4 s for another transaction, longer than
+    the 3 s after which a silent schedule clock means "no server ran". The server ran
+    throughout, so none of the ticks of those 4 s is missed."""
+    name, job_type = fresh_name("stall"), next(_types)
+    cleanup.append(name)
+    first = utc(put(server, name=name, type=job_type, cron="* * * * * *", misfire="SKIP")["nextRunAt"])
+    sleep_until(first + timedelta(milliseconds=1500))
+    with holding_up_the_ticker(server):
+        time.sleep(4.0)
+    last = first + 6 * SECOND
+    wait_until(lambda: last in {j.tick for j in tick_jobs(server, name)}, 5, f"the job of the tick {last}")
+    ticks = [j.tick for j in tick_jobs(server, name)]
+    assert ticks[:7] == [first + n * SECOND for n in range(7)], ticks

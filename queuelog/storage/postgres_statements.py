@@ -502,7 +502,8 @@ class PostgresStatements(Statements):
         " WHERE d.depends_on = %(id)s AND j.status = 'running' AND j.worker_id = %(worker)s LIMIT 1"
     )
     DELETE_DEPENDENCIES_OF = f"DELETE FROM job_dependencies WHERE job_id IN {id_list('ids')}"
-    SCHEDULES = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules ORDER BY name"
+    # In code-point order whatever the database's collation, as SQLite sorts.
+    SCHEDULES = f'SELECT {SCHEDULE_COLUMN_LIST} FROM schedules ORDER BY name COLLATE "C"'
     SCHEDULE_BY_NAME = f"SELECT {SCHEDULE_COLUMN_LIST} FROM schedules WHERE name = %(name)s"
     PUT_SCHEDULE = f"""
         INSERT INTO schedules (name, type, cron, timezone, payload, priority, max_retries, misfire,

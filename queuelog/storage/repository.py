@@ -269,9 +269,9 @@ class Repository:
     async def mark_schedules_alive(self) -> None:
         await self._db.write(schedules.mark_alive)
 
-    async def fire_schedules(self) -> int:
+    async def fire_schedules(self, running_since: datetime | None = None) -> int:
         """Enqueue the jobs of every due tick (on any server: exactly once per tick)."""
-        return await self._db.write(schedules.fire_due)
+        return await self._db.write(lambda tx: schedules.fire_due(tx, running_since))
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))

@@ -129,8 +129,10 @@ def mark_alive(tx: WriteTx) -> None:
     tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
 
 
-def fire_due(tx: WriteTx) -> int:
-    """Enqueue the jobs of every due tick; returns how many were enqueued."""
+def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
+    """Enqueue the jobs of every due tick; returns how many were enqueued. `running_since`:
+    since when this server's ticker has run (no tick after it was missed while no server
+    ran, however long the database stalled since)."""
     row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
     alive_at = micros_to_datetime(row[0]) if row is not None else None
     tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
@@ -139,14 +141,19 @@ def fire_due(tx: WriteTx) -> int:
     was_down = alive_at is None or tx.now - alive_at > DOWN_AFTER
     enqueued = 0
     for schedule in map(decode, tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()):
-        enqueued += _fire(tx, schedule, was_down)
+        enqueued += _fire(tx, schedule, was_down, running_since)
     return enqueued
 
 
-def _fire(tx: WriteTx, schedule: Schedule, was_down: bool) -> int:
+def _fire(tx: WriteTx, schedule: Schedule, was_down: bool, running_since: datetime | None) -> int:
     assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
     expression = cron.parse(schedule.cron, schedule.timezone)
-    ticks = _due_ticks(expression, schedule.next_run_at, tx.now, was_down, schedule.misfire)
+    cutoff = tx.now - MISFIRE_GRACE  # a tick before this was missed, if the deployment was down
+    if running_since is not None:
+        cutoff = min(cutoff, running_since)
+    ticks = _due_ticks(
+        expression, schedule.next_run_at, tx.now, cutoff if was_down else None, schedule.misfire
+    )
     last_tick, last_job, enqueued = None, schedule.last_job_id, 0
     for tick in ticks:
         if schedule.overlap is Overlap.SKIP and last_job is not None and _still_open(tx, last_job):
@@ -166,11 +173,11 @@ def _fire(tx: WriteTx, schedule: Schedule, was_down: bool) -> int:
 
 
 def _due_ticks(
-    expression: cron.Cron, first: datetime, now: datetime, was_down: bool, misfire: Misfire
+    expression: cron.Cron, first: datetime, now: datetime, cutoff: datetime | None, misfire: Misfire
 ) -> list[datetime]:
-    """The ticks to enqueue, oldest first, of a schedule whose next tick was `first`."""
-    cutoff = now - MISFIRE_GRACE  # a tick before this was missed, if the deployment was down
-    if not was_down or first >= cutoff:
+    """The ticks to enqueue, oldest first, of a schedule whose next tick was `first`;
+    `cutoff`: the ticks before it were missed while no server ran (None: none was)."""
+    if cutoff is None or first >= cutoff:
         return [first, *expression.ticks_between(first, now, MAX_TICKS_PER_FIRE)]
     # Missed while no server ran: every tick from `first` to the cutoff, maybe far more than
     # MAX_TICKS_PER_FIRE. The ticks still in time and the newest missed one are looked up
