@@ -2,7 +2,8 @@
 
 Attacked: worker B heartbeating, completing and failing a job held by worker A; worker A
 reporting with a stale or future `attempt`; producer B reading, listing, counting, cancelling
-and subscribing to producer A's job; a worker reading jobs it does not hold; completeJobs
+and subscribing to producer A's job; a worker reading jobs it does not hold (beyond the jobs
+a job it holds depends on: section 10); completeJobs
 mixing the caller's own jobs with foreign, unclaimed and repeated ids; roles reaching for
 operations they never have (worker cancel, producer retry, viewer cancel).
 
@@ -171,6 +172,52 @@ def test_a_worker_sees_only_the_jobs_it_holds(server: Server, workers: tuple[str
     mine = server.gql("{ jobs(first: 100) { nodes { id } } }", key=worker_a).ok()["jobs"]["nodes"]
     assert {n["id"] for n in mine} == {held_id, done_id}
     assert server.gql(JOB, {"id": pending_id}, key=worker_a).ok()["job"] is None
+
+
+def test_a_worker_reads_what_its_held_job_depends_on_and_nothing_more(
+    server: Server, workers: tuple[str, str]
+) -> None:
+    """Section 10 widens what a worker sees by exactly one rule: the jobs a job it holds
+    depends on (their `result`, not their `error`). Attacked: the other worker, the same worker
+    before and after it holds the dependent, a job the dependency itself depends on (two
+    steps up), a job that depends on the held one (downstream), and `jobs` / `queueStats`."""
+    worker_a, worker_b = workers
+    grand = enqueue(server)
+    claim(server, worker_b)
+    server.gql(
+        "mutation($id: ID!) { completeJob(id: $id, result: {secret: 1}) { id } }", {"id": grand}, key=worker_b
+    ).ok()
+    dependency = server.gql(ENQUEUE, {"input": {"type": "email", "dependsOn": [grand]}}).ok()["enqueueJob"][
+        "job"
+    ]["id"]
+    claim(server, worker_b)
+    server.gql(
+        "mutation($id: ID!) { completeJob(id: $id, result: {step: 1}) { id } }",
+        {"id": dependency},
+        key=worker_b,
+    ).ok()
+    held = server.gql(ENQUEUE, {"input": {"type": "email", "dependsOn": [dependency]}}).ok()["enqueueJob"][
+        "job"
+    ]["id"]
+    downstream = server.gql(ENQUEUE, {"input": {"type": "email", "dependsOn": [held]}}).ok()["enqueueJob"][
+        "job"
+    ]["id"]
+    read = "query($id: ID!) { job(id: $id) { id result } }"
+    assert server.gql(read, {"id": dependency}, key=worker_a).ok()["job"] is None  # not held yet
+    assert claim(server, worker_a)["id"] == held
+    assert server.gql(read, {"id": dependency}, key=worker_a).ok()["job"] == {
+        "id": dependency,
+        "result": {"step": 1},
+    }
+    error = server.gql("query($id: ID!) { job(id: $id) { error } }", {"id": dependency}, key=worker_a)
+    assert error.codes == ["FORBIDDEN"]
+    for job_id in (grand, downstream):
+        assert server.gql(read, {"id": job_id}, key=worker_a).ok()["job"] is None, job_id
+    assert server.gql(read, {"id": dependency}, key=worker_b).ok()["job"] is not None  # it finished it
+    listed = server.gql("{ jobs(first: 100) { nodes { id } } }", key=worker_a).ok()["jobs"]["nodes"]
+    assert {n["id"] for n in listed} == {held}
+    server.gql("mutation($id: ID!) { completeJob(id: $id) { id } }", {"id": held}, key=worker_a).ok()
+    assert server.gql(read, {"id": dependency}, key=worker_a).ok()["job"] is None  # no longer held
 
 
 def test_complete_jobs_rejects_foreign_items_and_leaves_them_unchanged(
