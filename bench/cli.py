@@ -28,7 +28,18 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench import _pg, fig_backlog, fig_batch, fig_dispatch, fig_e2e, fig_flow, fig_growth, fig_http, fig_rss
+from bench import (
+    _pg,
+    fig_backlog,
+    fig_batch,
+    fig_dispatch,
+    fig_e2e,
+    fig_flow,
+    fig_growth,
+    fig_http,
+    fig_rss,
+    fig_schedules_deps,
+)
 from bench._common import BENCH_DIR, Cleanup, event_loop_runner, machine_line, stderr
 from bench._context import Context, Settings
 from bench._loadgen import wrk_path
@@ -107,6 +118,13 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
         fig_flow.flow_figure,
         False,
     ),
+    "deps+schedules": (
+        11,
+        "dependencies and schedules (issue 17): their cost, chains, fan-in, cascade, ticks",
+        "the same without the feature: commit before it, independent jobs, plain enqueue, idle",
+        fig_schedules_deps.deps_figure,
+        False,
+    ),
 }
 # The baseline column on `--database postgresql` where it differs from SQLite's.
 POSTGRES_BASELINES = {
@@ -136,7 +154,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAMES",
         help="comma-separated figures: "
         + ", ".join(FIGURES)
-        + " (default: all but workers, backlog and flow)",
+        + " (default: all but workers, backlog, flow and deps+schedules)",
     )
     parser.add_argument(
         "--py-spy",
@@ -210,6 +228,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="LIST",
         help="figure 10, flow: comma-separated parts among " + ",".join(fig_flow.PARTS) + " (default all)",
     )
+    sizes.add_argument(
+        "--deps-before",
+        metavar="DIR",
+        help="figure 11, deps+schedules: a checkout of the commit before the feature, which the base "
+        "part's servers run from (PYTHONPATH=DIR), e.g. `git worktree add /tmp/before 4fb5e30`",
+    )
+    sizes.add_argument(
+        "--deps-parts",
+        metavar="LIST",
+        help="figure 11: comma-separated parts among "
+        + ",".join(fig_schedules_deps.PARTS)
+        + " (default all)",
+    )
+    sizes.add_argument(
+        "--deps-jobs", type=int, help="figure 11: jobs of the chains part, 100 per chain (10000)"
+    )
+    sizes.add_argument(
+        "--deps-dependents", type=int, help="figure 11: dependents cancelled by the cascade (10000)"
+    )
+    sizes.add_argument("--deps-schedules", type=int, help="figure 11: schedules ticking every minute (1000)")
+    sizes.add_argument(
+        "--deps-seconds", type=float, help="figure 11: seconds the schedules are watched (130 / 180)"
+    )
     sizes.add_argument("--growth-samples", type=int, help="most samples per operation in figure 6 (20 / 100)")
     sizes.add_argument("--rss-seconds", type=float, help="length of the soak of figure 7 (45 / 300)")
     sizes.add_argument(
@@ -236,6 +277,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parts = [p.strip() for p in args.flow_parts.split(",") if p.strip()]
         if not parts or any(p not in fig_flow.PARTS for p in parts):
             parser.error(f"--flow-parts: choose from {','.join(fig_flow.PARTS)}")
+    if args.deps_parts is not None:
+        parts = [p.strip() for p in args.deps_parts.split(",") if p.strip()]
+        if not parts or any(p not in fig_schedules_deps.PARTS for p in parts):
+            parser.error(f"--deps-parts: choose from {','.join(fig_schedules_deps.PARTS)}")
+    if args.deps_before is not None and not (Path(args.deps_before) / "queuelog" / "app.py").is_file():
+        parser.error(f"--deps-before: {args.deps_before} holds no queuelog/app.py")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if names is not None:
         unknown = [n for n in names if n not in FIGURES]
@@ -256,6 +303,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "backlog_jobs": (2_000, 10_000_000),
         "flow_jobs": (1_000, 10_000_000),
         "flow_seconds": (2, 600),
+        "deps_jobs": (100, 1_000_000),
+        "deps_dependents": (100, 1_000_000),
+        "deps_schedules": (1, 100_000),
+        "deps_seconds": (30, 3600),
         "growth_samples": (3, 10_000),
         "rss_seconds": (10, 3600),
         "soak_rate": (0, 10_000),
@@ -298,6 +349,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.pgqueuer_configs = tuple(c.strip() for c in args.pgqueuer_configs.split(",") if c.strip())
     if args.flow_parts:
         settings.flow_parts = tuple(p.strip() for p in args.flow_parts.split(",") if p.strip())
+    fig_schedules_deps.configure(
+        before=args.deps_before,
+        parts=tuple(p.strip() for p in args.deps_parts.split(",") if p.strip()) if args.deps_parts else None,
+        jobs=args.deps_jobs,
+        dependents=args.deps_dependents,
+        schedules=args.deps_schedules,
+        seconds=args.deps_seconds,
+    )
     if args.procrastinate_configs:
         settings.procrastinate_configs = tuple(
             int(c) for c in args.procrastinate_configs.split(",") if c.strip()
