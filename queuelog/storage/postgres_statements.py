@@ -532,6 +532,11 @@ class PostgresStatements(Statements):
             last_run_at = coalesce({as_timestamp("%(last_run_at)s::bigint")}, last_run_at),
             last_job_id = coalesce(%(last_job_id)s::bigint, last_job_id), updated_at = {NOW}
         WHERE name = %(name)s"""
+    EXISTING_KEYS = (
+        "SELECT created_by, idempotency_key FROM jobs WHERE (created_by, idempotency_key) IN"
+        " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(pairs)s::json) AS value)"
+    )
+    JOB_STATES = f"SELECT id, status FROM jobs WHERE id IN {id_list('ids')}"
     SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
     LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK + " FOR UPDATE"
     MARK_SCHEDULE_CLOCK = f"UPDATE schedule_clock SET alive_at = {NOW} WHERE id = 1"

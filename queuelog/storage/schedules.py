@@ -30,7 +30,7 @@ from queuelog.model import (
     Schedule,
     ScheduleSpec,
 )
-from queuelog.storage.codec import decode_job, micros_to_datetime
+from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import compact_json, to_micros
@@ -132,43 +132,51 @@ def mark_alive(tx: WriteTx) -> None:
 def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
     """Enqueue the jobs of every due tick; returns how many were enqueued. `running_since`:
     since when this server's ticker has run (no tick after it was missed while no server
-    ran, however long the database stalled since)."""
+    ran, however long the database stalled since).
+
+    A fixed number of statements however many schedules are due (1,000 every-minute
+    schedules fire together): the due rows, their last jobs' states, the tick jobs that
+    exist already, one insert, one executemany moving the schedules on."""
     row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
     alive_at = micros_to_datetime(row[0]) if row is not None else None
     tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
     # Never marked (a database no ticker has fired on yet, or one `queuelog copy-database`
     # just filled): nothing says a server ran, so ticks found late were missed.
     was_down = alive_at is None or tx.now - alive_at > DOWN_AFTER
-    enqueued = 0
-    for schedule in map(decode, tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()):
-        enqueued += _fire(tx, schedule, was_down, running_since)
-    return enqueued
-
-
-def _fire(tx: WriteTx, schedule: Schedule, was_down: bool, running_since: datetime | None) -> int:
-    assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
-    expression = cron.parse(schedule.cron, schedule.timezone)
     cutoff = tx.now - MISFIRE_GRACE  # a tick before this was missed, if the deployment was down
     if running_since is not None:
         cutoff = min(cutoff, running_since)
-    ticks = _due_ticks(
-        expression, schedule.next_run_at, tx.now, cutoff if was_down else None, schedule.misfire
+    due = [decode(r) for r in tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()]
+    if not due:
+        return 0
+    still_open = _open_last_jobs(tx, due)
+    fired: list[tuple[Schedule, cron.Cron, list[datetime]]] = []
+    for schedule in due:
+        assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
+        expression = cron.parse(schedule.cron, schedule.timezone)
+        ticks = _due_ticks(
+            expression, schedule.next_run_at, tx.now, cutoff if was_down else None, schedule.misfire
+        )
+        if schedule.overlap is Overlap.SKIP:
+            # The first tick's job is PENDING when the next one comes: one job at most.
+            ticks = [] if schedule.last_job_id in still_open else ticks[:1]
+        fired.append((schedule, expression, ticks))
+    newest, enqueued = _enqueue_ticks(
+        tx, [(schedule, tick) for schedule, _, ticks in fired for tick in ticks]
     )
-    last_tick, last_job, enqueued = None, schedule.last_job_id, 0
-    for tick in ticks:
-        if schedule.overlap is Overlap.SKIP and last_job is not None and _still_open(tx, last_job):
-            continue
-        job_id = _enqueue_tick(tx, schedule, tick)
-        if job_id is not None:
-            last_tick, last_job, enqueued = tick, job_id, enqueued + 1
-    params = {
-        "name": schedule.name,
-        "next_run_at": to_micros(expression.next_after(tx.now)),
-        "last_run_at": None if last_tick is None else to_micros(last_tick),
-        "last_job_id": last_job if last_tick is not None else None,
-        "now": tx.now_us,
-    }
-    tx.execute(tx.sql.SCHEDULE_FIRED, params)
+    moves = []
+    for schedule, expression, _ in fired:
+        last = newest.get(schedule.name)
+        moves.append(
+            {
+                "name": schedule.name,
+                "next_run_at": to_micros(expression.next_after(tx.now)),
+                "last_run_at": None if last is None else to_micros(last[0]),
+                "last_job_id": None if last is None else last[1],
+                "now": tx.now_us,
+            }
+        )
+    tx.executemany(tx.sql.SCHEDULE_FIRED, moves)
     return enqueued
 
 
@@ -218,14 +226,41 @@ def _last_tick(expression: cron.Cron, start: datetime, cutoff: datetime) -> date
         start = newest
 
 
-def _still_open(tx: WriteTx, job_id: int) -> bool:
-    row = tx.execute(tx.sql.JOB_BY_ID, {"id": job_id}).fetchone()
-    return row is not None and decode_job(row).status.value in OPEN_STATUSES
+def _open_last_jobs(tx: WriteTx, due: Sequence[Schedule]) -> set[int]:
+    """The last jobs of the overlap-SKIP schedules that are still PENDING or RUNNING."""
+    ids = [s.last_job_id for s in due if s.overlap is Overlap.SKIP and s.last_job_id is not None]
+    if not ids:
+        return set()
+    rows = tx.execute(tx.sql.JOB_STATES, {"ids": jsonutil.dumps(ids).decode()}).fetchall()
+    return {job_id for job_id, status in rows if status in OPEN_STATUSES}
 
 
-def _enqueue_tick(tx: WriteTx, schedule: Schedule, tick: datetime) -> int | None:
-    """The tick's job; None if it exists already (the idempotency key's guard)."""
-    item = NewJob(
+def _enqueue_ticks(
+    tx: WriteTx, ticks: Sequence[tuple[Schedule, datetime]]
+) -> tuple[dict[str, tuple[datetime, int]], int]:
+    """Each tick's job, in one insert; a tick whose job exists already (the idempotency key's
+    guard: never, while the schedule rows are locked) is left out. Returns each schedule's
+    newest tick that got a job with that job's id, and how many jobs were enqueued."""
+    if not ticks:
+        return {}, 0
+    items = [(schedule, tick, _tick_job(schedule, tick)) for schedule, tick in ticks]
+    pairs = [[creator(s.name), item.idempotency_key] for s, _, item in items]
+    found = tx.execute(tx.sql.EXISTING_KEYS, {"pairs": jsonutil.dumps(pairs).decode()}).fetchall()
+    existing = {(created_by, key) for created_by, key in found}
+    new = [(s, t, item) for s, t, item in items if (creator(s.name), item.idempotency_key) not in existing]
+    if not new:
+        return {}, 0
+    rows = [row_values(item, creator(s.name), tx.now_us) for s, _, item in new]
+    ids = tx.connection.insert_ids(tx.sql.INSERT_JOB, rows)
+    newest: dict[str, tuple[datetime, int]] = {}
+    for (schedule, tick, item), job_id in zip(new, ids, strict=True):
+        tx.record(EventKind.ENQUEUED, None, new_job(job_id, item, creator(schedule.name), tx.now))
+        newest[schedule.name] = (tick, job_id)  # ticks come oldest first
+    return newest, len(new)
+
+
+def _tick_job(schedule: Schedule, tick: datetime) -> NewJob:
+    return NewJob(
         type=schedule.type,
         payload=schedule.payload,
         payload_json=compact_json(schedule.payload),
@@ -235,11 +270,3 @@ def _enqueue_tick(tx: WriteTx, schedule: Schedule, tick: datetime) -> int | None
         run_at=None,
         schedule_name=schedule.name,
     )
-    created_by = creator(schedule.name)
-    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
-    if cursor.rowcount != 1:
-        return None
-    job_id = cursor.lastrowid
-    assert job_id is not None
-    tx.record(EventKind.ENQUEUED, None, new_job(job_id, item, created_by, tx.now))
-    return job_id

@@ -534,6 +534,11 @@ class SqliteStatements(Statements):
         UPDATE schedules SET next_run_at = :next_run_at, last_run_at = coalesce(:last_run_at, last_run_at),
             last_job_id = coalesce(:last_job_id, last_job_id), updated_at = :now
         WHERE name = :name"""
+    EXISTING_KEYS = (
+        "SELECT created_by, idempotency_key FROM jobs WHERE (created_by, idempotency_key) IN"
+        " (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs))"
+    )
+    JOB_STATES = "SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
     SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
     LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK
     MARK_SCHEDULE_CLOCK = "UPDATE schedule_clock SET alive_at = :now WHERE id = 1"

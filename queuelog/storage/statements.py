@@ -152,6 +152,10 @@ class Statements:
     DUE_SCHEDULES: ClassVar[str]
     NEXT_SCHEDULE_AT: ClassVar[str]
     SCHEDULE_FIRED: ClassVar[str]
+    # (created_by, idempotency_key) of the `pairs` (a JSON list of both) that exist.
+    EXISTING_KEYS: ClassVar[str]
+    # (id, status) of the jobs `ids`.
+    JOB_STATES: ClassVar[str]
     SCHEDULE_CLOCK: ClassVar[str]
     LOCK_SCHEDULE_CLOCK: ClassVar[str]
     MARK_SCHEDULE_CLOCK: ClassVar[str]
