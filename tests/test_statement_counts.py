@@ -28,10 +28,10 @@ How statements are counted
 - Every authenticated request reads the keys generation (one data statement, on the reader,
   outside any transaction); principals are cached, so a key's lookup shows only on its first
   request (see "me (a key's first request)"). Counts include that read.
-- Background loops (lease expiry, pruning) are given an hour-long interval, the event tail
-  is off (QUEUELOG_EVENT_FEED=local; with it, each commit also reads sqlite_sequence twice
-  to learn its event ids) and the writer is idle before each measured request, so nothing
-  else runs while one is recorded.
+- Background loops (lease expiry, pruning, the schedule ticker) are given an hour-long
+  interval, the event tail is off (QUEUELOG_EVENT_FEED=local; with it, each commit also
+  reads sqlite_sequence twice to learn its event ids) and the writer is idle before each
+  measured request, so nothing else runs while one is recorded.
 
 An assertion that fails prints the statements that ran, labelled by kind and table.
 """
@@ -53,6 +53,7 @@ from typing import Any
 import httpx
 import pytest
 
+from queuelog import ticker
 from queuelog.app import QueuelogApp, State, create_app
 from queuelog.keys import create_key
 from queuelog.model import Role
@@ -629,8 +630,12 @@ async def measure_everything(directory: Path) -> dict[str, dict[str, Measured]]:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Measured]]:
-    return asyncio.run(measure_everything(tmp_path_factory.mktemp("statement-counts")))
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Measured]]]:
+    # The schedule ticker looks for due schedules every second: an hour here, like the other
+    # background loops, so that its read never lands among a request's statements.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ticker, "LOOK_AGAIN_SECONDS", HOUR)
+        yield asyncio.run(measure_everything(tmp_path_factory.mktemp("statement-counts")))
 
 
 # --- the tests -----------------------------------------------------------------------------------------
