@@ -51,7 +51,7 @@ DEFAULT_JOB_TYPES = "email,report,resize,noop"
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_POSTGRES = os.environ.get("QUEUELOG_TEST_REQUIRE_POSTGRES") == "1"
 BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite,postgresql").split(",") if b]
-# Several servers start at once on a busy 2-core CI machine (-n 4): 30 s is reported to be
+# Several servers start at once on a busy 2-core CI machine (-n 6): 30 s is reported to be
 # too little there. A server that exits is noticed at once; only a hung start waits this long.
 STARTUP_TIMEOUT = 90.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
