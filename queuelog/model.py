@@ -159,10 +159,14 @@ class JobScope:
     worker_id: str | None = None
 
     def allows(self, job: Job) -> bool:
+        return self.allows_owned(job.created_by, job.worker_id)
+
+    def allows_owned(self, created_by: str, worker_id: str | None) -> bool:
+        """`allows` for a job known only by its creator and its worker."""
         if self.everything:
             return True
-        return (self.created_by is not None and job.created_by == self.created_by) or (
-            self.worker_id is not None and job.worker_id == self.worker_id
+        return (self.created_by is not None and created_by == self.created_by) or (
+            self.worker_id is not None and worker_id == self.worker_id
         )
 
 

@@ -125,7 +125,7 @@ class JobQueue:
         run_at: datetime | None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
-        depends_on: Sequence[str] = (),
+        depends_on: Sequence[int] = (),
         depends_on_items: Sequence[int] = (),
     ) -> NewJob:
         if not self._allowed_types:
@@ -158,7 +158,7 @@ class JobQueue:
             run_at=as_utc(run_at) if run_at is not None else None,
             concurrency_key=concurrency_key,
             timeout_seconds=timeout_seconds,
-            depends_on=tuple(sorted({parse_dependency_id(value) for value in depends_on})),
+            depends_on=tuple(sorted(set(depends_on))),
             depends_on_items=tuple(sorted(set(depends_on_items))),
         )
 
@@ -540,13 +540,6 @@ def check_storable(text: str, what: str) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise BadInput(f"{what} holds a lone surrogate (not Unicode text)") from None
-
-
-def parse_dependency_id(value: str) -> int:
-    text = str(value)
-    if not text.isascii() or not text.isdigit() or len(text) > 19 or not 0 < int(text) < 2**63:
-        raise BadInput(f"dependsOn: invalid job id {text[:40]!r}")
-    return int(text)
 
 
 def check_dependencies(item: NewJob, position: int) -> NewJob:

@@ -11,9 +11,10 @@ CURSOR_PREFIX = "job:"
 MAX_ID = 2**63 - 1
 
 
-def parse_job_id(value: str) -> int:
+def parse_job_id(value: str, field: str | None = None) -> int:
+    """`field`: the input field the id came from, named in the error."""
     if not value.isascii() or not value.isdigit() or len(value) > 19 or not 0 < int(value) <= MAX_ID:
-        raise BadInput(f"invalid job id {value[:40]!r}")
+        raise BadInput(f"{field + ': ' if field else ''}invalid job id {value[:40]!r}")
     return int(value)
 
 

@@ -20,7 +20,10 @@ Ctx = Info[RequestContext, None]
 def _enqueue_fields(item: EnqueueJobInput) -> dict[str, Any]:
     # Both paths (Strawberry's and queuelog.compiled) hand over EnqueueJobInput objects,
     # whose attributes are exactly its dataclass fields: read them all at once.
-    return vars(item)
+    fields = vars(item)
+    if item.depends_on:
+        fields = {**fields, "depends_on": [parse_job_id(i, "dependsOn") for i in item.depends_on]}
+    return fields
 
 
 async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueOutcome:

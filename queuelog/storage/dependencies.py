@@ -27,14 +27,6 @@ def _ids(ids: Sequence[int]) -> str:
     return jsonutil.dumps([int(i) for i in ids]).decode()
 
 
-def _visible(scope: JobScope, created_by: str, worker_id: str | None) -> bool:
-    if scope.everything:
-        return True
-    return (scope.created_by is not None and created_by == scope.created_by) or (
-        scope.worker_id is not None and worker_id == scope.worker_id
-    )
-
-
 def lock_existing(tx: WriteTx, ids: set[int], scope: JobScope) -> dict[int, str]:
     """Mark the jobs `ids` as depended on and return their statuses, refusing any the caller
     cannot see (NOT_FOUND, as if it did not exist) or that ended FAILED or CANCELLED.
@@ -44,7 +36,7 @@ def lock_existing(tx: WriteTx, ids: set[int], scope: JobScope) -> dict[int, str]
     if not ids:
         return {}
     rows = tx.execute(tx.sql.MARK_DEPENDED_ON, {"ids": _ids(sorted(ids))}).fetchall()
-    found = {row[0]: row for row in rows if _visible(scope, row[2], row[3])}
+    found = {row[0]: row for row in rows if scope.allows_owned(row[2], row[3])}
     for job_id in sorted(ids):
         if job_id not in found:
             raise NotFound(f"job {job_id} not found")
