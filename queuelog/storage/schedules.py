@@ -139,7 +139,7 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
     exist already, one insert, one executemany moving the schedules on."""
     row = tx.execute(tx.sql.LOCK_SCHEDULE_CLOCK).fetchone()
     alive_at = micros_to_datetime(row[0]) if row is not None else None
-    tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
+    mark_alive(tx)
     # Never marked (a database no ticker has fired on yet, or one `queuelog copy-database`
     # just filled): nothing says a server ran, so ticks found late were missed.
     was_down = alive_at is None or tx.now - alive_at > DOWN_AFTER
