@@ -197,9 +197,9 @@ class GraphQLView(GraphQL[RequestContext, None]):
         return graphiql_page(self.services.settings)  # GraphiQL from the app's own assets
 
     async def on_ws_connect(self, context: RequestContext) -> dict[str, object] | None:
-        authorization = context.connection_params.get("authorization")
+        authorization = _authorization_param(context.connection_params)
         principal = None
-        if isinstance(authorization, str):
+        if authorization is not None:
             try:
                 principal = await self.services.principal_for(authorization)
             except DatabaseUnavailable as exc:
@@ -433,3 +433,14 @@ def create_app(settings: Settings | None = None) -> QueuelogApp:
 
 def create_app_from_env() -> QueuelogApp:
     return create_app(Settings.from_env())
+
+
+def _authorization_param(params: object) -> str | None:
+    """The `authorization` entry of a connection_init payload, its name matched case-insensitively
+    as HTTP header names are (`Authorization` is what people copy from their HTTP client)."""
+    if not isinstance(params, dict):
+        return None
+    for name, value in params.items():
+        if isinstance(name, str) and name.lower() == "authorization":
+            return value if isinstance(value, str) else None
+    return None

@@ -457,6 +457,17 @@ def test_bad_key_in_connection_init_closes_with_4403(
     run(scenario())
 
 
+@pytest.mark.parametrize("name", ["Authorization", "AUTHORIZATION"])
+def test_the_connection_init_key_name_is_matched_case_insensitively(server: Server, name: str) -> None:
+    async def scenario() -> None:
+        async with connected(server) as client:
+            await client.send({"type": "connection_init", "payload": {name: f"Bearer {server.admin_key}"}})
+            ack = await client.recv()
+            assert ack["type"] == "connection_ack", ack
+
+    run(scenario())
+
+
 def test_subscribe_before_connection_init_closes_with_4401(server: Server) -> None:
     async def scenario() -> None:
         async with connected(server) as client:
