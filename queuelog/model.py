@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -187,6 +187,9 @@ class QueueStats:
     counts: StatusCounts
     by_type: dict[str, StatusCounts]
     oldest_pending_seconds: float | None
+    # Each type's oldest_pending_seconds, for the types with a claimable job (/metrics);
+    # filled for every job's scope, maybe empty for a producer's.
+    oldest_pending_by_type: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

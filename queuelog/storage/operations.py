@@ -786,10 +786,12 @@ def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
     for per_status in per_type.values():
         for status, n in per_status.items():
             totals[status] = totals.get(status, 0) + n
+    oldest, oldest_by_type = _oldest_pending_seconds(conn, now, scope, per_type, everyones)
     return QueueStats(
         counts=counters.status_counts(totals),
         by_type={t: counters.status_counts(c) for t, c in sorted(per_type.items())},
-        oldest_pending_seconds=_oldest_pending_seconds(conn, now, scope, per_type, everyones),
+        oldest_pending_seconds=oldest,
+        oldest_pending_by_type=oldest_by_type,
     )
 
 
@@ -799,14 +801,15 @@ def _oldest_pending_seconds(
     scope: JobScope,
     counts: dict[str, dict[str, int]],
     everyones: dict[str, dict[str, int]],
-) -> float | None:
+) -> tuple[float | None, dict[str, float]]:
     """Queue lag: how long the longest-waiting claimable job has been due (now - run_at),
     read from each type's head in ix_jobs_lag and ix_jobs_delayed, never by a walk. Only
     types with PENDING jobs in the scope (the counters say which) that are not paused are
-    read: a paused type's jobs are not claimable."""
+    read: a paused type's jobs are not claimable. Also each type's own lag (types without a
+    claimable job left out), when the read goes type by type (always for every job)."""
     plan = plan_oldest_pending(scope.everything, scope.created_by is not None, counts, everyones)
     if plan is OldestPending.NOTHING:
-        return None
+        return None, {}
     controls = flow.read_controls(conn)
     types = sorted(
         t
@@ -814,19 +817,35 @@ def _oldest_pending_seconds(
         if per_status.get(PENDING, 0) > 0 and not (t in controls and controls[t].paused_at(now))
     )
     if not types:
-        return None
+        return None, {}
     params = per_type_params(types)
     params.update(now=to_micros(now), created_by=scope.created_by)
+    if plan is OldestPending.AMONG_OWN:
+        params["types"] = jsonutil.dumps(types).decode()
+        row = conn.execute(conn.sql.OLDEST_DUE_AMONG_OWN, params).fetchone()
+        oldest = micros_to_datetime(row[0]) if row is not None else None
+        return (None if oldest is None else _lag(now, oldest)), {}
     if plan is OldestPending.EVERY_PENDING:
         sql = conn.sql.oldest_due(len(types))
-    elif plan is OldestPending.OWN_AMONG_PENDING:
-        sql = conn.sql.oldest_due_of(len(types))
     else:
-        sql = conn.sql.OLDEST_DUE_AMONG_OWN
-        params["types"] = jsonutil.dumps(types).decode()
-    row = conn.execute(sql, params).fetchone()
-    oldest = micros_to_datetime(row[0]) if row is not None else None
-    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+        sql = conn.sql.oldest_due_of(len(types))
+    heads = _earliest_by_type(conn.execute(sql, params).fetchall())
+    by_type = {job_type: _lag(now, due) for job_type, due in sorted(heads.items())}
+    return max(by_type.values(), default=None), by_type
+
+
+def _earliest_by_type(rows: Sequence[Any]) -> dict[str, datetime]:
+    """oldest_due's (type, run_at) rows: each type's earliest."""
+    earliest: dict[str, datetime] = {}
+    for job_type, run_at in rows:
+        due = micros_to_datetime(run_at)
+        if due is not None and (job_type not in earliest or due < earliest[job_type]):
+            earliest[job_type] = due
+    return earliest
+
+
+def _lag(now: datetime, due: datetime) -> float:
+    return max(0.0, (now - due).total_seconds())
 
 
 def next_due_at(
@@ -843,8 +862,8 @@ def next_due_at(
     due = micros_to_datetime(row[0]) if row is not None else None
     if now is not None:
         params.update(now=to_micros(now), created_by=None)
-        ready = conn.execute(conn.sql.oldest_due(len(types)), params).fetchone()
-        ready_at = micros_to_datetime(ready[0]) if ready is not None else None
+        heads = _earliest_by_type(conn.execute(conn.sql.oldest_due(len(types)), params).fetchall())
+        ready_at = min(heads.values(), default=None)
         if ready_at is not None and (due is None or ready_at < due):
             due = ready_at
     return due

@@ -156,7 +156,7 @@ _NEXT_DUE = f"""
 
 def _oldest_due_sql(scope: str) -> str:
     return f"""
-    SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
+    SELECT wanted.type, head.run_at FROM {_WANTED} CROSS JOIN LATERAL (
         (SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {READY} AND run_at IS NOT NULL{scope}
             ORDER BY run_at LIMIT 1)
         UNION ALL

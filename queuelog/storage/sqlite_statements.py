@@ -166,11 +166,11 @@ def next_due_statement(type_count: int) -> str:
 
 
 _READY_HEAD = (
-    "SELECT run_at FROM jobs INDEXED BY ix_jobs_lag WHERE type = :type{{i}} AND {ready}{scope}"
+    "SELECT type, run_at FROM jobs INDEXED BY ix_jobs_lag WHERE type = :type{{i}} AND {ready}{scope}"
     " ORDER BY run_at LIMIT 1"
 )
 _DUE_HEAD = (
-    "SELECT run_at FROM jobs INDEXED BY ix_jobs_delayed WHERE type = :type{{i}} AND {delayed}"
+    "SELECT type, run_at FROM jobs INDEXED BY ix_jobs_delayed WHERE type = :type{{i}} AND {delayed}"
     " AND run_at <= :now{scope} ORDER BY run_at LIMIT 1"
 )
 
@@ -178,7 +178,7 @@ _DUE_HEAD = (
 def _oldest_due(type_count: int, scope: str) -> str:
     ready = _READY_HEAD.format(ready=READY, scope=scope)
     due = _DUE_HEAD.format(delayed=DELAYED, scope=scope)
-    return _earliest(type_count, f"{ready}) UNION ALL SELECT * FROM ({due}")
+    return _each_type(type_count, f"{ready}) UNION ALL SELECT * FROM ({due}")
 
 
 @functools.lru_cache(maxsize=64)

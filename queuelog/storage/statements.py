@@ -91,8 +91,9 @@ class Statements:
     # jobs: reads
     # `next_due(n)`: the earliest run_at of a delayed job of n types (maybe already past).
     next_due: ClassVar[Callable[[int], str]]
-    # `oldest_due(n)`: the earliest run_at of a claimable job of n types (ready, or delayed
-    # and due); `oldest_due_of(n)` the same among those created by `created_by`.
+    # `oldest_due(n)`: (type, run_at) rows, each type's earliest claimable job of n types
+    # (ready, or delayed and due: up to two rows per type, none for a type without one);
+    # `oldest_due_of(n)` the same among those created by `created_by`.
     oldest_due: ClassVar[Callable[[int], str]]
     oldest_due_of: ClassVar[Callable[[int], str]]
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
