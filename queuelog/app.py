@@ -42,7 +42,7 @@ from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
 from queuelog.errors import DatabaseUnavailable, Unauthenticated
 from queuelog.events import EventBus
-from queuelog.metrics import NOSNIFF, Metrics
+from queuelog.metrics import NOSNIFF, OPERATION, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, host_check, send_json
 from queuelog.principals import Authenticator
 from queuelog.queue import JobQueue
@@ -414,7 +414,8 @@ class QueuelogApp:
             try:
                 await self.lane(scope, receive, send)
             finally:
-                self.metrics.observe_request("/graphql", "POST", time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                self.metrics.observe_request("/graphql", "POST", elapsed, scope.get(OPERATION))
             return
         await self.starlette(scope, receive, send)
 

@@ -1,21 +1,78 @@
-"""Prometheus metrics: job counters from the event stream, status gauges at scrape time."""
+"""Prometheus metrics: job counters from the event stream, request latency by path and by
+GraphQL operation, status and queue-lag gauges at scrape time. docs/monitoring.md lists them."""
 
 from __future__ import annotations
 
+import functools
 import hmac
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
+from graphql import FieldNode, get_operation_ast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+from strawberry.extensions import SchemaExtension
 
-from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, TypeControl
+from queuelog.errors import DatabaseUnavailable
+from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, QueueStats, TypeControl
 from queuelog.storage.repository import Repository
 
+log = logging.getLogger("queuelog.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 UNAUTHORIZED = "a valid metrics token is required: Authorization: Bearer <QUEUELOG_METRICS_TOKEN>\n"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+# The ASGI scope entry naming a POST /graphql request's operation, set once its document is
+# known to be valid (compiled/http.py, OperationName below) and read by the request's timing.
+OPERATION = "queuelog.operation"
+# Operation labels: every root field of the schema has its own; names chosen by clients
+# (operationName, several root fields in one document) get one each up to this many per
+# process, then "other", as does a request refused before a valid document was read.
+MAX_CHOSEN_OPERATIONS = 50
+MAX_OPERATION_LABEL = 64
+OTHER = "other"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def operation_name(name: str | None, root_fields: Sequence[str]) -> str | None:
+    """What an operation is called in the metrics: its name (operationName, else the one in
+    the document), else its root fields' names (aliases aside: clients choose those), sorted,
+    joined by ','. compiled/http.py takes the same for its single-field documents."""
+    if name:
+        return name
+    if len(root_fields) == 1:
+        return root_fields[0]
+    return ",".join(sorted(set(root_fields))) or None
+
+
+class OperationName(SchemaExtension):
+    """Names an HTTP request's operation for its latency (Strawberry's path)."""
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context
+        request = getattr(context.context, "request", None)
+        if request is not None and request.scope["type"] == "http" and context.graphql_document:
+            operation = get_operation_ast(context.graphql_document, context.operation_name)
+            if operation is not None:
+                fields = [
+                    f.name.value for f in operation.selection_set.selections if isinstance(f, FieldNode)
+                ]
+                request.scope[OPERATION] = operation_name(context.operation_name, fields)
+        yield
+
+
+@functools.cache
+def schema_root_fields() -> frozenset[str]:
+    """The Query and Mutation fields (the schema's, whatever the settings)."""
+    from queuelog.schema import schema  # here: queuelog.schema imports this module
+
+    built = schema._schema
+    return frozenset(
+        name for root in (built.query_type, built.mutation_type) if root is not None for name in root.fields
+    )
 
 
 def token_accepted(authorization: str | None, token: str) -> bool:
@@ -70,13 +127,37 @@ class Metrics:
             "rate_period_seconds": per_type("rate_period_seconds", "The rate limit's window"),
             "timeout_seconds": per_type("timeout_seconds", "The type's default job timeout"),
         }
+        self.type_jobs = Gauge(
+            "queuelog_type_jobs", "Jobs of the type by status", ["type", "status"], registry=self.registry
+        )
+        self.type_oldest_pending = per_type(
+            "oldest_pending_seconds",
+            "The type's queue lag: how long its longest-waiting claimable job has been due; 0 when none",
+        )
+        self.database_up = Gauge(
+            "queuelog_database_up",
+            "1 when this scrape's reads of the database succeeded, 0 when the database was unavailable",
+            registry=self.registry,
+        )
         self.request_latency = Histogram(
             "queuelog_http_request_duration_seconds",
             "HTTP request latency",
             ["path", "method"],
             registry=self.registry,
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            buckets=LATENCY_BUCKETS,
         )
+        self.operation_latency = Histogram(
+            "queuelog_graphql_request_duration_seconds",
+            "POST /graphql latency by operation: its name, else its root field(s); 'other' past "
+            f"{MAX_CHOSEN_OPERATIONS} names chosen by clients, or when no valid document was read",
+            ["operation"],
+            registry=self.registry,
+            buckets=LATENCY_BUCKETS,
+        )
+        # Each request looks up its series here: labels() costs a lock and a tuple per call.
+        self._paths: dict[tuple[str, str], Histogram] = {}
+        self._operations: dict[str | None, Histogram] = {None: self.operation_latency.labels(OTHER)}
+        self._chosen_operations = 0
         self._by_kind = {
             EventKind.ENQUEUED: self.enqueued,
             EventKind.CLAIMED: self.claimed,
@@ -106,8 +187,34 @@ class Metrics:
         for job_type in types:
             self.held_back.labels(job_type).inc()
 
-    def observe_request(self, path: str, method: str, seconds: float) -> None:
-        self.request_latency.labels(path, method).observe(seconds)
+    def observe_request(self, path: str, method: str, seconds: float, operation: str | None = None) -> None:
+        """One HTTP request's latency; a POST /graphql's also by `operation` (scope[OPERATION])."""
+        timed = self._paths.get((path, method))
+        if timed is None:
+            timed = self._path_series(path, method)
+        timed.observe(seconds)
+        if path == "/graphql" and method == "POST":
+            timed = self._operations.get(operation)
+            if timed is None:
+                timed = self._operation_series(operation)
+            timed.observe(seconds)
+
+    def _path_series(self, path: str, method: str) -> Histogram:
+        # Methods are the client's to choose: anything unusual is "other", and not kept.
+        if method not in METHODS:
+            return self.request_latency.labels(path, OTHER)
+        timed = self._paths[path, method] = self.request_latency.labels(path, method)
+        return timed
+
+    def _operation_series(self, operation: str | None) -> Histogram:
+        if operation is None or len(operation) > MAX_OPERATION_LABEL:
+            return self._operations[None]
+        if operation not in schema_root_fields():
+            if self._chosen_operations >= MAX_CHOSEN_OPERATIONS:
+                return self._operations[None]
+            self._chosen_operations += 1
+        timed = self._operations[operation] = self.operation_latency.labels(operation)
+        return timed
 
     async def response(
         self, request: Request, repository: Repository, token: str, types: Sequence[str] = ()
@@ -119,13 +226,43 @@ class Metrics:
         return Response(await self.render(repository, types), media_type=CONTENT_TYPE, headers=NOSNIFF)
 
     async def render(self, repository: Repository, types: Sequence[str] = ()) -> bytes:
-        stats = await repository.queue_stats(ALL_JOBS)
+        """The scrape. When the database is unavailable it still answers, with
+        queuelog_database_up 0, this process's counters, and no database-read gauges."""
+        try:
+            stats = await repository.queue_stats(ALL_JOBS)
+            controls = await repository.type_controls(types) if types else []
+        except DatabaseUnavailable as exc:
+            log.warning("metrics: %s", exc.message)
+            self._database_unavailable()
+        except Exception:
+            log.exception("metrics: the database could not be read")
+            self._database_unavailable()
+        else:
+            self.database_up.set(1)
+            self._set_stats(stats, types)
+            self._set_type_controls(controls, repository.now())
+        return generate_latest(self.registry)
+
+    def _database_unavailable(self) -> None:
+        self.database_up.set(0)
+        read = (self.by_status, self.type_jobs, self.type_oldest_pending, self.type_paused, self.type_running)
+        for gauge in (*read, *self.type_limits.values()):
+            gauge.clear()
+        self.oldest_pending.set(float("nan"))  # unknown (an unlabelled gauge always has a sample)
+
+    def _set_stats(self, stats: QueueStats, types: Sequence[str]) -> None:
         for status in JobStatus:
             self.by_status.labels(status.value).set(getattr(stats.counts, status.value))
         self.oldest_pending.set(stats.oldest_pending_seconds or 0)
-        if types:
-            self._set_type_controls(await repository.type_controls(types), repository.now())
-        return generate_latest(self.registry)
+        # The allowlist's types, and any other type that still has jobs.
+        self.type_jobs.clear()
+        self.type_oldest_pending.clear()
+        for job_type in sorted({*types, *stats.by_type}):
+            counts = stats.by_type.get(job_type)
+            for status in JobStatus:
+                n = getattr(counts, status.value) if counts is not None else 0
+                self.type_jobs.labels(job_type, status.value).set(n)
+            self.type_oldest_pending.labels(job_type).set(stats.oldest_pending_by_type.get(job_type, 0))
 
     def _set_type_controls(self, controls: Sequence[TypeControl], now: datetime) -> None:
         for gauge in self.type_limits.values():

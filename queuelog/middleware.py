@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from queuelog.metrics import Metrics
+from queuelog.metrics import OPERATION, Metrics
 
 # Responses that are not pages (those set their own, stricter headers) say this too.
 NOSNIFF_HEADER = (b"x-content-type-options", b"nosniff")
@@ -135,4 +135,5 @@ class RequestTiming:
             await self.app(scope, receive, send)
         finally:
             path = scope["path"] if scope["path"] in self.known_paths else "other"
-            self.metrics.observe_request(path, scope["method"], time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self.metrics.observe_request(path, scope["method"], elapsed, scope.get(OPERATION))

@@ -16,6 +16,7 @@ from starlette.types import Message, Receive, Scope, Send
 from queuelog import jsonutil
 from queuelog.auth import Principal
 from queuelog.compiled.plan import Planner, run
+from queuelog.metrics import OPERATION
 
 REQUEST_KEYS = frozenset({"query", "variables", "operationName", "extensions"})
 
@@ -82,6 +83,7 @@ class CompiledRequests:
         plan = self._planner.plan_for(query, operation_name)
         if plan is None:
             return False
+        scope[OPERATION] = plan.operation_name or plan.root.name  # metrics.operation_name's
         context = self._make_context(Request(scope, receive), principal)
         response = await run(plan, context, variables or {})
         if response is None:

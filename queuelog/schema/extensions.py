@@ -17,6 +17,7 @@ from strawberry.extensions import (
 from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError
+from queuelog.metrics import OperationName
 from queuelog.schema.cost import CostRule, CostTooHigh
 from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
@@ -175,4 +176,5 @@ def schema_extensions(settings: Settings) -> list[type[SchemaExtension] | Callab
         lambda: AddValidationRules(rules),
         ValidationCache,
         cost_limit(cost_rule(settings)),
+        OperationName,
     ]
