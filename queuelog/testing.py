@@ -46,6 +46,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -194,12 +195,15 @@ def _in_own_thread(handler: Handler) -> Handler:
                 done.set_result(result)
 
         def target() -> None:
+            error: BaseException | None = None
             try:
-                result, error = context.run(handler, job), None
-            except Exception as exc:
-                result, error = None, exc
-            except BaseException as exc:  # on the loop it would stop the worker: fail the job instead
+                result = context.run(handler, job)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # Raised in the task awaiting it, these would stop the worker's event loop; the
+                # worker fails the job instead (its text then starts "RuntimeError: ").
                 result, error = None, RuntimeError(f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:
+                result, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop is gone: the worker has stopped
                 loop.call_soon_threadsafe(settle, result, error)
 
@@ -220,10 +224,42 @@ def _load_handlers(handlers: Mapping[str, Handler] | str) -> dict[str, Handler]:
             raise ValueError(str(exc)) from None
     if not handlers:
         raise ValueError("a LocalQueue needs at least one handler")
+    given: Mapping[str, object] = handlers  # what the caller passed, whatever its type says
+    bad = [str(name) for name, handler in given.items() if not callable(handler)]
+    if bad:
+        raise ValueError(f"handlers for {', '.join(bad)} are not callable")
     return dict(handlers)
 
 
 # --- the queue -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Held:
+    """What a LocalQueue holds, all released by `release`: called by close(), or when a
+    LocalQueue that was never closed is garbage-collected or the interpreter exits."""
+
+    folder: str
+    clock: bool = False
+    server: uvicorn.Server | None = None
+    server_thread: threading.Thread | None = None
+    client: Client | None = None
+    reader: sqlite3.Connection | None = None
+
+    def release(self) -> None:
+        try:
+            if self.client is not None:
+                self.client.close()
+            if self.server is not None:
+                self.server.should_exit = True
+            if self.server_thread is not None:
+                self.server_thread.join()
+            if self.reader is not None:
+                self.reader.close()
+        finally:
+            if self.clock:
+                _clock.release()
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class LocalQueue:
@@ -257,17 +293,13 @@ class LocalQueue:
             if owned in overrides:
                 raise ValueError(f"a LocalQueue sets {owned} itself (job types: the job_types argument)")
         self.url = ""  # http://127.0.0.1:PORT once started
-        self._folder = tempfile.mkdtemp(prefix="queuelog-test-")
-        self._database = os.path.join(self._folder, "queuelog.db")
-        self._clock_held = False
+        folder = tempfile.mkdtemp(prefix="queuelog-test-")
+        self._database = os.path.join(folder, "queuelog.db")
+        self._held = _Held(folder)
+        self._closing = weakref.finalize(self, self._held.release)
         self._app: QueuelogApp | None = None
-        self._server: uvicorn.Server | None = None
-        self._server_thread: threading.Thread | None = None
         self._server_loop: asyncio.AbstractEventLoop | None = None
-        self._client: Client | None = None
-        self._reader: sqlite3.Connection | None = None
         self._running = threading.Lock()
-        self._closed = False
         try:
             self.settings = Settings(
                 database_url=f"sqlite:///{self._database}",
@@ -278,9 +310,9 @@ class LocalQueue:
             _create_private(self._database, template.image)
             self._worker_key = template.worker_key
             _clock.acquire()
-            self._clock_held = True
+            self._held.clock = True
             self._start_server()
-            self._client = Client(self.url, template.admin_key)
+            self._held.client = Client(self.url, template.admin_key)
         except BaseException:
             self.close()
             raise
@@ -301,7 +333,7 @@ class LocalQueue:
             ws_max_size=self.settings.max_body_bytes,  # as `queuelog serve` runs it
             timeout_graceful_shutdown=SERVER_STOP_SECONDS,
         )
-        server = self._server = uvicorn.Server(config)
+        server = self._held.server = uvicorn.Server(config)
         loop = self._server_loop = _new_event_loop()
 
         def serve() -> None:
@@ -310,7 +342,10 @@ class LocalQueue:
             finally:
                 listener.close()
 
-        thread = self._server_thread = threading.Thread(target=serve, name="queuelog-local-server")
+        # A daemon: a LocalQueue never closed must not keep the interpreter from exiting (its
+        # finalizer stops the server at exit; non-daemon threads are waited for before that).
+        thread = threading.Thread(target=serve, name="queuelog-local-server", daemon=True)
+        self._held.server_thread = thread
         thread.start()
         deadline = time.monotonic() + START_TIMEOUT
         while not server.started:
@@ -326,22 +361,11 @@ class LocalQueue:
 
     def close(self) -> None:
         """Stop the server, then delete the database and its folder. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._client is not None:
-                self._client.close()
-            if self._server is not None:
-                self._server.should_exit = True
-            if self._server_thread is not None:
-                self._server_thread.join()
-            if self._reader is not None:
-                self._reader.close()
-        finally:
-            if self._clock_held:
-                _clock.release()
-            shutil.rmtree(self._folder, ignore_errors=True)
+        self._closing()
+
+    @property
+    def closed(self) -> bool:
+        return not self._closing.alive
 
     def __enter__(self) -> LocalQueue:
         return self
@@ -355,9 +379,9 @@ class LocalQueue:
     def client(self) -> Client:
         """A `queuelog.client.Client` with the LocalQueue's ADMIN key: every method of the SDK,
         including `error`, which only ADMIN keys may read."""
-        if self._client is None or self._closed:
+        if self._held.client is None or self.closed:
             raise RuntimeError("this LocalQueue is closed")
-        return self._client
+        return self._held.client
 
     def enqueue(
         self,
@@ -490,11 +514,11 @@ class LocalQueue:
         """How many jobs of the handled types are RUNNING, and the earliest runAt of the
         PENDING jobs of the claimable ones that wait for no dependency: in one statement, so
         of one state of the database (two reads could miss a job going from one to the other)."""
-        if self._reader is None:
+        if self._held.reader is None:
             uri = Path(self._database).as_uri() + "?mode=ro"
-            self._reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._held.reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
         handled = list(self.handlers)
-        row = self._reader.execute(
+        row = self._held.reader.execute(
             "SELECT (SELECT count(*) FROM jobs WHERE status = ? AND type IN ({})),"
             " (SELECT min(run_at) FROM jobs WHERE status = ? AND waiting_for = 0 AND type IN ({}))".format(
                 ",".join("?" * len(handled)), ",".join("?" * len(claimable)) or "NULL"

@@ -14,6 +14,10 @@ no moved clock behind.
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -239,6 +243,8 @@ def test_handlers_load_from_a_module_as_queuelog_worker_loads_them(
         LocalQueue("no_colon_here")
     with pytest.raises(ValueError, match="no_such_module_for_local_queue"):
         LocalQueue("no_such_module_for_local_queue:HANDLERS")
+    with pytest.raises(ValueError, match="invoice"):
+        LocalQueue({"invoice": "shop_tasks_for_local_queue.invoice"})  # type: ignore[dict-item]
 
 
 def test_a_run_that_does_not_finish_ends_with_timeout_error() -> None:
@@ -283,3 +289,42 @@ def test_closing_leaves_no_thread_no_file_and_the_real_clock(files: Path) -> Non
     q.close()  # twice is harmless
     with pytest.raises(RuntimeError, match="closed"):
         q.enqueue("sync")
+
+
+def test_a_local_queue_never_closed_is_cleaned_up_when_collected(files: Path) -> None:
+    real_clock = clock.utcnow
+    q = LocalQueue({"sync": lambda job: "ok"})
+    q.enqueue("sync")
+    q.run_until_idle()
+    server = q._held.server_thread
+    assert server is not None and server.is_alive()
+    del q
+    gc.collect()
+    assert not server.is_alive()
+    assert list(files.iterdir()) == []
+    assert clock.utcnow is real_clock
+
+
+def test_a_process_that_never_closes_its_local_queue_exits_and_leaves_no_file(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        from queuelog.testing import LocalQueue
+
+        q = LocalQueue({"sync": lambda job: "ok"})
+        q.enqueue("sync")
+        q.run_until_idle()
+        print(q._held.folder, flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path
+    assert not folder.exists()
+    assert list(tmp_path.iterdir()) == [], "the template's folder is gone too"
