@@ -178,7 +178,9 @@ def _in_own_thread(handler: Handler) -> Handler:
 
     The worker keeps its handler threads for its next jobs; each `run_until_idle` has a worker
     of its own, and a test suite must not collect idle threads by the hundred. A handler that
-    never returns leaves a daemon thread, as in the worker.
+    never returns leaves a daemon thread, as in the worker. One difference: past its job's
+    timeout such a handler's slot is freed at once (the worker sees an async handler, and
+    cancels it), where the worker keeps a sync handler's slot until it returns.
     """
 
     async def run(job: JobContext) -> Any:

@@ -247,6 +247,17 @@ def test_handlers_load_from_a_module_as_queuelog_worker_loads_them(
         LocalQueue({"invoice": "shop_tasks_for_local_queue.invoice"})  # type: ignore[dict-item]
 
 
+def test_a_job_past_its_timeout_is_failed_as_the_server_fails_it() -> None:
+    async def hang(job: JobContext) -> None:
+        await asyncio.sleep(3600)
+
+    with LocalQueue({"hang": hang}) as q:
+        job = q.enqueue("hang", max_retries=0, timeout_seconds=1)
+        assert q.run_until_idle() == 1
+        timed_out = q.get(job.id)
+        assert (timed_out.status, timed_out.error) == ("FAILED", "timed out")
+
+
 def test_a_run_that_does_not_finish_ends_with_timeout_error() -> None:
     release = threading.Event()
 
@@ -310,9 +321,7 @@ def test_a_process_that_never_closes_its_local_queue_exits_and_leaves_no_file(tm
         """
         from queuelog.testing import LocalQueue
 
-        q = LocalQueue({"sync": lambda job: "ok"})
-        q.enqueue("sync")
-        q.run_until_idle()
+        q = LocalQueue({"sync": lambda job: "ok"})  # its server thread runs until the end
         print(q._held.folder, flush=True)
         """
     )
