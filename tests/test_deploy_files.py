@@ -179,12 +179,6 @@ class Deployment:
     logs: list[Path]
 
 
-def run_cli(args: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run([QUEUELOG, *args], capture_output=True, text=True, env=env, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def wait_healthy(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while True:
@@ -212,23 +206,23 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    """PostgreSQL, `queuelog migrate`, the first keys, then two replicas started by the server
-    unit's ExecStart with the example environment file (only the database URL is this test's)."""
+    """PostgreSQL, the first keys, then two replicas started by the server unit's ExecStart
+    with the example environment file (only the database URL is this test's)."""
     require_backend("postgresql")
     databases = Databases("postgresql", tmp_path_factory)
     tmp = tmp_path_factory.mktemp("deployment")
     settings = read_env_file(SYSTEMD / "queuelog.env.example")
-    # Already at the current schema (a copy of the session's template: migrating takes seconds),
-    # so `queuelog migrate` below only checks that; tests/test_migrations.py migrates for real.
+    # At the current schema already (a copy of the session's template, as `queuelog migrate`
+    # leaves it), and the keys made before any replica starts, as docs/deployment.md does
+    # with `queuelog keys create` (tests/test_cli.py runs those commands).
     settings["QUEUELOG_DATABASE_URL"] = databases.fresh()
     base = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
     env = {**base, **settings}
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        run_cli(["migrate"], env)
-        admin_key = run_cli(["keys", "create", "--name", "ops", "--role", "admin"], env).splitlines()[-1]
         engine = create_sync_engine(settings["QUEUELOG_DATABASE_URL"])
-        try:  # as `queuelog keys create --name worker-1 --role worker` does, without a second CLI start
+        try:
+            _, admin_key = create_key(engine, "ops", [Role.ADMIN])
             _, worker_key = create_key(engine, "worker-1", [Role.WORKER])
         finally:
             engine.dispose()
