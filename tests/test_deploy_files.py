@@ -154,7 +154,7 @@ def test_units_are_hardened_and_restart_sensibly() -> None:
         service = {k.removeprefix("Service."): v[-1] for k, v in entries.items() if k.startswith("Service.")}
         assert service["DynamicUser"] == "yes" and service["User"] not in ("root", "0"), unit.name
         assert service["ProtectSystem"] == "strict" and service["ProtectHome"] == "yes", unit.name
-        assert service["NoNewPrivileges" if "NoNewPrivileges" in service else "DynamicUser"] == "yes"
+        assert service["NoNewPrivileges"] == "yes", unit.name
         assert service["CapabilityBoundingSet"] == "", unit.name
         assert service["Restart"] == "on-failure", unit.name
         assert "Unit.StartLimitBurst" in entries, f"{unit.name}: a broken configuration restarts forever"
