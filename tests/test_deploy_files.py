@@ -160,8 +160,8 @@ def test_units_are_hardened_and_restart_sensibly() -> None:
         assert "Unit.StartLimitBurst" in entries, f"{unit.name}: a broken configuration restarts forever"
         assert "--key" not in service["ExecStart"], f"{unit.name}: a key in ExecStart shows in ps"
     worker = unit_entries(WORKER_UNIT)
-    grace = float(shlex.split(worker["Service.ExecStart"][0]).pop(-1))
-    assert "--grace" in worker["Service.ExecStart"][0]
+    words = shlex.split(worker["Service.ExecStart"][0])
+    grace = float(words[words.index("--grace") + 1])
     assert float(worker["Service.TimeoutStopSec"][0]) > grace, "systemd would kill handlers still in grace"
     assert worker["Service.EnvironmentFile"][-1] == "/etc/queuelog/workers/%i.env"
     assert worker["Service.RestartPreventExitStatus"], "a refused key would restart forever"
