@@ -8,6 +8,7 @@ short lane or through Starlette); a client cannot grow the number of series past
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -255,6 +256,8 @@ def test_metrics_say_when_the_database_is_unavailable(
         "queuelog_type_paused",
     }
     assert not [s for s in down if s.name in read], [s for s in down if s.name in read]
+    (lag,) = [s.value for s in down if s.name == "queuelog_oldest_pending_seconds"]
+    assert math.isnan(lag)  # unknown, rather than a lag of 0 or a stale one
     assert "Traceback" not in server.log()
 
     refusal.allow(name)
