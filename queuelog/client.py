@@ -319,7 +319,7 @@ class EnqueueItem(TypedDict):
     priority: NotRequired[str]
     idempotency_key: NotRequired[str | None]
     max_retries: NotRequired[int]
-    run_at: NotRequired[datetime | None]
+    run_at: NotRequired[datetime | str | None]
     concurrency_key: NotRequired[str | None]
     timeout_seconds: NotRequired[int | None]
     depends_on: NotRequired[JobRefs]
@@ -363,7 +363,7 @@ def _enqueue_input(
     priority: str = "LOW",
     idempotency_key: str | None = None,
     max_retries: int = 3,
-    run_at: datetime | None = None,
+    run_at: datetime | str | None = None,
     concurrency_key: str | None = None,
     timeout_seconds: int | None = None,
     depends_on: JobRefs = (),
@@ -378,7 +378,7 @@ def _enqueue_input(
     if idempotency_key is not None:
         item["idempotencyKey"] = idempotency_key
     if run_at is not None:
-        item["runAt"] = _utc_text(run_at)
+        item["runAt"] = run_at_text(run_at)
     if concurrency_key is not None:
         item["concurrencyKey"] = concurrency_key
     if timeout_seconds is not None:
@@ -408,6 +408,44 @@ def _job_ids(jobs: JobRefs) -> builtins.list[str]:
         else:
             raise TypeError(f"depends_on takes job ids, Job or Enqueued objects, not {type(job).__name__}")
     return ids
+
+
+def run_at_text(run_at: datetime | str) -> str:
+    """`run_at` as the API takes it, in UTC: from an aware datetime, or an ISO-8601 string
+    with an offset ("2030-01-01T09:00:00+02:00", "2030-01-01T07:00:00Z"). A time without an
+    offset is refused (ValueError) rather than guessed: it names a different moment in each
+    time zone. TypeError for anything but a datetime or a string."""
+    if isinstance(run_at, str):
+        shown = run_at[:100]
+        try:
+            moment = datetime.fromisoformat(run_at.strip())
+        except ValueError:
+            raise ValueError(
+                f"run_at {shown!r} is not an ISO-8601 time such as 2030-01-01T09:00:00Z "
+                "or 2030-01-01T09:00:00+02:00"
+            ) from None
+        if moment.utcoffset() is None:
+            raise ValueError(
+                f"run_at {shown!r} has no UTC offset, so it could be any time zone's: add one, "
+                "e.g. 2030-01-01T09:00:00Z (UTC) or 2030-01-01T09:00:00+02:00"
+            )
+    elif isinstance(run_at, datetime):
+        moment = run_at
+        if moment.utcoffset() is None:
+            raise ValueError(
+                f"run_at {moment.isoformat()} is a naive datetime (no tzinfo), so it could be any "
+                "time zone's: pass an aware one, e.g. datetime(2030, 1, 1, 9, tzinfo=UTC) or "
+                "datetime.now(UTC) + timedelta(hours=1)"
+            )
+    else:
+        raise TypeError(
+            "run_at takes an aware datetime or an ISO-8601 string with an offset, "
+            f"not {type(run_at).__name__}"
+        )
+    try:
+        return moment.astimezone(UTC).isoformat()
+    except OverflowError:
+        raise ValueError(f"run_at {moment.isoformat()} is out of range in UTC") from None
 
 
 def _utc_text(moment: datetime) -> str:
@@ -626,20 +664,23 @@ class AsyncClient:
         priority: str = "LOW",
         idempotency_key: str | None = None,
         max_retries: int = 3,
-        run_at: datetime | None = None,
+        run_at: datetime | str | None = None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
         depends_on: JobRefs = (),
     ) -> Job:
-        """Enqueue one job. `depends_on`: the jobs it waits for (ids, Job or Enqueued
-        objects; one or a sequence): it stays PENDING, with `waiting_for` > 0, and is claimed
-        only once every one of them is COMPLETED.
+        """Enqueue one job. `run_at`: not claimed before then; an aware datetime, or an
+        ISO-8601 string with an offset ("2030-01-01T09:00:00Z", "...+02:00"). `depends_on`:
+        the jobs it waits for (ids, Job or Enqueued objects; one or a sequence): it stays
+        PENDING, with `waiting_for` > 0, and is claimed only once every one of them is
+        COMPLETED.
 
         Raises BadInput (a type outside the allowlist, bad arguments, over 100 dependencies),
         NotFound (a dependency this key cannot see), Conflict (a dependency already FAILED or
         CANCELLED; an idempotency key reused with other input), Forbidden, PayloadTooLarge,
-        Unauthenticated, ServerUnreachable; TypeError for a dependency that is not an id or a
-        job (before sending).
+        Unauthenticated, ServerUnreachable; before sending, TypeError for a dependency that is
+        not an id or a job, or a run_at that is neither a datetime nor a string, and ValueError
+        for a run_at without an offset (a naive datetime) or not in ISO 8601.
         """
         item = _enqueue_input(
             type,
@@ -1110,7 +1151,7 @@ class Client:
         priority: str = "LOW",
         idempotency_key: str | None = None,
         max_retries: int = 3,
-        run_at: datetime | None = None,
+        run_at: datetime | str | None = None,
         concurrency_key: str | None = None,
         timeout_seconds: int | None = None,
         depends_on: JobRefs = (),

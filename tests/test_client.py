@@ -148,9 +148,16 @@ def test_enqueue_with_every_argument(producer: Any) -> None:
     assert fetched == job
 
 
-def test_naive_run_at_is_taken_as_utc(producer: Any) -> None:
+def test_naive_run_at_is_refused(producer: Any) -> None:
+    """A naive datetime names a different moment in each time zone: refused, not guessed
+    (it was taken as UTC once); so is an ISO string without an offset. An aware one or a
+    string with an offset is taken (tests/test_newcomer_behaviour.py has every form)."""
     naive = datetime.now(UTC).replace(tzinfo=None, microsecond=0) + timedelta(minutes=30)
-    job = producer.enqueue("email", run_at=naive)
+    with pytest.raises(ValueError, match="naive"):
+        producer.enqueue("email", run_at=naive)
+    with pytest.raises(ValueError, match="offset"):
+        producer.enqueue("email", run_at=naive.isoformat())
+    job = producer.enqueue("email", run_at=naive.isoformat() + "Z")
     assert job.run_at == naive.replace(tzinfo=UTC)
 
 
