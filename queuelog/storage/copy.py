@@ -211,9 +211,14 @@ def _highest_id(read: Connection, table: Table) -> int:
 
 
 def _restart_sequence(write: Connection, table: Table, highest: int) -> int:
-    """Make the target's next id for `table` exceed `highest` and any it gave out; return it."""
+    """Make the target's next id for `table` exceed `highest` and any it gave out; return the
+    id the sequence will give next, as read back from it (what `copy-database` reports)."""
     sequence = write.execute(text(SEQUENCE_OF), {"table": table.name}).scalar_one()  # quoted by PostgreSQL
+    write.exec_driver_sql(restart_sequence(sequence, max(highest + 1, _next_value(write, sequence))))
+    return _next_value(write, sequence)
+
+
+def _next_value(write: Connection, sequence: str) -> int:
+    """The value `nextval` would return (sequences here step by 1)."""
     last, called = write.exec_driver_sql(sequence_state(sequence)).one()
-    next_id = max(highest + 1, last + 1 if called else last)
-    write.exec_driver_sql(restart_sequence(sequence, next_id))
-    return next_id
+    return int(last) + 1 if called else int(last)
