@@ -10,13 +10,24 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
+from queuelog import logformat
 from queuelog.errors import DatabaseUnavailable, QueuelogError
-from queuelog.settings import Settings, SettingsError, env_name, field_kind, public_fields
+from queuelog.settings import (
+    BOOLEAN_FORMS,
+    LOG_FORMATS,
+    Settings,
+    SettingsError,
+    env_name,
+    field_kind,
+    parse_bool,
+    public_fields,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -26,6 +37,7 @@ if TYPE_CHECKING:
     from queuelog.worker import Handler
 
 T = TypeVar("T")
+serve_log = logging.getLogger("queuelog.serve")
 
 # SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
 # `queuelog worker` (which needs none of them) starts quickly.
@@ -35,10 +47,29 @@ API_KEY_VARIABLE = "QUEUELOG_API_KEY"  # queuelog.client's, named here without i
 SHUTDOWN_GRACE_SECONDS = 5
 # Settings whose flags would show a secret to anyone running `ps` on the host.
 SECRET_SETTINGS = frozenset({"metrics_token"})
+# What a setting's flag help says beyond its default.
+SETTING_HELP = {
+    "log_format": "text, or json: every log record one JSON object per line on stdout",
+}
+SETTING_METAVAR = {"log_format": "{text,json}"}
+# `queuelog worker`'s exit status when the server refuses its key (unknown, revoked, or without
+# the WORKER role): sysexits.h's EX_CONFIG. Restarting cannot help, so a supervisor may stop
+# on it (systemd: RestartPreventExitStatus=78).
+EXIT_KEY_REFUSED = 78
+# Which roles may enqueue, and so have a max priority that means something (API.md section 2).
+ENQUEUING_ROLES = frozenset({"ADMIN", "PRODUCER"})
 
 
 class CommandError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
+    """A user-facing failure: printed as one line, exit status `exit_code`."""
+
+    exit_code = 1
+
+
+class KeyRefusedError(CommandError):
+    """The server refused the worker's key: a configuration error."""
+
+    exit_code = EXIT_KEY_REFUSED
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -51,7 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
 
-    serve = commands.add_parser("serve", help="migrate the database, then serve the API")
+    serve = commands.add_parser(
+        "serve",
+        help="migrate the database, then serve the API",
+        description=(
+            "Migrate the database, then serve the API. Each setting is a flag or a QUEUELOG_* "
+            f"variable (the flag wins); booleans take {BOOLEAN_FORMS}."
+        ),
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="server processes (default 1)")
@@ -62,14 +100,28 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         kind = field_kind(f)
         help_text = f"default: ${env_name(f.name)} or {_show_default(f.default)}"
+        if f.name in SETTING_HELP:
+            help_text = f"{SETTING_HELP[f.name]} ({help_text})"
         if f.name in SECRET_SETTINGS:
             help_text += f"; prefer ${env_name(f.name)}: a flag's value shows in ps"
         if kind is bool:
+            # `--graphiql`, `--graphiql false` (any of BOOLEAN_FORMS) and `--no-graphiql`.
             serve.add_argument(
-                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                flag,
+                dest=f.name,
+                nargs="?",
+                const=True,
+                default=None,
+                type=_flag_bool,
+                metavar="BOOL",
+                help=f"{help_text}; BOOL is {BOOLEAN_FORMS}, and the flag alone means true",
+            )
+            serve.add_argument(
+                "--no-" + flag[2:], dest=f.name, action="store_false", default=None, help=f"{flag} false"
             )
         else:
-            serve.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=help_text)
+            metavar = SETTING_METAVAR.get(f.name, f.name.upper())
+            serve.add_argument(flag, dest=f.name, default=None, metavar=metavar, help=help_text)
 
     migrate = commands.add_parser("migrate", help="bring the database to the current schema")
     _database_flag(migrate)
@@ -179,10 +231,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="seconds running handlers get to finish on SIGTERM (default 30)",
     )
+    worker.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        type=str.lower,
+        default=None,
+        help=(
+            f"text: messages and each job's JSON line on stderr; json: every job line and message "
+            f"one JSON object per line on stdout (default: ${env_name('log_format')} or text)"
+        ),
+    )
     return parser
 
 
+def _flag_bool(text: str) -> bool:
+    value = parse_bool(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text[:100]!r} is not a boolean: use {BOOLEAN_FORMS}")
+    return value
+
+
 def _show_default(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, tuple):
         return ",".join(value) or "(empty)"
     return str(value) or "(empty)"
@@ -262,25 +333,32 @@ def cmd_keys(args: argparse.Namespace) -> None:
             roles = [keys.parse_role(r) for r in args.roles]
             priority = keys.parse_priority(args.max_priority) if args.max_priority else None
             record, plaintext = keys.create_key(engine, args.name, roles, priority)
-            role_names = ",".join(sorted(r.value for r in record.roles))
-            print(
-                f"created key {record.name!r} (roles {role_names}, max priority "
-                f"{record.max_priority.name}); it is shown only once:"
-            )
+            role_names = sorted(r.value for r in record.roles)
+            priority_text = _max_priority(role_names, record.max_priority.name)
+            shown = "" if priority_text == "-" else f", max priority {priority_text}"
+            roles_text = ",".join(role_names)
+            print(f"created key {record.name!r} (roles {roles_text}{shown}); it is shown only once:")
             print(plaintext)
         elif args.keys_command == "list":
             print(f"{'NAME':<24} {'ROLES':<28} {'MAX PRIORITY':<13} {'CREATED':<20} STATUS")
             for key in keys.list_keys(engine):
                 status = "revoked" if key.revoked_at else "active"
+                role_names = sorted(r.value for r in key.roles)
                 print(
-                    f"{key.name:<24} {','.join(sorted(r.value for r in key.roles)):<28} "
-                    f"{key.max_priority.name:<13} {key.created_at:%Y-%m-%d %H:%M:%S}  {status}"
+                    f"{key.name:<24} {','.join(role_names):<28} "
+                    f"{_max_priority(role_names, key.max_priority.name):<13} "
+                    f"{key.created_at:%Y-%m-%d %H:%M:%S}  {status}"
                 )
         else:
             keys.revoke_key(engine, args.name)
             print(f"revoked key {args.name!r}")
     finally:
         engine.dispose()
+
+
+def _max_priority(role_names: Sequence[str], priority: str) -> str:
+    """A key's max priority as listed: "-" for a key that may not enqueue (WORKER, VIEWER)."""
+    return priority if ENQUEUING_ROLES.intersection(role_names) else "-"
 
 
 # --- types (flow control) -----------------------------------------------------------------
@@ -482,6 +560,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     )
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    as_json = settings.log_format == "json"
+    if as_json:
+        logformat.configure("json")
     engine = open_migrated(settings.database_url)
     try:
         created = keys.bootstrap_admin(engine)
@@ -489,21 +570,42 @@ def cmd_serve(args: argparse.Namespace) -> None:
         engine.dispose()
     if created is not None:
         record, plaintext = created
-        print(f"No active API key existed, so an ADMIN key named {record.name!r} was created.")
-        print("It is shown only this once; store it now:")
-        print(f"\n    {plaintext}\n", flush=True)
+        if as_json:
+            serve_log.warning(
+                "No active API key existed, so an ADMIN key named %r was created. It is shown only"
+                " this once, as admin_key: store it now",
+                record.name,
+                extra={"admin_key": plaintext},
+            )
+        else:
+            print(f"No active API key existed, so an ADMIN key named {record.name!r} was created.")
+            print("It is shown only this once; store it now:")
+            print(f"\n    {plaintext}\n", flush=True)
+    notes = []
     if not settings.job_types:
-        print(
+        notes.append(
             f"note: {env_name('job_types')} is empty, so every enqueue is refused; "
             "pass --job-types a,b to allow job types."
         )
     base = f"http://{args.host}:{args.port}"
-    print(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
+    notes.append(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
     if settings.dashboard:
-        print(f"Dashboard: open {base}/ and enter a key", flush=True)
+        notes.append(f"Dashboard: open {base}/ and enter a key")
     if settings.graphiql:
-        print(f"GraphiQL: open {base}/graphql and enter a key in its key box", flush=True)
+        notes.append(f"GraphiQL: open {base}/graphql and enter a key in its key box")
+    for note in notes:
+        if as_json:
+            serve_log.info(note)
+        else:
+            print(note, flush=True)
     os.environ.update(settings.to_env())
+    from uvicorn.config import LOGGING_CONFIG
+
+    log_config = logformat.uvicorn_log_config(settings.log_format) or LOGGING_CONFIG  # None: uvicorn's own
+    if args.workers == 1:
+        # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it
+        # found: Python's default would end the process by the signal (exit status 143).
+        signal.signal(signal.SIGTERM, _exit_stopped)
     uvicorn.run(
         "queuelog.app:create_app_from_env",
         factory=True,
@@ -516,7 +618,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
         ws_max_size=settings.max_body_bytes,
         # Long-polling claims may wait 30 s; do not let them hold a shutdown that long.
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        log_config=log_config,
     )
+
+
+def _exit_stopped(signum: int, frame: object) -> None:
+    """SIGTERM outside uvicorn's own handler: before it serves (nothing to stop yet), or raised
+    again by uvicorn once it has stopped gracefully. Either way a stop, not a failure: exit 0."""
+    raise SystemExit(0)
 
 
 def load_handlers(spec: str) -> dict[str, Handler]:
@@ -550,21 +659,47 @@ def worker_key(given: str | None) -> str:
         raise CommandError(f"no API key: set {API_KEY_VARIABLE} (or pass --key, which ps shows)") from None
 
 
-def cmd_worker(args: argparse.Namespace) -> None:
-    from queuelog.worker import Worker
+def worker_log_format(given: str | None) -> str:
+    """--log-format, else $QUEUELOG_LOG_FORMAT, else text."""
+    chosen = (given or os.environ.get(env_name("log_format")) or "text").strip().lower()
+    if chosen not in LOG_FORMATS:
+        raise CommandError(
+            f"{env_name('log_format')} must be one of {', '.join(LOG_FORMATS)}, not {chosen[:100]!r}"
+        )
+    return chosen
 
+
+# What to do about a refused key, by the server's code (the worker's message says what happened).
+KEY_REFUSED_HINTS = {
+    "UNAUTHENTICATED": f"check --key or ${API_KEY_VARIABLE}",
+    "FORBIDDEN": f"make one with `{PROG} keys create --name NAME --role worker`",
+}
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    from queuelog.worker import KeyRefused, Worker
+
+    log_format = worker_log_format(args.log_format)
+    if log_format == "json":
+        logformat.configure("json")
     if args.concurrency < 1:
         raise CommandError("--concurrency must be at least 1")
     if args.grace < 0:
         raise CommandError("--grace must not be negative")
     key = worker_key(args.key)
     handlers = load_handlers(args.handlers)
-    print(
-        f"queuelog worker: {', '.join(sorted(handlers))} from {args.url} (concurrency {args.concurrency})",
-        file=sys.stderr,
-        flush=True,
-    )
-    Worker(args.url, key, handlers, concurrency=args.concurrency, grace=args.grace).run_forever()
+    types = ", ".join(sorted(handlers))
+    banner = f"queuelog worker: {types} from {args.url} (concurrency {args.concurrency})"
+    if log_format == "json":
+        logging.getLogger("queuelog.worker").info(banner)
+    else:
+        print(banner, file=sys.stderr, flush=True)
+    worker = Worker(args.url, key, handlers, concurrency=args.concurrency, grace=args.grace)
+    try:
+        worker.run_forever(log_format=log_format)
+    except KeyRefused as exc:
+        hint = KEY_REFUSED_HINTS.get(exc.code)
+        raise KeyRefusedError(f"{exc}; {hint}" if hint else str(exc)) from None
 
 
 def _is_database_error(exc: BaseException) -> bool:
@@ -588,17 +723,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         handlers[args.command](args)
     except (CommandError, QueuelogError, SettingsError, DatabaseUnavailable) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        _error(args, str(exc))
+        return exc.exit_code if isinstance(exc, CommandError) else 1
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the last guard: never a traceback on a user's terminal
         if _is_database_error(exc):
-            print(f"{PROG}: error: database error: {_first_line(exc)}", file=sys.stderr)
+            _error(args, f"database error: {_first_line(exc)}")
             return 1
-        print(f"{PROG}: error: unexpected {type(exc).__name__}: {_first_line(exc)}", file=sys.stderr)
+        _error(args, f"unexpected {type(exc).__name__}: {_first_line(exc)}")
         return 1
     return 0
+
+
+def _error(args: argparse.Namespace, message: str) -> None:
+    """The one line a failed command ends with: on stderr, or (`serve` and `worker` logging
+    JSON) a JSON log line on stdout, among the others."""
+    chosen = getattr(args, "log_format", None) or os.environ.get(env_name("log_format"), "")
+    if args.command in ("serve", "worker") and chosen.strip().lower() == "json":
+        print(logformat.json_line("error", PROG, message), flush=True)
+    else:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

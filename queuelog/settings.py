@@ -15,6 +15,11 @@ from typing import Any
 
 ENV_PREFIX = "QUEUELOG_"
 EVENT_FEEDS = ("auto", "notify", "poll", "local")
+LOG_FORMATS = ("text", "json")
+# What a boolean setting accepts, as a variable and as a flag's value, in any case.
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+BOOLEAN_FORMS = "true/false, 1/0, yes/no or on/off (any case)"
 
 
 class SettingsError(ValueError):
@@ -54,6 +59,9 @@ class Settings:
     event_feed: str = "auto"
     # false: every POST goes through Strawberry, never the precompiled plans (queuelog/compiled).
     compiled: bool = True
+    # text: uvicorn's and Python's usual lines; json: one JSON object per line on stdout for
+    # every record (queuelog/logformat.py), for log shippers.
+    log_format: str = "text"
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
 
@@ -78,6 +86,9 @@ class Settings:
             raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
         if self.event_feed not in EVENT_FEEDS:
             raise SettingsError(f"{env_name('event_feed')} must be one of {', '.join(EVENT_FEEDS)}")
+        object.__setattr__(self, "log_format", self.log_format.strip().lower())  # JSON, Json: json
+        if self.log_format not in LOG_FORMATS:
+            raise SettingsError(f"{env_name('log_format')} must be one of {', '.join(LOG_FORMATS)}")
         for host in self.allowed_hosts:
             _check_host_pattern(host)
         if self.lease_check_seconds <= 0:
@@ -134,12 +145,10 @@ def parse_value(f: dataclasses.Field[Any], raw: str) -> object:
     if kind is tuple:
         return _split_csv(raw)
     if kind is bool:
-        lowered = raw.strip().lower()
-        if lowered in ("1", "true", "yes", "on"):
-            return True
-        if lowered in ("0", "false", "no", "off"):
-            return False
-        raise SettingsError(f"{name} must be true or false, not {raw!r}")
+        value = parse_bool(raw)
+        if value is None:
+            raise SettingsError(f"{name} must be a boolean: {BOOLEAN_FORMS}, not {raw!r}")
+        return value
     if kind is int:
         try:
             return int(raw)
@@ -151,6 +160,16 @@ def parse_value(f: dataclasses.Field[Any], raw: str) -> object:
         except ValueError:
             raise SettingsError(f"{name} must be a number, not {raw!r}") from None
     return raw
+
+
+def parse_bool(raw: str) -> bool | None:
+    """A boolean as people type it (TRUE_WORDS, FALSE_WORDS, any case); None for anything else."""
+    lowered = raw.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    return None
 
 
 def field_kind(f: dataclasses.Field[Any]) -> type:

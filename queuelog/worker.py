@@ -27,6 +27,18 @@ it claims nothing more), lets running handlers finish within `grace` seconds, fa
 rest as retryable, and returns. Network failures are retried with jittered back-off; they
 never stop the worker. `run_forever` runs on uvloop when it is installed.
 
+A key the server refuses (API.md section 7) is a configuration error, not a failure to wait
+out: UNAUTHENTICATED from any call (a mistyped, unknown or revoked key), or FORBIDDEN on a
+claim (a key without the WORKER role). The worker then stops as on SIGTERM (running handlers
+get the grace period; their reports will be refused) and `run()` raises `KeyRefused`.
+Other refusals of a claim (a type no longer allowed) are logged and the claim tried again.
+
+Log output (`run_forever(log_format=)`): "text", each job's line is a JSON object on stderr
+(`ts`, `event`, `id`, `type`, `attempt`, `outcome`, `duration_ms`); "json", each job's line
+also has `level`, `logger` and `message` and goes to stdout, where, unless the application
+configured logging, the worker's other messages go too, each a JSON object
+(queuelog/logformat.py).
+
 A claim is never sent twice. One whose answer is lost (the connection died, a timeout, a
 bad gateway, or its cancellation when stopping) may still have claimed jobs on the server,
 so before claiming again (or, when stopping, before the grace period) the worker lists the
@@ -78,12 +90,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
+from queuelog import logformat
 from queuelog.client import WORKER_JOB_FIELDS, AsyncClient, Job, ServerUnreachable
-from queuelog.errors import Conflict, NotFound, PayloadTooLarge, QueuelogError
+from queuelog.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, QueuelogError, Unauthenticated
 
 log = logging.getLogger("queuelog.worker")
-# One JSON object per finished job; `run_forever` prints them as bare JSON lines on stderr.
+# One JSON object per finished job; `run_forever` prints them as bare JSON lines (stderr for
+# "text", stdout for "json").
 job_log = logging.getLogger("queuelog.worker.jobs")
+JOB_LOGGER_JSON = json.dumps(job_log.name)
 
 T = TypeVar("T")
 Handler = Callable[["JobContext"], Any]
@@ -109,6 +124,8 @@ BACKOFF_MAX = 15.0
 TYPE_TIMEOUTS_REFRESH_SECONDS = 60.0
 FIRST_TYPE_TIMEOUTS_WAIT = 2.0  # at start, before the first claim, at most this long
 TIMED_OUT_ERROR = "timed out"  # the server's error for a job past its timeout (API.md section 9)
+# Job outcomes where the worker's report did not settle the job (a warning in JSON logs).
+UNSETTLED_OUTCOMES = frozenset({"lost", "refused", "unreported"})
 DEPENDENCY_READS = 8  # `job(id)` reads in flight at once for one JobContext.dependencies()
 
 
@@ -125,6 +142,24 @@ class Discard(Exception):
 
     def __init__(self, reason: str = "discarded") -> None:
         super().__init__(reason)
+
+
+class KeyRefused(QueuelogError):
+    """The server refused the worker's key; raised by `Worker.run()` once it has stopped.
+
+    `code` is the server's: UNAUTHENTICATED (the key is unknown, mistyped or revoked) or
+    FORBIDDEN (the key lacks the WORKER role). `refusal` is the client error it came from.
+    Retrying cannot help: the key, or the worker's configuration, must change.
+    """
+
+    def __init__(self, refusal: QueuelogError) -> None:
+        if isinstance(refusal, Unauthenticated):
+            why = "it is unknown, mistyped or revoked"
+        else:
+            why = "a worker needs a key with the WORKER role"
+        super().__init__(f"the server refused this worker's key ({refusal.code}: {refusal.message}): {why}")
+        self.code = refusal.code
+        self.refusal = refusal
 
 
 class _WorkerBound:
@@ -348,13 +383,13 @@ async def _await(awaitable: Awaitable[T]) -> T:
     return await awaitable
 
 
-def _job_lines_as_json() -> bool:
-    """Unless the application configured it, print job records as bare JSON lines on stderr
+def _own_job_lines(stream: TextIO) -> bool:
+    """Unless the application configured it, print job records as bare JSON lines on `stream`
     (not behind the root logger's text prefix), so log shippers can parse each line whole.
-    True when it did (the worker then writes its lines to stderr itself, a batch at a time)."""
+    True when it did (the worker then writes its lines to `stream` itself, a batch at a time)."""
     if job_log.handlers:
         return False
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     job_log.addHandler(handler)
     job_log.propagate = False
@@ -467,6 +502,8 @@ class Worker:
         self._claimed_since: datetime | None = None  # claimedAt of the newest claim answered
         self._job_lines: list[str] = []
         self._job_stream: TextIO | None = None  # None: job lines go through `job_log`
+        self._json_lines = False  # job lines with level, logger and message (log format "json")
+        self._refused: KeyRefused | None = None  # the server refused the key: run() raises it
         # The types' default timeouts (typeControls), read at start and now and then.
         self._type_timeouts: dict[str, int] = {}
         self._type_timeouts_read = asyncio.Event()  # the first read answered (or failed)
@@ -481,10 +518,22 @@ class Worker:
         self._stopping.set()
         self._capacity.set()
 
-    def run_forever(self) -> None:
-        """Run until SIGTERM or SIGINT (installs the handlers), then shut down gracefully."""
-        if _job_lines_as_json():
-            self._job_stream = sys.stderr
+    def run_forever(self, log_format: str = "text") -> None:
+        """Run until SIGTERM or SIGINT (installs the handlers), then shut down gracefully.
+
+        `log_format`: "text" writes each job's JSON line on stderr; "json" writes them on
+        stdout, with `level`, `logger` and `message`, and, when the application has not
+        configured logging, sends every other record there too as a JSON object.
+        Raises KeyRefused (after stopping) when the server refuses the key.
+        """
+        if log_format not in logformat.LOG_FORMATS:
+            raise ValueError(f"log_format is one of {', '.join(logformat.LOG_FORMATS)}, not {log_format!r}")
+        self._json_lines = log_format == "json"
+        stream = sys.stdout if self._json_lines else sys.stderr
+        if self._json_lines and not logging.getLogger().handlers:
+            logformat.configure("json")
+        if _own_job_lines(stream):
+            self._job_stream = stream
         with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
             runner.run(self._run_with_signals())
 
@@ -495,6 +544,9 @@ class Worker:
         await self.run()
 
     async def run(self) -> None:
+        """Claim and run jobs until `stop()`; then drain (see the module docstring).
+
+        Raises KeyRefused, once stopped, when the server refused the key."""
         helpers = [
             asyncio.create_task(self._flush_completions()),
             asyncio.create_task(self._heartbeat_sweep()),
@@ -523,6 +575,14 @@ class Worker:
                     await task
             self._write_job_lines()
             await self._client.aclose()
+        if self._refused is not None:
+            raise self._refused
+
+    def _refuse_key(self, refusal: QueuelogError) -> None:
+        """The server refused the key: stop, and have `run()` raise KeyRefused."""
+        if self._refused is None:
+            self._refused = KeyRefused(refusal)
+        self.stop()
 
     async def _claim_until_stopped(self) -> None:
         backoff = Backoff()
@@ -558,7 +618,7 @@ class Worker:
                 jobs = self._claimed(claim, backoff)
                 if jobs:
                     self._start(jobs)
-                if claim.cancelled() or not claim.exception():
+                if claim.cancelled() or not claim.exception() or self._stopping.is_set():
                     continue
                 pause = backoff.next()
                 log.warning("claim failed (%s); retrying in %.1fs", claim.exception(), pause)
@@ -577,8 +637,10 @@ class Worker:
         if exc is None:
             backoff.reset()
             return claim.result()
-        if isinstance(exc, QueuelogError) and not isinstance(exc, ServerUnreachable):
-            # A refusal (revoked key, type not allowed) may be fixed by an operator: keep
+        if isinstance(exc, Unauthenticated | Forbidden):  # FORBIDDEN on a claim: not a WORKER key
+            self._refuse_key(exc)
+        elif isinstance(exc, QueuelogError) and not isinstance(exc, ServerUnreachable):
+            # Another refusal (a type no longer allowed) may be fixed by an operator: keep
             # trying, slowly, rather than exiting. The server answered: it claimed nothing.
             log.error("claim refused: %s", exc)
         else:
@@ -598,7 +660,10 @@ class Worker:
         except ServerUnreachable:
             raise
         except QueuelogError as exc:
-            log.error("looking for a lost claim's jobs refused: %s", exc)
+            if isinstance(exc, Unauthenticated):
+                self._refuse_key(exc)
+            else:
+                log.error("looking for a lost claim's jobs refused: %s", exc)
             self._claim_unsure = False
             return
         self._claim_unsure = False
@@ -644,7 +709,8 @@ class Worker:
         running = [held.running for held in self._held if held.running is not None]
         if not running:
             return
-        log.info("stopping: waiting up to %.0fs for %d running job(s)", self.grace, len(running))
+        why = " (the server refused this worker's key)" if self._refused is not None else ""
+        log.info("stopping%s: waiting up to %.0fs for %d running job(s)", why, self.grace, len(running))
         _, pending = await asyncio.wait(running, timeout=self.grace)
         for future in pending:
             future.cancel()  # a sync handler's thread is abandoned
@@ -662,6 +728,8 @@ class Worker:
         while True:
             try:
                 controls = await self._client.type_controls()
+            except Unauthenticated as exc:
+                self._refuse_key(exc)
             except Exception as exc:  # unreachable, refused, an older server: try again later
                 log.debug("reading the types' timeouts failed: %s", exc)
             else:
@@ -826,6 +894,9 @@ class Worker:
         except (Conflict, NotFound):
             log.warning("job %s: lease lost (another worker may hold it now)", held.id)
             held.next_beat = math.inf
+        except Unauthenticated as exc:
+            self._refuse_key(exc)
+            held.next_beat = math.inf
         except Exception as exc:  # unreachable, or anything unexpected: the next one may do
             log.warning("job %s: heartbeat failed (%s); trying again", held.id, exc)
         finally:
@@ -840,6 +911,8 @@ class Worker:
             if outcome is TIMED_OUT and status == "lost":
                 status = TIMED_OUT.status  # the server failed it first, for the same reason
         except QueuelogError as exc:
+            if isinstance(exc, Unauthenticated):
+                self._refuse_key(exc)
             log.error("job %s: failJob refused: %s", held.id, exc)
             status = "refused"
         except Exception:  # never leave a job held (and heartbeated) for ever
@@ -928,6 +1001,8 @@ class Worker:
             too_large = Outcome("failed", f"result refused: {exc}", retryable=False)
             outcome = str(await self._with_retries(lambda: self._fail(held, too_large)))
         except QueuelogError as exc:
+            if isinstance(exc, Unauthenticated):
+                self._refuse_key(exc)
             log.error("completeJobs refused: %s", exc)
             outcome = "refused"
         now, ts = time.monotonic(), _timestamp()
@@ -970,10 +1045,19 @@ class Worker:
         self._capacity.set()
         job_type = self._type_json.get(held.type) or json.dumps(held.type)
         duration = round((now - held.started) * 1000, 1)
-        self._job_lines.append(
-            f'{{"ts": "{ts}", "event": "job", "id": {held.id_json}, "type": {job_type},'
+        fields = (
+            f'"event": "job", "id": {held.id_json}, "type": {job_type},'
             f' "attempt": {held.attempt}, "outcome": "{status}", "duration_ms": {duration!r}}}'
         )
+        if self._json_lines:  # as logformat.JsonFormatter writes a record, with the job's fields
+            level = "warning" if status in UNSETTLED_OUTCOMES else "info"
+            message = json.dumps(f"job {held.id} {status}")
+            self._job_lines.append(
+                f'{{"ts": "{ts}", "level": "{level}", "logger": {JOB_LOGGER_JSON},'
+                f' "message": {message}, {fields}'
+            )
+        else:
+            self._job_lines.append(f'{{"ts": "{ts}", {fields}')
 
     def _write_job_lines(self) -> None:
         """Write the job lines gathered since the last call: one write for the lot."""

@@ -124,12 +124,13 @@ def me(server: Server, key: str) -> dict[str, Any]:
 # --- keys create / list against a CLI-only database ----------------------------------------
 
 CREATE_CASES: list[tuple[str, list[str], str | None, str, str]] = [
-    # (name, --role values, --max-priority, roles shown by `keys list`, priority shown)
-    ("upper-worker", ["WORKER"], None, "WORKER", "MEDIUM"),
-    ("lower-worker", ["worker"], None, "WORKER", "MEDIUM"),
+    # (name, --role values, --max-priority, roles shown by `keys list`, priority shown: "-"
+    # for keys that cannot enqueue)
+    ("upper-worker", ["WORKER"], None, "WORKER", "-"),
+    ("lower-worker", ["worker"], None, "WORKER", "-"),
     ("mixed-producer", ["Producer"], "HIGH", "PRODUCER", "HIGH"),
     ("lower-producer", ["producer"], "high", "PRODUCER", "HIGH"),
-    ("mixed-priority", ["viewer"], "cRiTiCaL", "VIEWER", "CRITICAL"),
+    ("mixed-priority", ["viewer"], "cRiTiCaL", "VIEWER", "-"),
     ("admin-default", ["admin"], None, "ADMIN", "CRITICAL"),
     ("two-roles", ["producer", "WORKER"], "low", "PRODUCER,WORKER", "LOW"),
 ]
