@@ -480,6 +480,8 @@ class Session:
         self.used_postgres = False
         self.skipped: list[str] = []
         self.answer: Answer | None = None
+        # one client for the whole file: a new one per request costs an SSL context each
+        self.http = httpx.Client(trust_env=False)
 
     # the session's directory and environment
 
@@ -514,7 +516,10 @@ class Session:
             for block in blocks:
                 self.run_block(block)
             self.check_background()
+        except DocFailure as failure:
+            raise DocFailure(str(failure) + self.background_notes()) from None
         finally:
+            self.http.close()
             self.stop_background()
             self.drop_postgres()
         return self.skipped
@@ -755,7 +760,7 @@ class Session:
                     "",
                 )
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url, timeout=1).status_code == 200:
+                if self.http.get(url, timeout=1).status_code == 200:
                     return
             if time.monotonic() > deadline:
                 self.fail_block(
@@ -771,10 +776,19 @@ class Session:
         for running in self.background:
             code = running.process.poll()
             if code not in (None, 0):
-                raise DocFailure(
-                    f"{self.where(running.block)}: exited {code} before the end of the file\n--- output ---\n"
-                    + clip(running.log.read_text(errors="replace"))
+                raise DocFailure(f"{self.where(running.block)}: exited {code} before the end of the file")
+
+    def background_notes(self) -> str:
+        """What became of the background blocks that have exited: often why a later block failed."""
+        notes = ""
+        for running in self.background:
+            code = running.process.poll()
+            if code is not None:
+                notes += (
+                    f"\n--- meanwhile, the background block at {self.name}:{running.block.line} "
+                    f"exited {code}; its output ---\n{clip(running.log.read_text(errors='replace'))}"
                 )
+        return notes
 
     def stop_background(self) -> None:
         for running in self.background:
@@ -850,7 +864,7 @@ class Session:
 
     def post(self, block: Block, base: str, key: str, query: str) -> dict[str, Any]:
         try:
-            response = httpx.post(
+            response = self.http.post(
                 f"{base}/graphql",
                 json={"query": query},
                 headers={"Authorization": f"Bearer {key}"} if key else {},

@@ -188,3 +188,29 @@ def test_ports_and_postgresql_names_are_substituted() -> None:
 def test_a_page_without_postgresql_skips_from_its_first_postgresql_block(tmp_path: Path) -> None:
     with pytest.raises(DocSkipped, match=r"page.md:4: ```sh block and the rest of page.md need PostgreSQL"):
         run_page(tmp_path, "```sh\ntrue\n```\n```sh\ncreatedb queuelog\n```\n")
+
+
+def test_background_blocks_that_die_are_reported(tmp_path: Path) -> None:
+    early = failure(tmp_path, "<!-- test: background -->\n```sh\necho cannot start\nexit 2\n```\n")
+    assert early.startswith(
+        "page.md:2: ```sh block <!-- test: background --> exited 2 before http://127.0.0.1:"
+    )
+    assert "cannot start" in early
+    later = failure(
+        tmp_path,
+        """\
+        <!-- test: background wait=none -->
+        ```sh
+        echo $$ > background.pid && echo "worker: bad key" && exit 3
+        ```
+
+        ```sh
+        until [ -s background.pid ] && [ "$(cut -d' ' -f3 "/proc/$(cat background.pid)/stat")" = Z ]; do
+          sleep 0.01  # until it has exited (a zombie until the runner reaps it)
+        done
+        false
+        ```
+        """,
+    )
+    assert later.startswith("page.md:6: ```sh block exited 1, not 0")
+    assert "meanwhile, the background block at page.md:2 exited 3; its output ---\nworker: bad key" in later
