@@ -1,7 +1,9 @@
 """The `queuelog` command (API.md section 6; `types`: section 11).
 
 Every failure a user can cause (bad flags, unknown command, an unreachable database)
-ends with one line on stderr and a non-zero exit, never a traceback.
+ends with one line on stderr (for `serve` and `worker` logging JSON: one JSON line on stdout)
+and a non-zero exit, never a traceback: 2 for bad flags, 78 for a worker whose key the server
+refuses, 1 for the rest. A graceful stop (SIGTERM, SIGINT) exits 0.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="migrate the database, then serve the API",
         description=(
             "Migrate the database, then serve the API. Each setting is a flag or a QUEUELOG_* "
-            f"variable (the flag wins); booleans take {BOOLEAN_FORMS}."
+            f"variable (the flag wins); booleans take {BOOLEAN_FORMS}. SIGTERM or SIGINT stops "
+            "it gracefully, with exit status 0."
         ),
     )
     serve.add_argument("--host", default="127.0.0.1")
@@ -209,7 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run job handlers from Python code",
         description=(
             f"Run job handlers from Python code. Give the WORKER key in ${API_KEY_VARIABLE}: "
-            "every user of the host can read a --key flag in the process list (ps)."
+            "every user of the host can read a --key flag in the process list (ps). Exits 0 "
+            "after SIGTERM or SIGINT (running handlers get --grace seconds), and "
+            f"{EXIT_KEY_REFUSED} when the server refuses the key (unknown, revoked, or without "
+            "the WORKER role): restarting cannot help. An unreachable server is retried."
         ),
     )
     worker.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
