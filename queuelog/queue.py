@@ -435,7 +435,9 @@ class JobQueue:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or (gone is not None and gone.done()):
                         return []
-                    if self.repository.key_generation() != generation:
+                    # Read afresh: on PostgreSQL the cached generation moves only when a
+                    # request or an event arrives, and an idle queue has neither.
+                    if await self.repository.refresh_key_generation() != generation:
                         if not await self.repository.key_is_active(worker):
                             return []
                         generation = self.repository.key_generation()
