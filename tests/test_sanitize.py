@@ -477,5 +477,7 @@ MB = 1_000_000
 def test_one_megabyte_input_does_not_hang(text: str) -> None:
     start = time.perf_counter()
     result = sanitize_error(text, 2000)
-    assert time.perf_counter() - start < 5.0  # generous sanity bound, not a benchmark
+    # A hang detector, not a benchmark: catastrophic backtracking on 1 MB takes hours, and a
+    # busy CI machine (load 15 on 2 cores) has taken 6 s for the linear work.
+    assert time.perf_counter() - start < 120.0
     assert len(result) <= 2000
