@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import json
 import os
+import ssl
 import threading
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
@@ -569,6 +571,13 @@ class PlainHTTP:
             self._session = None
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context, made once per process: loading the CA bundle costs about
+    45 ms, which every new client (a test's, a short script's) paid otherwise."""
+    return httpx.create_ssl_context()
+
+
 class AsyncClient:
     def __init__(
         self,
@@ -586,6 +595,7 @@ class AsyncClient:
             headers={"Authorization": f"Bearer {key}"},
             timeout=timeout,
             transport=transport,
+            verify=_tls_context(),
             limits=httpx.Limits(max_keepalive_connections=32, max_connections=64),
         )
         self._plain: PlainHTTP | None = None
