@@ -62,6 +62,26 @@ SqlRunner = Callable[..., list[tuple[Any, ...]]]
 _names = iter(range(1, 1_000_000))
 
 
+def run_queuelog(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m queuelog ARGS` with no QUEUELOG_* variables but those in `env`; a run
+    that outlasts `timeout` fails the test, naming the command."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    clean.update(env or {})
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "queuelog", *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=clean,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"`queuelog {' '.join(args)}` still running after {timeout}s") from exc
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,10 +22,8 @@ CLI calls are slow to start (imports), so the independent ones run concurrently.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 from alembic.script import ScriptDirectory
-from conftest import Databases
+from conftest import Databases, run_queuelog
 from sqlalchemy import inspect, text
 
 from queuelog.storage.engine import create_sync_engine
@@ -51,19 +49,7 @@ PARALLEL = 4
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
     """Run `python -m queuelog ARGS` with no QUEUELOG_* variables but those in `env`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-    clean.update(env or {})
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "queuelog", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            env=clean,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"`queuelog {' '.join(args)}` still running after {timeout}s") from exc
+    return run_queuelog(*args, cwd=cwd, env=env, timeout=timeout)
 
 
 def cli_many(calls: Sequence[Sequence[str]], cwd: Path) -> list[Result]:

@@ -20,9 +20,7 @@ Proven:
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, serving
+from conftest import Server, run_queuelog, serving
 
 JOB_TYPES = "c_pause,c_wait,c_until,c_list,c_quiet"
 CLI_TIMEOUT = 60.0
@@ -47,19 +45,7 @@ Result = subprocess.CompletedProcess[str]
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Result:
     """`python -m queuelog ARGS` with no QUEUELOG_* variables but those in `env`."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-    clean.update(env or {})
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "queuelog", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            env=clean,
-            timeout=CLI_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"`queuelog {' '.join(args)}` still running after {CLI_TIMEOUT}s") from exc
+    return run_queuelog(*args, cwd=cwd, env=env, timeout=CLI_TIMEOUT)
 
 
 def types_cli(server: Server, *args: str, cwd: Path) -> Result:

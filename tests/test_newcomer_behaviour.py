@@ -45,6 +45,7 @@ from conftest import (
     launch_server,
     postgres_admin,
     require_backend,
+    run_queuelog,
     serving,
 )
 
@@ -105,17 +106,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def queuelog(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "queuelog", *args],
-            capture_output=True,
-            text=True,
-            cwd=cwd,
-            env=env or clean_env(),
-            timeout=WAIT,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"`queuelog {' '.join(args)}` still running after {WAIT}s") from exc
+    """`python -m queuelog ARGS` with no QUEUELOG_* variables but those in `env`."""
+    return run_queuelog(*args, cwd=cwd, env=env, timeout=WAIT)
 
 
 def wait_for(condition: Callable[[], Any], what: str, within: float = WAIT) -> Any:
@@ -379,7 +371,7 @@ def test_boolean_forms_are_listed_and_others_refused(tmp_path: Path) -> None:
         (["--graphiql", "maybe"], {}, 2, "'maybe' is not a boolean: use true/false, 1/0, yes/no or on/off"),
         ([], {"QUEUELOG_DASHBOARD": "sometimes"}, 1, "QUEUELOG_DASHBOARD must be a boolean"),
     ]:
-        result = queuelog("serve", "--database-url", database, *args, cwd=tmp_path, env=clean_env(**env))
+        result = queuelog("serve", "--database-url", database, *args, cwd=tmp_path, env=env)
         assert result.returncode == status, result.stderr
         assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
         assert TRACEBACK not in result.stderr
@@ -551,7 +543,7 @@ def test_a_bad_log_format_is_one_line(tmp_path: Path) -> None:
         Settings.from_env({"QUEUELOG_LOG_FORMAT": "xml"})
     result = queuelog(
         "worker", "--url", "http://127.0.0.1:9", "--key", "k", "--handlers", "x:Y", cwd=tmp_path,
-        env=clean_env(QUEUELOG_LOG_FORMAT="yaml"),
+        env={"QUEUELOG_LOG_FORMAT": "yaml"},
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
     assert "QUEUELOG_LOG_FORMAT" in result.stderr and "'yaml'" in result.stderr
