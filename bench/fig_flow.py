@@ -37,7 +37,7 @@ import dataclasses
 import datetime
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +103,28 @@ def _part(ctx: Context, name: str) -> Iterator[Context]:
         spy = str(path.with_name(f"{path.stem}-{name}{path.suffix}"))
     with contextlib.ExitStack() as stack:
         yield dataclasses.replace(ctx, stack=stack, name=f"{ctx.name}-{name}", py_spy_path=spy)
+
+
+def run_parts(
+    ctx: Context, fig: Figure, parts: Mapping[str, Callable[[Context, Figure], None]], names: Sequence[str]
+) -> None:
+    """Run the named parts in order, each in its own `_part` context and timed; a part that
+    fails is noted in `fig.error` and the rest still run."""
+    failed: list[str] = []
+    for name in names:
+        started = time.perf_counter()
+        ctx.log(f"part {name}")
+        try:
+            with _part(ctx, name) as part_ctx:
+                parts[name](part_ctx, fig)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:
+            failed.append(f"{name}: {type(exc).__name__}: {str(exc).strip()[:600]}")
+            ctx.log(f"part {name} failed: {failed[-1]}")
+        fig.data.setdefault("part_seconds", {})[name] = round(time.perf_counter() - started, 1)
+    if failed:
+        fig.error = "; ".join(failed)
 
 
 def _sample_rows(values: Sequence[float]) -> dict[str, Any]:
@@ -172,21 +194,7 @@ def flow_figure(ctx: Context, fig: Figure) -> None:
         "bulk": _bulk_part,
     }
     fig.baseline = "the same requests without the control, backlog or bulk action, same run"
-    failed: list[str] = []
-    for name in s.flow_parts:
-        started = time.perf_counter()
-        ctx.log(f"part {name}")
-        try:
-            with _part(ctx, name) as part_ctx:
-                parts[name](part_ctx, fig)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            failed.append(f"{name}: {type(exc).__name__}: {str(exc).strip()[:600]}")
-            ctx.log(f"part {name} failed: {failed[-1]}")
-        fig.data.setdefault("part_seconds", {})[name] = round(time.perf_counter() - started, 1)
-    if failed:
-        fig.error = "; ".join(failed)
+    run_parts(ctx, fig, parts, s.flow_parts)
 
 
 # --- claim: the cost of a control that never binds ------------------------------------------

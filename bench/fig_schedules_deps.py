@@ -83,9 +83,9 @@ from bench.fig_flow import (
     _complete_held,
     _epoch,
     _p50_p99,
-    _part,
     _pool,
     _sample_rows,
+    run_parts,
 )
 from bench.fig_http import CLAIM_NOW, _claim_complete_step, _static_load
 
@@ -122,21 +122,7 @@ def deps_figure(ctx: Context, fig: Figure) -> None:
     }
     fig.baseline = "the same without the feature: commit before it, independent jobs, plain enqueue, idle"
     fig.data["options"] = dataclasses.asdict(OPTIONS)
-    failed: list[str] = []
-    for name in OPTIONS.parts:
-        started = time.perf_counter()
-        ctx.log(f"part {name}")
-        try:
-            with _part(ctx, name) as part_ctx:
-                parts[name](part_ctx, fig)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            failed.append(f"{name}: {type(exc).__name__}: {str(exc).strip()[:600]}")
-            ctx.log(f"part {name} failed: {failed[-1]}")
-        fig.data.setdefault("part_seconds", {})[name] = round(time.perf_counter() - started, 1)
-    if failed:
-        fig.error = "; ".join(failed)
+    run_parts(ctx, fig, parts, OPTIONS.parts)
 
 
 # --- helpers ---------------------------------------------------------------------------------
