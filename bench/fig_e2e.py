@@ -66,8 +66,7 @@ from bench._context import Context
 from bench._report import Figure, num, ratio, rx
 
 DRAIN_TIMEOUT = 300.0
-RATE_TARGET = 20_000
-HUEY_TARGET = 3.0
+HUEY_TARGET = 5.0  # issue 6's decided bar (it replaced ">= 20,000 jobs/s and >= 3x huey")
 PEER_TARGET = 1.0  # the issue: ahead of a Python PostgreSQL peer, end to end (procrastinate)
 
 
@@ -112,11 +111,8 @@ def e2e_figure(ctx: Context, fig: Figure) -> None:
         num(q["jobs_per_s"], 0, "jobs/s"),
         num(best["jobs_per_s"], 0, f"tasks/s (w={best['workers']})"),
         rx(r),
-        f">= {RATE_TARGET:,} jobs/s",
-        met=q["jobs_per_s"] >= RATE_TARGET,
-    )
-    fig.add(
-        "  against huey", "", "", rx(r), f">= {HUEY_TARGET:g}x huey", met=r is not None and r >= HUEY_TARGET
+        f">= {HUEY_TARGET:g}x huey",
+        met=r is not None and r >= HUEY_TARGET,
     )
     fig.add(
         "  wall time incl. start-up, s",
@@ -282,10 +278,8 @@ def e2e_postgres_figure(ctx: Context, fig: Figure) -> None:
         num(q["jobs_per_s"], 0, "jobs/s"),
         num(pgq["jobs_per_s"], 0, f"jobs/s ({pgq['config']})"),
         rx(r),
-        f">= {RATE_TARGET:,} jobs/s",
-        met=q["jobs_per_s"] is not None and q["jobs_per_s"] >= RATE_TARGET,
+        "(no target)",
     )
-    fig.add("  against PgQueuer (no target)", "", "", rx(r))
     _peer_lines(fig, q, pgq, "PgQueuer")
     r = ratio(q["jobs_per_s"], proc["jobs_per_s"])
     fig.add(

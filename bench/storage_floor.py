@@ -32,6 +32,7 @@ from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
+from queuelog.storage.new_job import row_values
 from queuelog.storage.repository import Repository
 from queuelog.storage.sqlite import connect
 from queuelog.storage.sqlite_statements import LAST_JOB_ID
@@ -80,15 +81,11 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
             rows = [{"job_id": i, "kind": kind.value, "status": status.value, "at": now} for i in ids]
             db.executemany(sql.INSERT_EVENT, rows)
 
+        items = [NewJob("noop", {"n": i}, f'{{"n":{i}}}', Priority.LOW, 3, None, None) for i in range(BATCH)]
+
         def enqueue() -> None:
-            rows = [
-                {"type": "noop", "payload": f'{{"n":{i}}}', "priority": Priority.LOW.value,
-                 "status": JobStatus.PENDING.value, "retry_count": 0, "max_retries": 3, "attempt": 0,
-                 "idempotency_key": None, "run_at": now, "created_by": "bench-producer",
-                 "created_at": now, "updated_at": now, "concurrency_key": None,
-                 "timeout_seconds": None, "delayed": 0}
-                for i in range(BATCH)
-            ]  # fmt: skip
+            # The row of every column an enqueue writes, as queuelog's enqueue builds it.
+            rows = [row_values(item, "bench-producer", now) for item in items]
             db.executemany(sql.INSERT_JOB, rows)
             last = db.execute(LAST_JOB_ID).fetchone()[0]
             events(range(last - BATCH + 1, last + 1), EventKind.ENQUEUED, JobStatus.PENDING)
