@@ -380,7 +380,7 @@ def _enqueue_input(
     if idempotency_key is not None:
         item["idempotencyKey"] = idempotency_key
     if run_at is not None:
-        item["runAt"] = run_at_text(run_at)
+        item["runAt"] = moment_text(run_at)
     if concurrency_key is not None:
         item["concurrencyKey"] = concurrency_key
     if timeout_seconds is not None:
@@ -412,47 +412,42 @@ def _job_ids(jobs: JobRefs) -> builtins.list[str]:
     return ids
 
 
-def run_at_text(run_at: datetime | str) -> str:
-    """`run_at` as the API takes it, in UTC: from an aware datetime, or an ISO-8601 string
-    with an offset ("2030-01-01T09:00:00+02:00", "2030-01-01T07:00:00Z"). A time without an
-    offset is refused (ValueError) rather than guessed: it names a different moment in each
-    time zone. TypeError for anything but a datetime or a string."""
-    if isinstance(run_at, str):
-        shown = run_at[:100]
+def moment_text(value: datetime | str, name: str = "run_at") -> str:
+    """A moment (`run_at`, `until`, `created_before`) as the API takes it, in UTC: from an
+    aware datetime, or an ISO-8601 string with an offset ("2030-01-01T09:00:00+02:00",
+    "2030-01-01T07:00:00Z"). A time without an offset is refused (ValueError) rather than
+    guessed: it names a different moment in each time zone. TypeError for anything but a
+    datetime or a string."""
+    if isinstance(value, str):
+        shown = value[:100]
         try:
-            moment = datetime.fromisoformat(run_at.strip())
+            moment = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(
-                f"run_at {shown!r} is not an ISO-8601 time such as 2030-01-01T09:00:00Z "
+                f"{name} {shown!r} is not an ISO-8601 time such as 2030-01-01T09:00:00Z "
                 "or 2030-01-01T09:00:00+02:00"
             ) from None
         if moment.utcoffset() is None:
             raise ValueError(
-                f"run_at {shown!r} has no UTC offset, so it could be any time zone's: add one, "
+                f"{name} {shown!r} has no UTC offset, so it could be any time zone's: add one, "
                 "e.g. 2030-01-01T09:00:00Z (UTC) or 2030-01-01T09:00:00+02:00"
             )
-    elif isinstance(run_at, datetime):
-        moment = run_at
+    elif isinstance(value, datetime):
+        moment = value
         if moment.utcoffset() is None:
             raise ValueError(
-                f"run_at {moment.isoformat()} is a naive datetime (no tzinfo), so it could be any "
+                f"{name} {moment.isoformat()} is a naive datetime (no tzinfo), so it could be any "
                 "time zone's: pass an aware one, e.g. datetime(2030, 1, 1, 9, tzinfo=UTC) or "
                 "datetime.now(UTC) + timedelta(hours=1)"
             )
     else:
         raise TypeError(
-            "run_at takes an aware datetime or an ISO-8601 string with an offset, "
-            f"not {type(run_at).__name__}"
+            f"{name} takes an aware datetime or an ISO-8601 string with an offset, not {type(value).__name__}"
         )
     try:
         return moment.astimezone(UTC).isoformat()
     except OverflowError:
-        raise ValueError(f"run_at {moment.isoformat()} is out of range in UTC") from None
-
-
-def _utc_text(moment: datetime) -> str:
-    """A datetime as the API takes it: one without an offset is taken as UTC."""
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+        raise ValueError(f"{name} {moment.isoformat()} is out of range in UTC") from None
 
 
 def _rate_limit_input(rate_limit: RateLimitSpec | None) -> dict[str, Any] | None:
@@ -470,7 +465,7 @@ def _rate_limit_input(rate_limit: RateLimitSpec | None) -> dict[str, Any] | None
 
 
 def _job_filter(
-    status: str | None, type: str | None, concurrency_key: str | None, created_before: datetime | None
+    status: str | None, type: str | None, concurrency_key: str | None, created_before: datetime | str | None
 ) -> dict[str, Any]:
     job_filter: dict[str, Any] = {}
     if status is not None:
@@ -480,7 +475,7 @@ def _job_filter(
     if concurrency_key is not None:
         job_filter["concurrencyKey"] = concurrency_key
     if created_before is not None:
-        job_filter["createdBefore"] = _utc_text(created_before)
+        job_filter["createdBefore"] = moment_text(created_before, "created_before")
     return job_filter
 
 
@@ -792,18 +787,19 @@ class AsyncClient:
         data = await self.execute(f"{{ typeControls {{ {TYPE_CONTROL_FIELDS} }} }}")
         return [TypeControl.from_graphql(c) for c in data["typeControls"]]
 
-    async def pause_type(self, type: str, until: datetime | None = None) -> TypeControl:
+    async def pause_type(self, type: str, until: datetime | str | None = None) -> TypeControl:
         """ADMIN: claim no job of `type` (on any server) until `resume_type`, or until `until`
-        when given (a datetime without an offset is taken as UTC). Enqueues go on; RUNNING
-        jobs finish. Returns the type's controls once the pause is stored.
+        when given (an aware datetime or an ISO-8601 string with an offset). Enqueues go on;
+        RUNNING jobs finish. Returns the type's controls once the pause is stored.
 
         Raises Forbidden (not an ADMIN key), BadInput (a type outside the server's allowlist),
-        Unauthenticated, ServerUnreachable.
+        Unauthenticated, ServerUnreachable; before sending, ValueError for an `until` without
+        an offset (a naive datetime).
         """
         data = await self.execute(
             f"mutation($type: String!, $until: DateTime) {{ pauseType(type: $type, until: $until)"
             f" {{ {TYPE_CONTROL_FIELDS} }} }}",
-            {"type": type, "until": _utc_text(until) if until is not None else None},
+            {"type": type, "until": moment_text(until, "until") if until is not None else None},
         )
         return TypeControl.from_graphql(data["pauseType"])
 
@@ -855,7 +851,7 @@ class AsyncClient:
         status: str | None = None,
         type: str | None = None,
         concurrency_key: str | None = None,
-        created_before: datetime | None = None,
+        created_before: datetime | str | None = None,
         *,
         chunk: int = 1000,
     ) -> int:
@@ -866,7 +862,8 @@ class AsyncClient:
         Jobs enqueued while it runs are cancelled too when they match: pass
         `created_before` to leave them be. Raises BadInput (neither status nor type, a
         chunk out of range), Forbidden (a key that may cancel nothing), Unauthenticated,
-        ServerUnreachable (after some calls may have applied: call again to go on).
+        ServerUnreachable (after some calls may have applied: call again to go on); before
+        sending, ValueError for a `created_before` without an offset (a naive datetime).
         """
         return await self._bulk("cancelJobs", status, type, concurrency_key, created_before, chunk)
 
@@ -875,7 +872,7 @@ class AsyncClient:
         status: str | None = None,
         type: str | None = None,
         concurrency_key: str | None = None,
-        created_before: datetime | None = None,
+        created_before: datetime | str | None = None,
         *,
         chunk: int = 1000,
     ) -> int:
@@ -885,7 +882,8 @@ class AsyncClient:
 
         A job that fails again while the loop runs may be retried again (and counted
         twice). Raises BadInput (neither status nor type, a chunk out of range), Forbidden
-        (not ADMIN), Unauthenticated, ServerUnreachable (after some calls may have applied).
+        (not ADMIN), Unauthenticated, ServerUnreachable (after some calls may have applied);
+        ValueError for a naive `created_before`, as in cancel_jobs.
         """
         return await self._bulk("retryJobs", status, type, concurrency_key, created_before, chunk)
 
@@ -895,7 +893,7 @@ class AsyncClient:
         status: str | None,
         type: str | None,
         concurrency_key: str | None,
-        created_before: datetime | None,
+        created_before: datetime | str | None,
         chunk: int,
     ) -> int:
         query = (
@@ -1210,7 +1208,7 @@ class Client:
         """See AsyncClient.type_controls."""
         return self._call(self._async.type_controls())
 
-    def pause_type(self, type: str, until: datetime | None = None) -> TypeControl:
+    def pause_type(self, type: str, until: datetime | str | None = None) -> TypeControl:
         """See AsyncClient.pause_type (Forbidden, BadInput, Unauthenticated, ServerUnreachable)."""
         return self._call(self._async.pause_type(type, until))
 
@@ -1244,7 +1242,7 @@ class Client:
         status: str | None = None,
         type: str | None = None,
         concurrency_key: str | None = None,
-        created_before: datetime | None = None,
+        created_before: datetime | str | None = None,
         *,
         chunk: int = 1000,
     ) -> int:
@@ -1257,7 +1255,7 @@ class Client:
         status: str | None = None,
         type: str | None = None,
         concurrency_key: str | None = None,
-        created_before: datetime | None = None,
+        created_before: datetime | str | None = None,
         *,
         chunk: int = 1000,
     ) -> int:

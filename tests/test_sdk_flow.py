@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import pytest
@@ -43,7 +43,7 @@ from queuelog.worker import JobContext, Worker
 T = TypeVar("T")
 TIMEOUT = 60.0  # bounds every wait; past it, something hangs
 JOB_TYPES = (
-    "f_pause,f_until,f_limits,f_bulk,f_chunks,f_mine,f_async,f_default,f_swallow,f_sync,f_stale,"
+    "f_pause,f_until,f_naive,f_limits,f_bulk,f_chunks,f_mine,f_async,f_default,f_swallow,f_sync,f_stale,"
     "f_fields,f_slot"
 )
 CLAIM = "mutation($types: [String!]) { claimJobs(limit: 10, types: $types) { id } }"
@@ -101,11 +101,11 @@ def test_pause_and_resume_through_the_sdk(server: Server, admin: Client) -> None
     assert job.id in claim(server, key, "f_pause")
 
 
-def test_a_pause_until_ends_by_itself_and_a_naive_until_is_utc(server: Server, admin: Client) -> None:
+def test_a_pause_until_ends_by_itself(server: Server, admin: Client) -> None:
     key = worker_key(server)
     job = admin.enqueue("f_until")
     until = datetime.now(UTC) + timedelta(seconds=2)
-    control = admin.pause_type("f_until", until.replace(tzinfo=None))  # naive: taken as UTC
+    control = admin.pause_type("f_until", until.astimezone(timezone(timedelta(hours=-5))))
     assert control.paused and control.paused_until is not None
     assert abs((control.paused_until - until).total_seconds()) < 0.01
     assert claim(server, key, "f_until") == []
@@ -413,3 +413,24 @@ def test_a_completion_after_the_server_timed_the_job_out_is_not_a_success(
     after = admin.get(failed.id)
     assert after is not None and (after.status, after.result) == ("FAILED", None)
     assert [line["outcome"] for line in job_lines(caplog, failed.id)] == ["lost"]
+
+
+def test_naive_moments_are_refused_before_anything_is_sent(admin: Client) -> None:
+    """A naive `until` or `created_before` names a different moment in each time zone: the
+    SDK refuses it, as it refuses a naive `run_at`, and the server sees nothing."""
+    admin.enqueue("f_naive")
+    naive = datetime.now(UTC).replace(tzinfo=None) + timedelta(hours=1)
+    with pytest.raises(ValueError, match="until .* naive"):
+        admin.pause_type("f_naive", naive)
+    with pytest.raises(ValueError, match="until .* no UTC offset"):
+        admin.pause_type("f_naive", naive.isoformat())
+    assert not control_of(admin, "f_naive").paused
+    with pytest.raises(ValueError, match="created_before .* naive"):
+        admin.cancel_jobs(type="f_naive", created_before=naive)
+    with pytest.raises(ValueError, match="created_before .* naive"):
+        admin.retry_jobs(type="f_naive", created_before=naive)
+    assert statuses(admin, "f_naive") == {"PENDING": 1}
+    # the same moment with its offset is taken, as a string too
+    assert admin.cancel_jobs(type="f_naive", created_before=naive.isoformat() + "Z") == 1
+    control = admin.pause_type("f_naive", naive.isoformat() + "+00:00")
+    assert control.paused_until == naive.replace(tzinfo=UTC)
