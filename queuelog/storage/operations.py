@@ -254,12 +254,16 @@ def claim(
     """Claim up to `limit` ready jobs of these types (None: any type) in claim order, within
     the types' controls (flow.py). Expired leases and timeouts are handled first, and due
     delayed jobs made ready."""
-    expire_leases(tx, delay)
     if types is None:
+        expire_leases(tx, delay)  # before reading which types have PENDING jobs
         types = pending_types(tx)
-    if not types:
+        if not types:
+            return Claimed([], [], None)
+        controls = promote_due(tx, types)
+    elif not types:
         return Claimed([], [], None)
-    controls = promote_due(tx, types)
+    else:
+        controls = expire_and_promote(tx, types, delay)
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
@@ -310,10 +314,24 @@ def pending_types(conn: Connection) -> list[str]:
 def promote_due(tx: WriteTx, types: Sequence[str]) -> dict[str, TypeControl]:
     """Make the delayed jobs of these types whose run_at has come ready (claimable), and
     read the type controls (in the same statement where the database can)."""
+    cursor = tx.execute(*_promotion(tx, types))
+    return flow.read_controls(tx, cursor.fetchall() if tx.sql.PROMOTE_READS_CONTROLS else None)
+
+
+def expire_and_promote(tx: WriteTx, types: Sequence[str], delay: RetryDecision) -> dict[str, TypeControl]:
+    """expire_leases and promote_due, their statements sent together (one round trip on
+    PostgreSQL instead of two). The order between them does not matter: expiry moves RUNNING
+    jobs, promotion delayed PENDING ones, and a retry that expiry makes due at once is written
+    ready (delayed = 0)."""
+    overdue, promoted = tx.execute_together([(tx.sql.OVERDUE, {"now": tx.now_us}), _promotion(tx, types)])
+    expire_overdue(tx, overdue, delay)
+    return flow.read_controls(tx, promoted if tx.sql.PROMOTE_READS_CONTROLS else None)
+
+
+def _promotion(tx: WriteTx, types: Sequence[str]) -> tuple[str, dict[str, Any]]:
     params = per_type_params(types)
     params["now"] = tx.now_us
-    cursor = tx.execute(tx.sql.promote_due(len(types)), params)
-    return flow.read_controls(tx, cursor.fetchall() if tx.sql.PROMOTE_READS_CONTROLS else None)
+    return tx.sql.promote_due(len(types)), params
 
 
 def _fetch(tx: WriteTx | Connection, job_id: int) -> Job | None:
@@ -477,8 +495,13 @@ def expire_leases(tx: WriteTx, delay: RetryDecision) -> int:
     One SELECT and one executemany each, however many; under the write lock the rows stay
     as read, and the rowcount check rolls the operation back if they did not.
     """
+    return expire_overdue(tx, tx.execute(tx.sql.OVERDUE, {"now": tx.now_us}).fetchall(), delay)
+
+
+def expire_overdue(tx: WriteTx, rows: Sequence[Any], delay: RetryDecision) -> int:
+    """expire_leases, given the rows OVERDUE read."""
     overdue: dict[int, tuple[Job, str]] = {}
-    for row in tx.execute(tx.sql.OVERDUE, {"now": tx.now_us}).fetchall():
+    for row in rows:
         job = decode_job(row)
         if job.id not in overdue or row[-1] == "timeout":  # both: the timeout is what ends it
             overdue[job.id] = (job, row[-1])
