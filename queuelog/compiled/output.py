@@ -227,8 +227,13 @@ def _generate(plan: ValuePlan) -> Callable[[Any], Any]:
         if field.value.non_null:
             required.append(field.key)
     lines = ["def serialize(o):", "    d = {" + ", ".join(items) + "}"]
-    if required:
+    if required and len(required) == len(plan.fields):
         lines.append("    if None in d.values(): raise Irregular")
+    elif required:
+        # Only the non-null fields: a nullable one that is null (a job's concurrencyKey) is
+        # regular, and must not send every such object down the precise path.
+        checked = ", ".join(f"d[{key!r}]" for key in required)
+        lines.append(f"    if None in ({checked},): raise Irregular")
     lines.append("    return d")
     exec("\n".join(lines), namespace)  # one dict display per object instead of a call per field
     return namespace["serialize"]
