@@ -366,7 +366,9 @@ def test_resume_wakes_a_long_polling_claim_at_once(flow: Flow) -> None:
     assert ids(polled["result"]) == [job["id"]], polled
     woke = polled["at"] - sent
     print(f"\nresumeType -> waiting claim answered in {woke * 1000:.0f} ms")
-    assert woke < 0.5, woke
+    # Tens of ms on a quiet machine; the bound is a margin for a loaded CI (1.1 s was seen
+    # with six test processes on two cores), far below the claim's 20 s wait.
+    assert woke < 3, woke
 
 
 def test_a_pause_with_until_ends_by_itself_and_wakes_waiting_claims(flow: Flow) -> None:

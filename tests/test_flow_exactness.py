@@ -65,6 +65,7 @@ MAX_RUNNING = 3
 PER_KEY = 2
 RATE = 20  # claims per second
 RATE_SECONDS = 6  # the measured stretch: the busiest 6 s of a run of about 8
+RATE_LONG_SECONDS = 20  # how long a run goes on when a starved machine spoiled its first 8 s
 RATE_WORKERS = 10  # each claims up to 3 at a time: 30 ready for each second's 20
 RUN_DEADLINE = 60.0  # a run that has not finished by then has hung
 
@@ -489,7 +490,11 @@ def test_a_rate_limit_holds_in_every_window_and_is_reached(deployment: Deploymen
     job_type = next(_types)
     boss = admin(deployment)
     boss.gql(SET_CONTROL, {"input": {"type": job_type, "rateLimit": {"limit": RATE, "periodSeconds": 1}}})
-    enqueue(boss, [{"type": job_type}] * (RATE * (RATE_SECONDS + 4)))
+    enqueue(boss, [{"type": job_type}] * (RATE * (RATE_LONG_SECONDS + 4)))
+    goal = 0.95 * RATE * RATE_SECONDS
+
+    def claim_moments() -> list[datetime]:
+        return sorted(utc(j["claimedAt"]) for j in all_jobs(boss, job_type) if j["claimedAt"] is not None)
 
     run = Run()
     # Fewer workers than the other scenarios: each held claim re-checks every 0.1 s, and on a
@@ -497,6 +502,13 @@ def test_a_rate_limit_holds_in_every_window_and_is_reached(deployment: Deploymen
     finished = start_workers(run, deployment, [job_type], hold=(0.0, 0.005), workers=RATE_WORKERS)
     try:
         run.wait_until(lambda: finished["done"] >= RATE * (RATE_SECONDS + 2), RUN_DEADLINE, "the run")
+        if max_in_window(claim_moments(), RATE_SECONDS) < goal:
+            # A CI machine running six test processes on two cores starves the servers for
+            # seconds at a time (seen: 7, 20, 8, 14, 20, 19 claims a second). The limiter must
+            # reach the limit whenever it gets the CPU: give the run more seconds to show it,
+            # and every 1 s window of the longer run must still hold the limit.
+            longer = RATE * RATE_LONG_SECONDS
+            run.wait_until(lambda: finished["done"] >= longer, RUN_DEADLINE, "the longer run")
     finally:
         run.finish()
 
@@ -512,7 +524,7 @@ def test_a_rate_limit_holds_in_every_window_and_is_reached(deployment: Deploymen
         f"\n{deployment.kind}: {len(moments)} claims; busiest 1 s window {busiest}; "
         f"{measured} in the best {RATE_SECONDS} s; per second {sorted(per_second.items())}"
     )
-    assert measured >= 0.95 * RATE * RATE_SECONDS, sorted(per_second.items())
+    assert measured >= goal, sorted(per_second.items())
     assert all(j["attempt"] == 1 for j in claimed)
     boss.close()
     recorded_within(busiest <= RATE, deployment, f"a 1 s window holds {busiest} claims")
