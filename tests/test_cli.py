@@ -155,23 +155,16 @@ def create_and_list(url: str, home: Path) -> tuple[Result, dict[str, Result]]:
     return listing, results
 
 
-@pytest.mark.parametrize(
-    ("name", "roles", "priority", "shown_roles", "shown_priority"),
-    [pytest.param(*case, id=case[0]) for case in CREATE_CASES],
-)
-def test_keys_create_is_case_insensitive(
-    key_db: tuple[Result, dict[str, Result]],
-    name: str,
-    roles: list[str],
-    priority: str | None,
-    shown_roles: str,
-    shown_priority: str,
-) -> None:
+def test_keys_create_is_case_insensitive(key_db: tuple[Result, dict[str, Result]]) -> None:
+    """Every CREATE_CASES key in one test, for the reason test_misuse_is_one_line_and_non_zero
+    gives: one module fixture per xdist worker that draws a case."""
     listing, results = key_db
-    created_key(results[name])
-    assert results[name].stderr == ""
-    row = parse_listing(listing)[name]
-    assert row[0] == shown_roles and row[1] == shown_priority and row[-1] == "active", row
+    rows = parse_listing(listing)
+    for name, _roles, _priority, shown_roles, shown_priority in CREATE_CASES:
+        created_key(results[name])
+        assert results[name].stderr == "", name
+        row = rows[name]
+        assert row[0] == shown_roles and row[1] == shown_priority and row[-1] == "active", (name, row)
 
 
 def test_keys_list_never_shows_a_key_or_its_hash(key_db: tuple[Result, dict[str, Result]]) -> None:
@@ -324,13 +317,19 @@ def misuse_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result
     return dict(zip([case_id for case_id, _, _ in MISUSE], cli_many(calls, home), strict=True))
 
 
-@pytest.mark.parametrize(("case_id", "fragment"), [pytest.param(c[0], c[2], id=c[0]) for c in MISUSE])
-def test_misuse_is_one_line_and_non_zero(
-    misuse_results: dict[str, Result], case_id: str, fragment: str
-) -> None:
-    line = assert_one_line_error(misuse_results[case_id], fragment)
-    assert "s3cr3t-pw" not in line, "the database password leaked into the error"
-    assert "sqlalchemy" not in line.lower() and 'File "' not in line
+def test_misuse_is_one_line_and_non_zero(misuse_results: dict[str, Result]) -> None:
+    """Every MISUSE case in one test. The module fixture runs them all at once; as one test
+    per case, each xdist worker that drew a case ran the whole set again (a CI run spent
+    100-140 s in that set-up on each of eight workers)."""
+    failures = []
+    for case_id, _, fragment in MISUSE:
+        try:
+            line = assert_one_line_error(misuse_results[case_id], fragment)
+            assert "s3cr3t-pw" not in line, "the database password leaked into the error"
+            assert "sqlalchemy" not in line.lower() and 'File "' not in line
+        except AssertionError as failure:
+            failures.append(f"{case_id}: {failure}")
+    assert not failures, "\n".join(failures)
 
 
 # --- keys against a running server ---------------------------------------------------------
