@@ -299,7 +299,8 @@ def test_many_waiting_claims_share_three_jobs_and_the_rest_time_out(
         with ThreadPoolExecutor(len(workers)) as pool:
             futures = [pool.submit(timed_claim, w) for w in workers]
             time.sleep(0.3)
-            assert not any(f.done() for f in futures), "a waiting claim returned on an empty queue"
+            early = [repr(f.exception()) if f.exception() else f.result() for f in futures if f.done()]
+            assert not early, f"a waiting claim returned on an empty queue: {early}"
             inputs = [{"type": "noop", "payload": {"n": n}} for n in range(3)]
             enqueued = {p["job"]["id"] for p in admin.gql(ENQUEUE_MANY, {"inputs": inputs})["enqueueJobs"]}
             results = [f.result(timeout=wait_seconds + 15) for f in futures]
