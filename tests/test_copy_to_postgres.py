@@ -32,7 +32,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -51,6 +50,7 @@ from conftest import (
     launch_server,
     postgres_admin,
     postgres_unreachable,
+    run_queuelog,
 )
 from sqlalchemy import Table
 
@@ -206,15 +206,7 @@ Result = subprocess.CompletedProcess[str]
 
 def queuelog(*args: str, cwd: Path) -> Result:
     """`python -m queuelog ARGS`, with no QUEUELOG_* variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
-    return subprocess.run(
-        [sys.executable, "-m", "queuelog", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=CLI_TIMEOUT,
-    )
+    return run_queuelog(*args, cwd=cwd, timeout=CLI_TIMEOUT)
 
 
 def copy_command(source: str, target: str, *extra: str, cwd: Path) -> Result:
