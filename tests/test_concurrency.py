@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Server, serving
+from conftest import Server, http_client, serving
 
 DRAIN_JOBS = 500
 DRAIN_WORKERS = 16
@@ -67,7 +67,7 @@ class Caller:
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(timeout=self.timeout)
+        self.client = http_client(self.timeout)
 
     def __enter__(self) -> Caller:
         return self

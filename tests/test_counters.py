@@ -64,7 +64,7 @@ import httpx
 import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
-from conftest import Databases, Server, serving, timestamp_value
+from conftest import Databases, Server, http_client, serving, timestamp_value
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
@@ -396,7 +396,7 @@ class Mix:
     def client(self) -> httpx.Client:
         client = getattr(self.local, "client", None)
         if client is None:
-            client = httpx.Client(timeout=60)
+            client = http_client(60)
             self.local.client = client
             with self.model.lock:
                 self.clients.append(client)

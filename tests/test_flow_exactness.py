@@ -45,10 +45,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import httpx
 import psycopg
 import pytest
-from conftest import Databases, Server, launch_server
+from conftest import Databases, Server, http_client, launch_server
 
 from queuelog import keys as key_admin
 from queuelog.cli import open_migrated
@@ -182,7 +181,7 @@ class Caller:
     def __init__(self, server: Server, key: str) -> None:
         self.server = server
         self.key = key
-        self.client = httpx.Client(timeout=60)
+        self.client = http_client(60)
 
     def close(self) -> None:
         self.client.close()
