@@ -10,16 +10,16 @@ after ANALYZE, with EXPLAIN.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Databases
+from conftest import POSTGRES, Databases, postgres_admin, require_backend
 
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.postgres_statements import PostgresStatements
 from queuelog.storage.statements import per_type_params
 
@@ -33,19 +33,116 @@ FROM generate_series(1, 40000) AS g
 """
 
 
-@pytest.fixture
-def queue_shaped(databases: Databases) -> Iterator[Any]:
-    import psycopg
+class Shapes:
+    """Queue-shaped databases made once per module (per xdist process), copied for each test.
 
-    url = databases.fresh()
-    engine = create_sync_engine(url)
+    Filling 40,000 jobs and analyzing them took seconds of PostgreSQL's time per test; a copy
+    (`CREATE DATABASE ... TEMPLATE`) takes a fraction of one and holds the same rows and the
+    same statistics (pg_statistic is copied with the database). Autovacuum is off on the
+    templates' tables, so that their statistics stay those taken at the shape (or stay
+    absent) however long the module runs; each test's copy turns it back on, as a test's own
+    database had it.
+    """
+
+    def __init__(self) -> None:
+        self.templates: dict[str, str] = {}
+        self._copies = itertools.count(1)
+
+    def template(self, shape: str) -> str:
+        """The template database of this shape (SHAPES), made on first use."""
+        if shape not in self.templates:
+            import psycopg
+
+            base, statements = SHAPES[shape]
+            if base is None:
+                name = POSTGRES.create()
+                first = (
+                    "ALTER TABLE jobs SET (autovacuum_enabled = false)",
+                    "ALTER TABLE job_events SET (autovacuum_enabled = false)",
+                )
+            else:
+                name = self._copy(self.template(base), shape.replace(" ", "_"))
+                first = ()
+            with psycopg.connect(POSTGRES.url(name), autocommit=True) as connection:
+                for sql in (*first, *statements):
+                    connection.execute(sql)  # type: ignore[arg-type]
+            self.templates[shape] = name
+        return self.templates[shape]
+
+    def _copy(self, template: str, suffix: str) -> str:
+        name = f"{template}_{suffix}"
+        postgres_admin(
+            f'CREATE DATABASE "{name}" TEMPLATE "{template}"',
+            f'ALTER DATABASE "{name}" SET synchronous_commit = off',
+        )
+        return name
+
+    @contextlib.contextmanager
+    def copy(self, shape: str) -> Iterator[Any]:
+        """A connection to a database of its own of this shape."""
+        import psycopg
+
+        name = self._copy(self.template(shape), f"copy{next(self._copies)}")
+        try:
+            with psycopg.connect(POSTGRES.url(name), autocommit=True) as connection:
+                connection.execute("ALTER TABLE jobs RESET (autovacuum_enabled)")
+                connection.execute("ALTER TABLE job_events RESET (autovacuum_enabled)")
+                yield connection
+        finally:
+            POSTGRES.drop_later(name)
+
+    def drop(self) -> None:
+        for name in self.templates.values():
+            POSTGRES.drop_later(name)
+
+
+# shape: (the shape it starts from, or None for a fresh database; the statements that follow)
+SHAPES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    # the older half completed, the newer half pending, of two types; analyzed
+    "queue": (None, (FILL, "ANALYZE jobs")),
+    # the completed jobs got a worker, then statistics were taken again (a caller's own index)
+    "callers": ("queue", ("UPDATE jobs SET worker_id = 'w' WHERE status = 'completed'", "ANALYZE jobs")),
+    # statistics taken when no job was running, then a burst of claims
+    "running burst": (
+        "queue",
+        (
+            "UPDATE jobs SET status = 'running', worker_id = 'w', attempt = 1,"
+            " lease_expires_at = now() + interval '1 hour' WHERE status = 'pending'",
+        ),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def shapes() -> Iterator[Shapes]:
+    require_backend("postgresql")
+    made = Shapes()
     try:
-        upgrade_to_head(engine)
+        yield made
     finally:
-        engine.dispose()
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(FILL)  # type: ignore[arg-type]
-        connection.execute("ANALYZE jobs")
+        made.drop()
+
+
+@pytest.fixture
+def queue_shaped(backend: str, shapes: Shapes) -> Iterator[Any]:
+    """A database holding a queue of 40,000 jobs, analyzed: the older half completed, the
+    newer half pending, of two types."""
+    with shapes.copy("queue") as connection:
+        yield connection
+
+
+@pytest.fixture
+def callers_shaped(backend: str, shapes: Shapes) -> Iterator[Any]:
+    """queue_shaped, its completed jobs held by worker 'w', analyzed again."""
+    with shapes.copy("callers") as connection:
+        yield connection
+
+
+@pytest.fixture
+def running_burst(backend: str, shapes: Shapes) -> Iterator[Any]:
+    """queue_shaped after a burst of claims made every pending job RUNNING, statistics not
+    taken since: the planner believes running jobs are rare."""
+    with shapes.copy("running burst") as connection:
         yield connection
 
 
@@ -55,13 +152,7 @@ def never_analyzed(databases: Databases) -> Iterator[Any]:
     planner has no statistics at all (issue 16's backlogs were measured so)."""
     import psycopg
 
-    url = databases.fresh()
-    engine = create_sync_engine(url)
-    try:
-        upgrade_to_head(engine)
-    finally:
-        engine.dispose()
-    with psycopg.connect(url, autocommit=True) as connection:
+    with psycopg.connect(databases.fresh(), autocommit=True) as connection:
         connection.execute(FILL)  # type: ignore[arg-type]
         connection.execute(
             "UPDATE jobs SET delayed = 1, run_at = now() + interval '1 day'"
@@ -101,14 +192,14 @@ def test_filtered_pages_walk_their_filters_index(
 @pytest.mark.parametrize(("by_creator", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_worker")])
 @pytest.mark.parametrize(("has_status", "has_type"), [(True, False), (False, True), (True, True)])
 def test_a_callers_filtered_pages_can_walk_the_callers_index(
-    queue_shaped: Any, by_creator: bool, index: str, has_status: bool, has_type: bool
+    callers_shaped: Any, by_creator: bool, index: str, has_status: bool, has_type: bool
 ) -> None:
     """list_jobs walks the caller's own index when it holds fewer rows than the filter's
     (the counters say so): the statement must then be planned on that index, in id order."""
-    queue_shaped.execute("UPDATE jobs SET worker_id = 'w' WHERE status = 'completed'")
-    queue_shaped.execute("ANALYZE jobs")
     sql = PostgresStatements.list_jobs(by_creator, not by_creator, has_status, has_type, False, True)
-    shown = plan(queue_shaped, sql, name="p" if by_creator else "w", status="pending", type="noop", limit=26)
+    shown = plan(
+        callers_shaped, sql, name="p" if by_creator else "w", status="pending", type="noop", limit=26
+    )
     assert index in shown, shown
     assert "Sort" not in shown and "Seq Scan" not in shown, shown
 
@@ -183,27 +274,23 @@ BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED"]
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 @pytest.mark.parametrize("name", BY_ID + BY_ID_OTHER_STATES)
 def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
-    queue_shaped: Any, name: str
+    running_burst: Any, name: str
 ) -> None:
     """Statistics taken when no job was running, then a burst of claims: the planner believes
     running jobs are rare. With a guard written `status = 'running'`, `python -m bench
     --database postgresql` saw each completion walk every running job through ix_jobs_lease
     (pg_stat_user_indexes: 27M index entries read for 2,900 completions; 3.5-4.9 ms of
     PostgreSQL CPU per job). queuelog's guards leave the planner only lookups by id."""
-    queue_shaped.execute(
-        "UPDATE jobs SET status = 'running', worker_id = 'w', attempt = 1,"
-        " lease_expires_at = now() + interval '1 hour' WHERE status = 'pending'"
-    )
     # The plan a server runs: psycopg prepares a statement it has run five times, and
     # PostgreSQL then plans it once for any id.
-    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    running_burst.execute("SET plan_cache_mode = force_generic_plan")
     now = int(time.time() * 1_000_000)
     params = {
         "id": 30000, "worker": "w", "attempt": 1, "result": "{}", "now": now, "lease": now,
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
         "finished_at": now, "error": None, "delayed": 0,
     }  # fmt: skip
-    shown = plan(queue_shaped, getattr(PostgresStatements, name), **params)
+    shown = plan(running_burst, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
     assert not any(
         index in shown for index in ("ix_jobs_lease", "ix_jobs_ready", "ix_jobs_delayed", "ix_jobs_lag")
@@ -212,20 +299,16 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_are_stale(
-    queue_shaped: Any,
+    running_burst: Any,
 ) -> None:
     """`completeJobs` is one UPDATE over arrays on PostgreSQL: its rows must come from the
     primary key (id = ANY), whatever the statistics say about running jobs."""
     from queuelog.storage.postgres_statements import COMPLETE_CHECKED_AT_ONCE
 
-    queue_shaped.execute(
-        "UPDATE jobs SET status = 'running', worker_id = 'w', attempt = 1,"
-        " lease_expires_at = now() + interval '1 hour' WHERE status = 'pending'"
-    )
-    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    running_burst.execute("SET plan_cache_mode = force_generic_plan")
     now = int(time.time() * 1_000_000)
     rows = [{"id": 30000 + i, "attempt": 1, "result": "{}", "now": now} for i in range(100)]
-    shown = plan(queue_shaped, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
+    shown = plan(running_burst, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
     assert not any(
