@@ -45,7 +45,7 @@ import itertools
 import re
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -629,25 +629,45 @@ async def measure_everything(directory: Path) -> dict[str, dict[str, Measured]]:
         engine.dispose()
 
 
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Measured]]]:
+def measure(directory: Path) -> dict[str, dict[str, Measured]]:
     # The schedule ticker looks for due schedules every second: an hour here, like the other
     # background loops, so that its read never lands among a request's statements.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ticker, "LOOK_AGAIN_SECONDS", HOUR)
-        yield asyncio.run(measure_everything(tmp_path_factory.mktemp("statement-counts")))
+        return asyncio.run(measure_everything(directory))
 
 
 # --- the tests -----------------------------------------------------------------------------------------
+#
+# One test, not one per operation: the measurement takes seconds, and under `pytest -n` every
+# process that drew one of a hundred cases made it again. Each check below still names what
+# it checks, and all that fail are reported together.
+
+BATCHES = {
+    "enqueueJobs": ["enqueueJobs x10", "enqueueJobs x100"],
+    "claimJobs": ["claimJobs x1", "claimJobs x10", "claimJobs x100", "claimJob"],
+    "completeJobs": ["completeJobs x1", "completeJobs x10", "completeJobs x100"],
+    "completeJobs with rejections": [
+        "completeJobs x10",
+        "completeJobs x10, 2 rejected",
+        "completeJobs x100, 2 rejected",
+    ],
+    # keyed enqueue batches do not grow
+    "enqueueJobs with idempotency keys": [
+        "enqueueJobs with idempotency keys x10",
+        "enqueueJobs with idempotency keys x100",
+    ],
+    # expiring stale leases before a claim is one executemany, however many expired
+    "claimJob after expired leases": ["claimJob after 1 expired lease", "claimJob after 10 expired leases"],
+}
 
 
-def test_every_operation_was_measured_and_is_pinned(measured: dict[str, dict[str, Measured]]) -> None:
-    for results in measured.values():
-        assert sorted(results) == sorted(EXPECTED)
+def every_operation_was_measured_and_is_pinned(measured: dict[str, dict[str, Measured]]) -> None:
+    for table, results in measured.items():
+        assert sorted(results) == sorted(EXPECTED), (table, sorted(set(results) ^ set(EXPECTED)))
 
 
-@pytest.mark.parametrize("operation", list(EXPECTED))
-def test_statement_count(measured: dict[str, dict[str, Measured]], operation: str) -> None:
+def statement_count(measured: dict[str, dict[str, Measured]], operation: str) -> None:
     """The pinned (control, data) count, on a fresh table and with thousands more jobs."""
     for table, results in measured.items():
         result = results[operation]
@@ -668,23 +688,7 @@ def same_statements(measured: dict[str, dict[str, Measured]], operations: list[s
             )
 
 
-@pytest.mark.parametrize(
-    "operations",
-    [
-        ["enqueueJobs x10", "enqueueJobs x100"],
-        ["claimJobs x1", "claimJobs x10", "claimJobs x100", "claimJob"],
-        ["completeJobs x1", "completeJobs x10", "completeJobs x100"],
-        ["completeJobs x10", "completeJobs x10, 2 rejected", "completeJobs x100, 2 rejected"],
-    ],
-    ids=["enqueueJobs", "claimJobs", "completeJobs", "completeJobs with rejections"],
-)
-def test_batches_run_the_same_statements_whatever_their_size(
-    measured: dict[str, dict[str, Measured]], operations: list[str]
-) -> None:
-    same_statements(measured, operations)
-
-
-def test_the_size_of_the_table_changes_no_count(measured: dict[str, dict[str, Measured]]) -> None:
+def the_size_of_the_table_changes_no_count(measured: dict[str, dict[str, Measured]]) -> None:
     fresh, filled = measured.values()
     changed = {
         name: (fresh[name].counts, filled[name].counts)
@@ -694,13 +698,29 @@ def test_the_size_of_the_table_changes_no_count(measured: dict[str, dict[str, Me
     assert not changed, changed
 
 
-def test_keyed_enqueue_batches_do_not_grow(measured: dict[str, dict[str, Measured]]) -> None:
-    same_statements(
-        measured, ["enqueueJobs with idempotency keys x10", "enqueueJobs with idempotency keys x100"]
-    )
-
-
-def test_expired_leases_do_not_add_statements(measured: dict[str, dict[str, Measured]]) -> None:
-    """Expiring stale leases before a claim is one executemany, however many expired."""
-    claims = ["claimJob after 1 expired lease", "claimJob after 10 expired leases"]
-    same_statements(measured, claims)
+def test_statement_counts(tmp_path: Path) -> None:
+    """Every operation's pinned count; batches run the same statements whatever their size;
+    the size of the table changes no count."""
+    measured = measure(tmp_path)
+    checks: list[tuple[str, Callable[[], None]]] = [
+        (
+            "every operation was measured and is pinned",
+            lambda: every_operation_was_measured_and_is_pinned(measured),
+        ),
+        *((f"statement count of {op}", functools.partial(statement_count, measured, op)) for op in EXPECTED),
+        *(
+            (
+                f"{name}: the same statements whatever the size",
+                functools.partial(same_statements, measured, ops),
+            )
+            for name, ops in BATCHES.items()
+        ),
+        ("the size of the table changes no count", lambda: the_size_of_the_table_changes_no_count(measured)),
+    ]
+    failures = []
+    for name, check in checks:
+        try:
+            check()
+        except Exception as failure:  # an AssertionError, or a KeyError for an operation not measured
+            failures.append(f"--- {name} ---\n{type(failure).__name__}: {failure}")
+    assert not failures, f"{len(failures)} of {len(checks)} checks failed:\n" + "\n".join(failures)
