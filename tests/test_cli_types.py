@@ -32,6 +32,9 @@ from typing import Any
 import pytest
 from conftest import Server, run_queuelog, serving
 
+from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.migrate import upgrade_to_head
+
 JOB_TYPES = "c_pause,c_wait,c_until,c_list,c_quiet"
 CLI_TIMEOUT = 60.0
 ENQUEUE = "mutation($type: String!) { enqueueJob(input: {type: $type, payload: {}}) { job { id } } }"
@@ -48,11 +51,26 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Result:
     return run_queuelog(*args, cwd=cwd, env=env, timeout=CLI_TIMEOUT)
 
 
-def types_cli(server: Server, *args: str, cwd: Path) -> Result:
-    """`queuelog types ARGS` on the server's database and allowlist, which must succeed."""
-    result = cli("types", *args, "--database-url", server.database_url, "--job-types", JOB_TYPES, cwd=cwd)
-    assert result.returncode == 0 and not result.stderr, result
-    return result
+def types_cli_many(
+    calls: Sequence[Sequence[str]],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    done_at: dict[int, float] | None = None,
+) -> list[Result]:
+    """Independent `queuelog types ...` calls at once, each of which must succeed; `done_at`
+    gets the moment each one ended, by its index."""
+
+    def one(index: int) -> Result:
+        result = cli("types", *calls[index], cwd=cwd, env=env)
+        if done_at is not None:
+            done_at[index] = time.monotonic()
+        return result
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(one, range(len(calls))))
+    for args, result in zip(calls, results, strict=True):
+        assert result.returncode == 0 and not result.stderr, (args, result)
+    return results
 
 
 def listing(result: Result) -> dict[str, dict[str, str]]:
@@ -93,73 +111,46 @@ def api_control(server: Server, job_type: str) -> dict[str, Any]:
     return control
 
 
-def test_a_cli_pause_stops_the_servers_claims_and_resume_restores_them(
+def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     server: Server, worker_key: str, tmp_path: Path
 ) -> None:
+    """Four stories in one test, so that their CLI calls run side by side (10 calls in 4
+    rounds, where 14 ran one after another: under CI load each call takes 5-10 s):
+    c_pause is paused and resumed; a claim long-polling for c_wait takes its job when the CLI
+    resumes it; `pause --until` on c_until ends by itself; `list` (from the environment)
+    shows c_list's RUNNING count and limits and every allowlisted type."""
+    base = ["--database-url", server.database_url, "--job-types", JOB_TYPES]
+    env = {"QUEUELOG_DATABASE_URL": server.database_url, "QUEUELOG_JOB_TYPES": JOB_TYPES}
+
+    # Round 1: pause c_pause; pause c_until for an hour; pause c_wait.
     job = enqueue(server, "c_pause")
-    paused = types_cli(server, "pause", "c_pause", cwd=tmp_path)
+    job_until = enqueue(server, "c_until")
+    later = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    shown = later.strftime("%Y-%m-%dT%H:%M:%SZ")
+    paused, paused_until, _ = types_cli_many(
+        [
+            ["pause", "c_pause", *base],
+            ["pause", "c_until", "--until", shown, *base],
+            ["pause", "c_wait", *base],
+        ],
+        cwd=tmp_path,
+    )
     assert "paused job type 'c_pause'" in paused.stdout and "types resume c_pause" in paused.stdout
     assert api_control(server, "c_pause")["paused"] is True
     assert claim(server, worker_key, "c_pause") == []  # the server's next claim obeys it
-    later = enqueue(server, "c_pause")  # enqueues go on
+    later_job = enqueue(server, "c_pause")  # enqueues go on
     assert claim(server, worker_key, "c_pause") == []
-    row = listing(types_cli(server, "list", cwd=tmp_path))["c_pause"]
-    assert row["STATE"] == "PAUSED"
-    again = types_cli(server, "pause", "c_pause", cwd=tmp_path)
-    assert "already paused" in again.stdout
-
-    resumed = types_cli(server, "resume", "c_pause", cwd=tmp_path)
-    assert "resumed job type 'c_pause'" in resumed.stdout
-    assert api_control(server, "c_pause")["paused"] is False
-    assert claim(server, worker_key, "c_pause") == [job]
-    assert claim(server, worker_key, "c_pause") == [later]
-    assert listing(types_cli(server, "list", cwd=tmp_path))["c_pause"]["STATE"] == "active"
-    noop = types_cli(server, "resume", "c_pause", cwd=tmp_path)
-    assert "was not paused" in noop.stdout
-
-
-def test_a_claim_waiting_for_a_paused_type_takes_its_job_after_a_cli_resume(
-    server: Server, worker_key: str, tmp_path: Path
-) -> None:
-    types_cli(server, "pause", "c_wait", cwd=tmp_path)
-    job = enqueue(server, "c_wait")
+    assert f"until {shown}" in paused_until.stdout
+    assert datetime.fromisoformat(api_control(server, "c_until")["pausedUntil"]) == later
+    assert claim(server, worker_key, "c_until") == []
+    # A claim long-polls for the paused c_wait, with a job waiting.
+    job_wait = enqueue(server, "c_wait")
     got: list[tuple[list[str], float]] = []
     waiting = threading.Thread(
         target=lambda: got.append((claim(server, worker_key, "c_wait", wait=25), time.monotonic()))
     )
     waiting.start()
-    time.sleep(1.0)
-    assert not got  # paused: the long poll waits
-    types_cli(server, "resume", "c_wait", cwd=tmp_path)
-    resumed_at = time.monotonic()
-    waiting.join(timeout=30)
-    ((claimed, answered_at),) = got
-    assert claimed == [job]
-    assert answered_at - resumed_at < 2.0  # not at the end of its 25 s wait
-
-
-def test_a_cli_pause_until_ends_by_itself(server: Server, worker_key: str, tmp_path: Path) -> None:
-    job = enqueue(server, "c_until")
-    later = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
-    shown = later.strftime("%Y-%m-%dT%H:%M:%SZ")
-    paused = types_cli(server, "pause", "c_until", "--until", shown, cwd=tmp_path)
-    assert f"until {shown}" in paused.stdout
-    assert datetime.fromisoformat(api_control(server, "c_until")["pausedUntil"]) == later
-    assert listing(types_cli(server, "list", cwd=tmp_path))["c_until"]["STATE"] == f"PAUSED until {shown}"
-    assert claim(server, worker_key, "c_until") == []
-
-    # a new pause replaces the end time; this one ends by itself, with no resume
-    soon = datetime.now(UTC) + timedelta(seconds=5)
-    types_cli(server, "pause", "c_until", "--until", soon.isoformat(), cwd=tmp_path)
-    claimed = claim(server, worker_key, "c_until", wait=20)  # wakes when the pause ends
-    assert claimed == [job]
-    assert datetime.now(UTC) >= soon - timedelta(milliseconds=50)
-    assert listing(types_cli(server, "list", cwd=tmp_path))["c_until"]["STATE"] == "active"
-
-
-def test_list_shows_running_limits_and_timeouts_from_the_environment(
-    server: Server, worker_key: str, tmp_path: Path
-) -> None:
+    # c_list: limits set through the API, two of its jobs RUNNING.
     limits = {
         "type": "c_list",
         "maxRunning": 5,
@@ -172,10 +163,11 @@ def test_list_shows_running_limits_and_timeouts_from_the_environment(
         enqueue(server, "c_list")
     assert len(claim(server, worker_key, "c_list")) == 1
     assert len(claim(server, worker_key, "c_list")) == 1
-    env = {"QUEUELOG_DATABASE_URL": server.database_url, "QUEUELOG_JOB_TYPES": JOB_TYPES}
-    result = cli("types", "list", cwd=tmp_path, env=env)
-    assert result.returncode == 0 and not result.stderr, result
-    rows = listing(result)
+
+    # Round 2: `list`, its database and allowlist from the environment; pause c_pause again.
+    started = time.monotonic()
+    listed, again = types_cli_many([["list"], ["pause", "c_pause", *base]], cwd=tmp_path, env=env)
+    rows = listing(listed)
     assert list(rows) == sorted(JOB_TYPES.split(","))  # every allowlisted type, in type order
     assert rows["c_list"] == {
         "TYPE": "c_list",
@@ -195,6 +187,38 @@ def test_list_shows_running_limits_and_timeouts_from_the_environment(
         "RATE LIMIT": "-",
         "TIMEOUT": "-",
     }
+    assert rows["c_pause"]["STATE"] == "PAUSED"
+    assert rows["c_until"]["STATE"] == f"PAUSED until {shown}"
+    assert rows["c_wait"]["STATE"] == "PAUSED"
+    assert "already paused" in again.stdout
+    if time.monotonic() - started < 1.0:
+        time.sleep(1.0)  # the long poll has had at least a second
+    assert not got  # paused: the long poll waits
+
+    # Round 3: resume c_pause and c_wait; a new pause of c_until replaces the end time, and
+    # this one ends by itself, with no resume.
+    soon = datetime.now(UTC) + timedelta(seconds=5)
+    calls = [["resume", "c_pause", *base], ["resume", "c_wait", *base]]
+    calls.append(["pause", "c_until", "--until", soon.isoformat(), *base])
+    done_at: dict[int, float] = {}
+    resumed, _, _ = types_cli_many(calls, cwd=tmp_path, done_at=done_at)
+    assert "resumed job type 'c_pause'" in resumed.stdout
+    assert api_control(server, "c_pause")["paused"] is False
+    assert claim(server, worker_key, "c_pause") == [job]
+    assert claim(server, worker_key, "c_pause") == [later_job]
+    waiting.join(timeout=30)
+    ((claimed, answered_at),) = got
+    assert claimed == [job_wait]
+    assert answered_at - done_at[1] < 2.0  # not at the end of its 25 s wait
+    claimed = claim(server, worker_key, "c_until", wait=20)  # wakes when the pause ends
+    assert claimed == [job_until]
+    assert datetime.now(UTC) >= soon - timedelta(milliseconds=50)
+
+    # Round 4: both show as active; resuming c_pause again changes nothing.
+    listed, noop = types_cli_many([["list", *base], ["resume", "c_pause", *base]], cwd=tmp_path)
+    rows = listing(listed)
+    assert rows["c_pause"]["STATE"] == "active" and rows["c_until"]["STATE"] == "active"
+    assert "was not paused" in noop.stdout
 
 
 # --- misuse: one line on stderr, a non-zero exit (no server needed) ---------------------------
@@ -215,8 +239,13 @@ MISUSE: list[tuple[str, list[str], str]] = [
 
 def misuse_runs(tmp_path: Path) -> dict[str, Result]:
     database = tmp_path / "queuelog.db"
-    made = cli("migrate", "--database-url", f"sqlite:///{database}", cwd=tmp_path)
-    assert made.returncode == 0, made
+    # Migrated here, not by a `queuelog migrate` run (one CLI start fewer; test_cli.py
+    # proves `migrate`).
+    engine = create_sync_engine(f"sqlite:///{database}")
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
     calls: list[tuple[str, Sequence[str]]] = [
         (name, ["types", *args, "--database-url", f"sqlite:///{database}"] if args else ["types"])
         for name, args, _ in MISUSE
