@@ -255,8 +255,7 @@ def claim(
     the types' controls (flow.py). Expired leases and timeouts are handled first, and due
     delayed jobs made ready."""
     if types is None:
-        expire_leases(tx, delay)  # before reading which types have PENDING jobs
-        types = pending_types(tx)
+        types = expire_and_read_pending_types(tx, delay)
         if not types:
             return Claimed([], [], None)
         controls = promote_due(tx, types)
@@ -308,7 +307,25 @@ def _claimed(tx: WriteTx, rows: list[Any]) -> list[Job]:
 def pending_types(conn: Connection) -> list[str]:
     """The types that have PENDING jobs, by the counters: what a claim of any type reads."""
     counts, _ = _counts_and_everyones(conn, ALL_JOBS)
-    return sorted(t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0)
+    return sorted(_with_pending(counts))
+
+
+def _with_pending(counts: dict[str, dict[str, int]]) -> set[str]:
+    return {t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0}
+
+
+def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str]:
+    """expire_leases and pending_types, their statements sent together (one round trip on
+    PostgreSQL instead of two). The counters move when the transaction's side effects are
+    written, so the types of jobs that expiry put back to PENDING are added here."""
+    terms = counters.scope_terms(ALL_JOBS)
+    overdue, counted = tx.execute_together(
+        [(tx.sql.OVERDUE, {"now": tx.now_us}), (tx.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(terms)})]
+    )
+    expire_overdue(tx, overdue, delay)
+    pending = _with_pending(counters.by_type(counted, terms))
+    pending.update(move[0] for move in tx.moves if move[4] == PENDING)
+    return sorted(pending)
 
 
 def promote_due(tx: WriteTx, types: Sequence[str]) -> dict[str, TypeControl]:
