@@ -22,6 +22,7 @@ leftovers; a second one with long leases is frozen (SIGSTOP) to make completions
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -670,10 +671,8 @@ def misuse_command(case: str) -> list[str]:
     return worker_command(UNREACHABLE, SOME_KEY, handlers, *extra)
 
 
-@pytest.fixture(scope="module")
-def misuse_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, str]]:
+def run_misuse(workdir: Path) -> dict[str, tuple[int, str, str]]:
     """Every misuse case, run at once (each is a Python start-up): {case: (status, out, err)}."""
-    workdir = tmp_path_factory.mktemp("misuse")
     (workdir / "mymod.py").write_text(HANDLERS_MODULE)
     (workdir / "broken.py").write_text(BROKEN_MODULE)
     cases = [m[0] for m in MISUSE] + [f"without{flag}" for flag in MISSING_FLAGS]
@@ -699,11 +698,8 @@ def misuse_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int
     return runs
 
 
-@pytest.mark.parametrize("case, expected", [pytest.param(m[0], m[3], id=m[0]) for m in MISUSE])
-def test_misuse_is_one_line_and_a_non_zero_exit(
-    misuse_runs: dict[str, tuple[int, str, str]], case: str, expected: str
-) -> None:
-    status, out, err = misuse_runs[case]
+def misuse_is_one_line_and_a_non_zero_exit(run: tuple[int, str, str], expected: str) -> None:
+    status, out, err = run
     assert status != 0, (status, out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -711,9 +707,30 @@ def test_misuse_is_one_line_and_a_non_zero_exit(
     assert expected in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("flag", MISSING_FLAGS)
-def test_missing_required_flag(misuse_runs: dict[str, tuple[int, str, str]], flag: str) -> None:
-    status, out, err = misuse_runs[f"without{flag}"]
+def missing_required_flag(run: tuple[int, str, str], flag: str) -> None:
+    status, out, err = run
     assert status != 0
     assert len(err.strip().splitlines()) == 1 and flag in err, err
     assert "Traceback" not in out + err
+
+
+def test_misuse_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
+    """Every misuse case (MISUSE, and each required flag left out), one test: as one test per
+    case of a module fixture, every pytest -n process that drew a case ran all ten CLI calls
+    again. Each failing case is named; all are reported together."""
+    runs = run_misuse(tmp_path)
+    failures = []
+    checks = [
+        (case, functools.partial(misuse_is_one_line_and_a_non_zero_exit, runs[case], expected))
+        for case, _, _, expected in MISUSE
+    ]
+    checks += [
+        (f"without {flag}", functools.partial(missing_required_flag, runs[f"without{flag}"], flag))
+        for flag in MISSING_FLAGS
+    ]
+    for case, check in checks:
+        try:
+            check()
+        except AssertionError as failure:
+            failures.append(f"--- {case} ---\n{failure}")
+    assert not failures, f"{len(failures)} of {len(checks)} misuse cases failed:\n" + "\n".join(failures)
