@@ -36,7 +36,7 @@ from conftest import Databases, run_queuelog
 from sqlalchemy import inspect, text
 
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import alembic_config
+from queuelog.storage.migrate import alembic_config, upgrade_to_head
 
 Server = Any  # conftest.Server
 Result = subprocess.CompletedProcess[str]
@@ -91,10 +91,6 @@ def assert_one_line_error(result: Result, fragment: str = "") -> str:
     return lines[0]
 
 
-def list_rows(database_url: str, cwd: Path) -> dict[str, list[str]]:
-    return parse_listing(cli("keys", "list", "--database-url", database_url, cwd=cwd))
-
-
 def parse_listing(result: Result) -> dict[str, list[str]]:
     """`keys list` as {name: [roles, max priority, created date, created time, status]}."""
     assert result.returncode == 0 and result.stderr == "", result.stderr
@@ -122,11 +118,14 @@ CREATE_CASES: list[tuple[str, list[str], str | None, str, str]] = [
 ]
 
 
+KeyDb = tuple[Result, dict[str, Result], Result]  # the listing, each case's create, the duplicate's
+DUPLICATED = CREATE_CASES[0][0]  # the name `keys create` is run with a second time
+
+
 @pytest.fixture(scope="module")
-def key_db(
-    backend: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Result, dict[str, Result]]]:
-    """One database, migrated by the first `keys create`, then every CREATE_CASES key at once, then listed."""
+def key_db(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeyDb]:
+    """One database, migrated by the first CREATE_CASES `keys create`, then the other cases and
+    a second `keys create` of the first name (as ADMIN) at once, then listed."""
     home = tmp_path_factory.mktemp("keys")
     made = Databases(backend, tmp_path_factory)
     try:
@@ -135,30 +134,29 @@ def key_db(
         made.drop_all()
 
 
-def create_and_list(url: str, home: Path) -> tuple[Result, dict[str, Result]]:
+def create_and_list(url: str, home: Path) -> KeyDb:
     def create_args(name: str, roles: list[str], priority: str | None) -> list[str]:
         args = ["keys", "create", "--name", name, "--database-url", url]
         for role in roles:
             args += ["--role", role]
         return args + (["--max-priority", priority] if priority else [])
 
-    first = cli(*create_args("first", ["viewer"], None), cwd=home)  # migrates the fresh database
-    results = dict(
-        zip(
-            [c[0] for c in CREATE_CASES],
-            cli_many([create_args(name, roles, prio) for name, roles, prio, _, _ in CREATE_CASES], home),
-            strict=True,
-        )
+    (first_name, first_roles, first_priority, _, _), *others = CREATE_CASES
+    first = cli(*create_args(first_name, first_roles, first_priority), cwd=home)  # migrates the database
+    *made, again = cli_many(
+        [create_args(name, roles, prio) for name, roles, prio, _, _ in others]
+        + [create_args(DUPLICATED, ["admin"], None)],
+        home,
     )
-    results["first"] = first
+    results = dict(zip([c[0] for c in CREATE_CASES], [first, *made], strict=True))
     listing = cli("keys", "list", "--database-url", url, cwd=home)
-    return listing, results
+    return listing, results, again
 
 
-def test_keys_create_is_case_insensitive(key_db: tuple[Result, dict[str, Result]]) -> None:
+def test_keys_create_is_case_insensitive(key_db: KeyDb) -> None:
     """Every CREATE_CASES key in one test, for the reason test_misuse_is_one_line_and_non_zero
     gives: one module fixture per xdist worker that draws a case."""
-    listing, results = key_db
+    listing, results, _ = key_db
     rows = parse_listing(listing)
     for name, _roles, _priority, shown_roles, shown_priority in CREATE_CASES:
         created_key(results[name])
@@ -167,8 +165,8 @@ def test_keys_create_is_case_insensitive(key_db: tuple[Result, dict[str, Result]
         assert row[0] == shown_roles and row[1] == shown_priority and row[-1] == "active", (name, row)
 
 
-def test_keys_list_never_shows_a_key_or_its_hash(key_db: tuple[Result, dict[str, Result]]) -> None:
-    listing, results = key_db
+def test_keys_list_never_shows_a_key_or_its_hash(key_db: KeyDb) -> None:
+    listing, results, _ = key_db
     keys = [created_key(r) for r in results.values()]
     assert listing.returncode == 0 and listing.stderr == "", listing.stderr
     for name in results:
@@ -181,15 +179,13 @@ def test_keys_list_never_shows_a_key_or_its_hash(key_db: tuple[Result, dict[str,
     assert "STATUS" in listing.stdout.splitlines()[0]
 
 
-def test_duplicate_name_is_refused(tmp_path: Path, databases: Databases) -> None:
-    url = databases.fresh(migrated=False)
-    key = created_key(
-        cli("keys", "create", "--name", "dup", "--role", "worker", "--database-url", url, cwd=tmp_path)
-    )
-    again = cli("keys", "create", "--name", "dup", "--role", "admin", "--database-url", url, cwd=tmp_path)
-    assert_one_line_error(again, "dup")
-    rows = list_rows(url, tmp_path)
-    assert list(rows) == ["dup"] and rows["dup"][0] == "WORKER", "the duplicate changed the first key"
+def test_duplicate_name_is_refused(key_db: KeyDb) -> None:
+    """On key_db's database (its own database and three CLI runs cost 20-25 s per backend in CI)."""
+    listing, results, again = key_db
+    key = created_key(results[DUPLICATED])
+    assert_one_line_error(again, DUPLICATED)
+    rows = [line.split() for line in listing.stdout.splitlines()[1:] if line.split()[:1] == [DUPLICATED]]
+    assert len(rows) == 1 and rows[0][1] == "WORKER", f"the duplicate changed the first key: {rows}"
     assert key not in again.stdout + again.stderr
 
 
@@ -219,30 +215,42 @@ def blank_database(tmp_path: Path, databases: Databases) -> str:
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-@pytest.mark.parametrize("via", ["flag", "env"])
-def test_migrate_creates_the_schema(tmp_path: Path, databases: Databases, via: str) -> None:
-    url = blank_database(tmp_path, databases)
-    if via == "flag":
-        result = cli("migrate", "--database-url", url, cwd=tmp_path)
-    else:
-        result = cli("migrate", cwd=tmp_path, env={"QUEUELOG_DATABASE_URL": url})
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    tables, versions = schema_of(url)
-    assert {"jobs", "job_events", "api_keys", "alembic_version"} <= tables
-    assert versions == [HEAD]
-    if via == "flag":  # a second run on a current database changes nothing
-        again = cli("migrate", "--database-url", url, cwd=tmp_path)
-        assert again.returncode == 0, again.stderr
-        assert schema_of(url) == (tables, versions)
-    written = {p.name for p in tmp_path.iterdir()}
+def test_migrate_and_keys_create_the_schema(tmp_path: Path, databases: Databases) -> None:
+    """`migrate` with the URL as a flag and from the environment, and `keys list`, each on a
+    blank database of its own, run at once (as three tests they cost 5-25 s each in CI)."""
+    homes = {via: tmp_path / via for via in ("flag", "env", "keys")}
+    urls = {}
+    for via, home in homes.items():
+        home.mkdir()
+        urls[via] = blank_database(home, databases)
+    runs = {
+        "flag": lambda: cli("migrate", "--database-url", urls["flag"], cwd=homes["flag"]),
+        "env": lambda: cli("migrate", cwd=homes["env"], env={"QUEUELOG_DATABASE_URL": urls["env"]}),
+        "keys": lambda: cli("keys", "list", "--database-url", urls["keys"], cwd=homes["keys"]),
+    }
+    with ThreadPoolExecutor(len(runs)) as pool:
+        started = {via: pool.submit(run) for via, run in runs.items()}
+        results = {via: future.result() for via, future in started.items()}
+
+    for via in ("flag", "env"):
+        result = results[via]
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (via, result.stderr)
+        tables, versions = schema_of(urls[via])
+        assert {"jobs", "job_events", "api_keys", "alembic_version"} <= tables, via
+        assert versions == [HEAD], via
+        written = {p.name for p in homes[via].iterdir()}
+        assert written <= {"fresh.db", "fresh.db-wal", "fresh.db-shm"}, f"migrate wrote elsewhere: {written}"
+    # a second run on a current database changes nothing
+    before = schema_of(urls["flag"])
+    again = cli("migrate", "--database-url", urls["flag"], cwd=homes["flag"])
+    assert again.returncode == 0, again.stderr
+    assert schema_of(urls["flag"]) == before
+    written = {p.name for p in homes["flag"].iterdir()}
     assert written <= {"fresh.db", "fresh.db-wal", "fresh.db-shm"}, f"migrate wrote elsewhere: {written}"
 
-
-def test_keys_migrates_a_fresh_database(tmp_path: Path, databases: Databases) -> None:
-    url = blank_database(tmp_path, databases)
-    result = cli("keys", "list", "--database-url", url, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    tables, versions = schema_of(url)
+    # `keys` on a fresh database migrates it
+    assert results["keys"].returncode == 0, results["keys"].stderr
+    tables, versions = schema_of(urls["keys"])
     assert {"jobs", "job_events", "api_keys"} <= tables and versions == [HEAD]
 
 
@@ -312,7 +320,11 @@ MISUSE: list[tuple[str, list[str], str]] = [
 def misuse_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
     home = tmp_path_factory.mktemp("misuse")
     url = sqlite_url(home / "x.db")
-    assert cli("migrate", "--database-url", url, cwd=home).returncode == 0
+    engine = create_sync_engine(url)  # migrated here: one CLI start fewer (migrate is tested above)
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
     calls = [[url if arg == DB else arg for arg in args] for _, args, _ in MISUSE]
     return dict(zip([case_id for case_id, _, _ in MISUSE], cli_many(calls, home), strict=True))
 
@@ -343,33 +355,42 @@ def test_created_keys_work_on_a_server_and_revoke_cuts_them_off(
     def run(*args: str) -> Result:
         return cli(*args, "--database-url", url, cwd=tmp_path)
 
+    def run_all(*calls: list[str]) -> list[Result]:  # independent calls at once
+        return cli_many([[*args, "--database-url", url] for args in calls], tmp_path)
+
     boss = created_key(run("keys", "create", "--name", "boss", "--role", "ADMIN"))
-    worker = created_key(run("keys", "create", "--name", "w1", "--role", "worker"))
-    server = start_server(database_url=url, admin_key=boss)
+    with ThreadPoolExecutor(1) as pool:  # the server starts while w1 is made
+        making = pool.submit(run, "keys", "create", "--name", "w1", "--role", "worker")
+        server = start_server(database_url=url, admin_key=boss)
+        worker = created_key(making.result())
     assert not KEY_ANYWHERE.search(server.log()), "serve printed a key although active keys exist"
 
     assert me(server, boss) == {"name": "boss", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
     assert me(server, worker) == {"name": "w1", "roles": ["WORKER"], "maxPriority": "MEDIUM"}
     assert server.gql("mutation { claimJob { id } }", key=worker).ok() == {"claimJob": None}
 
-    # A key created while the server runs works at once, with its roles and priority.
-    producer = created_key(
-        run("keys", "create", "--name", "p1", "--role", "PRODUCER", "--max-priority", "high")
+    # A key created while the server runs works at once, with its roles and priority; w1 is
+    # revoked meanwhile, and is refused at once.
+    made, revoked = run_all(
+        ["keys", "create", "--name", "p1", "--role", "PRODUCER", "--max-priority", "high"],
+        ["keys", "revoke", "w1"],
     )
+    producer = created_key(made)
     assert me(server, producer) == {"name": "p1", "roles": ["PRODUCER"], "maxPriority": "HIGH"}
     enqueued = server.gql(
         'mutation { enqueueJob(input: {type: "noop", priority: HIGH}) { created } }', key=producer
     )
     assert enqueued.ok() == {"enqueueJob": {"created": True}}
 
-    revoked = run("keys", "revoke", "w1")
     assert revoked.returncode == 0 and revoked.stderr == "", revoked.stderr
     refused = server.gql("{ me { name } }", key=worker)
     assert refused.status == 401 and refused.codes == ["UNAUTHENTICATED"], refused.body
     assert me(server, producer)["name"] == "p1", "revoking one key touched another"
+    assert me(server, boss)["name"] == "boss", "revoking one key touched another"  # made before it
 
-    assert_one_line_error(run("keys", "revoke", "w1"), "w1")  # already revoked
-    rows = list_rows(url, tmp_path)
+    again, listed = run_all(["keys", "revoke", "w1"], ["keys", "list"])
+    assert_one_line_error(again, "w1")  # already revoked
+    rows = parse_listing(listed)
     assert {name: row[-1] for name, row in rows.items()} == {
         "boss": "active",
         "w1": "revoked",
