@@ -58,6 +58,7 @@ from queuelog import client
 from queuelog import keys as key_admin
 from queuelog.storage.copy import copy_database
 from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.tables import api_keys, job_counts, job_events, jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp, to_micros
 
@@ -414,43 +415,17 @@ def test_a_copied_queue_reads_back_identical(
     )
 
 
-def test_ids_of_pruned_jobs_are_not_given_out_again(new_database: Callable[[], str], tmp_path: Path) -> None:
-    path = tmp_path / "pruned.db"
+def test_pruned_ids_waiting_jobs_and_schedules_carry_over(
+    new_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """The ids of pruned jobs are not given out again; the dependency edges and the schedules
+    are copied: a job that waited for another on SQLite is released when that one completes
+    on PostgreSQL, and the schedule is there. One source server, one copy and one target
+    server for both (as two tests they cost 12-38 s each in CI)."""
+    path = tmp_path / "graph.db"
     server = launch_server(
         tmp_path, database_url=f"sqlite:///{path}", retention_seconds=0, prune_interval_seconds=1
     )
-    try:
-        producer = Key("p", server.make_key("p", "producer"))
-        kept = enqueue(server, producer)["id"]
-        gone = enqueue(server, producer)["id"]
-        gql(server, CANCEL, {"id": gone}, key=producer)
-        deadline = time.monotonic() + 30
-        while gql(server, "query($id: ID!) { job(id: $id) { id } }", {"id": gone})["job"] is not None:
-            assert time.monotonic() < deadline, "the cancelled job was never pruned"
-            time.sleep(0.2)
-        admin = server.admin_key
-    finally:
-        server.stop()
-    assert [row[0] for row in table_rows(path, jobs)] == [int(kept)]
-
-    target = new_database()
-    result = copy_command(f"sqlite:///{path}", target, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.rstrip().endswith(f"new jobs start at id {int(gone) + 1}"), result.stdout
-    home = tmp_path / "new"
-    home.mkdir()
-    server = launch_server(home, database_url=target, admin_key=admin)
-    try:
-        assert int(enqueue(server, producer)["id"]) == int(gone) + 1
-    finally:
-        server.stop()
-
-
-def test_a_waiting_job_and_a_schedule_carry_over(new_database: Callable[[], str], tmp_path: Path) -> None:
-    """The dependency edges and the schedules are copied: a job that waited for another on
-    SQLite is released when that one completes on PostgreSQL, and the schedule is there."""
-    path = tmp_path / "graph.db"
-    server = launch_server(tmp_path, database_url=f"sqlite:///{path}")
     try:
         producer = Key("p", server.make_key("p", "producer"))
         first = enqueue(server, producer)["id"]
@@ -462,16 +437,26 @@ def test_a_waiting_job_and_a_schedule_carry_over(new_database: Callable[[], str]
             put,
             {"i": {"name": "nightly", "type": "email", "cron": "0 3 * * *", "timezone": "Europe/Paris"}},
         )
+        gone = enqueue(server, producer)["id"]  # the highest id, pruned
+        gql(server, CANCEL, {"id": gone}, key=producer)
+        deadline = time.monotonic() + 30
+        while gql(server, "query($id: ID!) { job(id: $id) { id } }", {"id": gone})["job"] is not None:
+            assert time.monotonic() < deadline, "the cancelled job was never pruned"
+            time.sleep(0.2)
         admin = server.admin_key
     finally:
         server.stop()
+    assert [row[0] for row in table_rows(path, jobs)] == [int(first), int(then["id"])]
+
     target = new_database()
     result = copy_command(f"sqlite:///{path}", target, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip().endswith(f"new jobs start at id {int(gone) + 1}"), result.stdout
     home = tmp_path / "new"
     home.mkdir()
     server = launch_server(home, database_url=target, admin_key=admin)
     try:
+        assert int(enqueue(server, producer, type="noop")["id"]) == int(gone) + 1
         schedules = gql(server, "{ schedules { name cron timezone paused nextRunAt } }")["schedules"]
         assert [(s["name"], s["cron"], s["timezone"], s["paused"]) for s in schedules] == [
             ("nightly", "0 3 * * *", "Europe/Paris", False)
@@ -487,20 +472,29 @@ def test_a_waiting_job_and_a_schedule_carry_over(new_database: Callable[[], str]
         server.stop()
 
 
-def test_a_target_that_holds_keys_is_refused_unless_replaced(
+SEQUENCES = "SELECT last_value, is_called FROM {}"
+
+
+def sequences(url: str) -> list[tuple[Any, ...]]:
+    return [pg_rows(url, SEQUENCES.format(f"{t.name}_id_seq"))[0] for t in (api_keys, jobs, job_events)]
+
+
+def test_a_target_that_holds_keys_is_refused_unless_replaced_and_a_failed_copy_changes_nothing(
     old_queue: OldQueue, new_database: Callable[[], str], tmp_path: Path
 ) -> None:
+    """Two stories on one target (as two tests they cost 25-35 s each in CI, and each xdist
+    worker that drew one built old_queue again)."""
     target = new_database()
     made = queuelog(
         "keys", "create", "--name", "early", "--role", "viewer", "--database-url", target, cwd=tmp_path
     )
     assert made.returncode == 0, made.stderr
-    before = table_rows(target, api_keys)
+    before_refusal = table_rows(target, api_keys)
 
     refused = copy_command(old_queue.url, target, cwd=tmp_path)
     assert_one_line_error(refused, "already holds rows (api_keys: 1)")
     assert "--replace" in refused.stderr and refused.stdout == ""
-    assert table_rows(target, api_keys) == before and table_rows(target, jobs) == []
+    assert table_rows(target, api_keys) == before_refusal and table_rows(target, jobs) == []
 
     # --replace, here through the Python API, fetching the source three rows at a time.
     source, engine = create_sync_engine(old_queue.url), create_sync_engine(target)
@@ -515,22 +509,9 @@ def test_a_target_that_holds_keys_is_refused_unless_replaced(
     counts = counter_rows(pg_rows(target, "SELECT scope, name, type, status, n FROM job_counts"))
     assert counts == full_count(table_rows(target, jobs))
 
-
-SEQUENCES = "SELECT last_value, is_called FROM {}"
-
-
-def sequences(url: str) -> list[tuple[Any, ...]]:
-    return [pg_rows(url, SEQUENCES.format(f"{t.name}_id_seq"))[0] for t in (api_keys, jobs, job_events)]
-
-
-def test_a_copy_that_fails_midway_leaves_the_target_as_it_was(
-    old_queue: OldQueue, new_database: Callable[[], str], tmp_path: Path
-) -> None:
-    target = new_database()
-    assert copy_command(old_queue.url, target, cwd=tmp_path).returncode == 0
+    # A copy that fails midway leaves this target as it was, sequences included.
     before = {t.name: table_rows(target, t) for t in (api_keys, jobs, job_events, job_counts)}
     before_sequences = sequences(target)
-
     # A source PostgreSQL cannot take: an event kind longer than its column (SQLite does not
     # check lengths), after jobs and keys that would already have replaced the target's.
     bad = tmp_path / "bad.db"
@@ -573,7 +554,11 @@ MISUSE: list[tuple[str, list[str], str]] = [
 def misuse(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
     home = tmp_path_factory.mktemp("misuse")
     source = f"sqlite:///{home / 'source.db'}"
-    assert queuelog("migrate", "--database-url", source, cwd=home).returncode == 0
+    engine = create_sync_engine(source)  # migrated here: one CLI start fewer (test_cli.py runs migrate)
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
     with closing(sqlite3.connect(home / "other.db")) as connection, connection:
         connection.execute("CREATE TABLE notes (body TEXT)")
     (home / "garbage.db").write_bytes(b"not a database\n" * 1000)
