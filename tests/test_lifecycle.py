@@ -648,10 +648,18 @@ def test_admin_retry_brings_a_terminal_job_back(idle: Server, worker: Key, termi
 # --- pruning ---------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def pruning_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server that prunes every second what finished over a second ago (one server start
+    for both pruning tests: each looks only at its own jobs)."""
+    with serving(backend, tmp_path_factory, retention_seconds=1, prune_interval_seconds=1) as running:
+        yield running
+
+
 def test_finished_jobs_are_pruned_and_live_ones_kept(
-    start_server: Callable[..., Server], unique: Callable[[str], str]
+    pruning_server: Server, unique: Callable[[str], str]
 ) -> None:
-    srv = start_server(retention_seconds=1, prune_interval_seconds=1)
+    srv = pruning_server
     worker = new_key(srv, unique, "worker")
     completed, failed, running = enqueue_many(srv, [{"type": "noop"}] * 3)
     for job in claim_many(srv, worker, limit=3):
@@ -676,9 +684,9 @@ def test_finished_jobs_are_pruned_and_live_ones_kept(
     assert orphans == [], "events of pruned jobs were left behind"
 
 
-def test_ids_of_pruned_jobs_are_never_reused(start_server: Callable[..., Server]) -> None:
+def test_ids_of_pruned_jobs_are_never_reused(pruning_server: Server) -> None:
     # The newest job is the one pruned: without AUTOINCREMENT SQLite would hand its id out again.
-    srv = start_server(retention_seconds=1, prune_interval_seconds=1)
+    srv = pruning_server
     newest = enqueue(srv, type="email")
     srv.gql(CANCEL, {"id": newest["id"]}).ok()
     wait_for(lambda: admin_job(srv, newest["id"]), lambda job: job is None, 10, "the job to be pruned")
