@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -320,10 +321,8 @@ def test_run_at_without_an_offset_is_refused_before_sending(producer: Any) -> No
 # --- serve's exit status on a graceful stop ----------------------------------------------------
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_serve_stopped_by_a_signal_exits_0(tmp_path: Path, workers: int, sig: int) -> None:
-    server = launch_server(tmp_path, workers=workers)
+def stop_by_signal(server: Server, sig: int) -> None:
+    """`sig` ends the server with status 0 and no traceback."""
     try:
         assert server.gql("{ me { name } }").ok() == {"me": {"name": "admin"}}
         server.process.send_signal(sig)
@@ -332,6 +331,14 @@ def test_serve_stopped_by_a_signal_exits_0(tmp_path: Path, workers: int, sig: in
         server.stop()
     assert status == 0, server.log()
     assert TRACEBACK not in server.log()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_stopped_by_a_signal_exits_0(tmp_path: Path, sig: int) -> None:
+    """With `--workers 2`; the one-process server is stopped by both signals in
+    test_serve_takes_boolean_words_as_flags_and_variables, on the servers it starts anyway
+    (two server starts fewer)."""
+    stop_by_signal(launch_server(tmp_path, workers=2), sig)
 
 
 # --- boolean settings ----------------------------------------------------------------------------
@@ -367,11 +374,20 @@ def test_boolean_forms_are_listed_and_others_refused(tmp_path: Path) -> None:
     assert "--graphiql [BOOL]" in help_text and "--no-graphiql" in help_text
     assert "true/false, 1/0, yes/no or on/off (any case)" in help_text
     database = f"sqlite:///{tmp_path / 'q.db'}"
-    for args, env, status, fragment in [
+    cases: list[tuple[list[str], dict[str, str], int, str]] = [
         (["--graphiql", "maybe"], {}, 2, "'maybe' is not a boolean: use true/false, 1/0, yes/no or on/off"),
         ([], {"QUEUELOG_DASHBOARD": "sometimes"}, 1, "QUEUELOG_DASHBOARD must be a boolean"),
-    ]:
-        result = queuelog("serve", "--database-url", database, *args, cwd=tmp_path, env=env)
+    ]
+    with ThreadPoolExecutor(len(cases)) as pool:  # independent CLI runs, at once
+        results = list(
+            pool.map(
+                lambda case: queuelog(
+                    "serve", "--database-url", database, *case[0], cwd=tmp_path, env=case[1]
+                ),
+                cases,
+            )
+        )
+    for (_, _, status, fragment), result in zip(cases, results, strict=True):
         assert result.returncode == status, result.stderr
         assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
         assert TRACEBACK not in result.stderr
@@ -389,16 +405,29 @@ def pages(server: Server) -> tuple[bool, bool]:
 
 
 def test_serve_takes_boolean_words_as_flags_and_variables(tmp_path: Path) -> None:
+    """Both servers start at once; then one is stopped by SIGTERM and the other by SIGINT,
+    each of which must end it with status 0 (see test_serve_stopped_by_a_signal_exits_0)."""
     (tmp_path / "flags").mkdir()
     (tmp_path / "env").mkdir()
-    flags = launch_server(tmp_path / "flags", graphiql="false", dashboard="Yes")
-    env = launch_server(tmp_path / "env", env={"QUEUELOG_GRAPHIQL": "ON", "QUEUELOG_DASHBOARD": "0"})
+    with ThreadPoolExecutor(2) as pool:
+        starting = [
+            pool.submit(launch_server, tmp_path / "flags", graphiql="false", dashboard="Yes"),
+            pool.submit(
+                launch_server, tmp_path / "env", env={"QUEUELOG_GRAPHIQL": "ON", "QUEUELOG_DASHBOARD": "0"}
+            ),
+        ]
+        started = [future.exception() or future.result() for future in starting]
+    flags, env = started
     try:
+        assert isinstance(flags, Server) and isinstance(env, Server), started
         assert pages(flags) == (False, True)
         assert pages(env) == (True, False)
+        stop_by_signal(flags, signal.SIGTERM)
+        stop_by_signal(env, signal.SIGINT)
     finally:
-        flags.stop()
-        env.stop()
+        for server in started:
+            if isinstance(server, Server):
+                server.stop()
 
 
 # --- keys list -------------------------------------------------------------------------------------
