@@ -41,7 +41,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
 
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import alembic_config, upgrade_to_head
+from queuelog.storage.migrate import HEAD_REVISION, alembic_config, is_at_head, upgrade_to_head
 from queuelog.storage.tables import metadata
 
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -253,6 +253,9 @@ def test_there_is_one_line_of_migrations() -> None:
     revisions = revisions_base_to_head()
     assert revisions, "no migrations"
     assert len(set(revisions)) == len(revisions)
+    # upgrade_to_head skips alembic when the database is at HEAD_REVISION: a new migration
+    # that forgot to move it would never run on an existing database.
+    assert revisions[-1] == HEAD_REVISION, "storage/migrate.py's HEAD_REVISION is not the newest migration"
 
 
 def test_upgrading_through_every_migration_yields_tables_py(new_database: Callable[[], Engine]) -> None:
@@ -265,7 +268,9 @@ def test_upgrading_through_every_migration_yields_tables_py(new_database: Callab
 
 def test_upgrade_to_head_as_serve_runs_it_yields_tables_py(new_database: Callable[[], Engine]) -> None:
     engine = new_database()
+    assert not is_at_head(engine)
     upgrade_to_head(engine)
+    assert is_at_head(engine)
     upgrade_to_head(engine)  # a second run is a no-op
     assert current_revision(engine) == revisions_base_to_head()[-1]
     assert_schema_is_tables_py(engine, new_database)
