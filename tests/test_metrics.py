@@ -264,3 +264,26 @@ def test_metrics_say_when_the_database_is_unavailable(
     again = scrape(server)
     assert [s.value for s in again if s.name == "queuelog_database_up"] == [1.0]
     assert by_label(again, "queuelog_jobs", "status")["pending"] == 1.0
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_reads_after_postgresql_dropped_every_idle_connection_answer_without_an_outage(
+    start_server: Callable[..., Server], databases: Databases
+) -> None:
+    """A restart or a network cut ends the server's idle connections; the database is back
+    by the next request. A kept reader connection tells it is dead only when used: the read
+    runs again on a new one instead of answering "the database is unavailable"."""
+    url = databases.fresh()
+    name = url.rsplit("/", 1)[1]
+    server = start_server(database_url=url)
+    post(server, ENQUEUE, server.admin_key, variables={"type": "email"})
+    for _ in range(16):  # every reader thread opens its connection
+        post(server, STATS, server.admin_key)
+    postgres_admin(
+        f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        " AND pid <> pg_backend_pid()"
+    )
+    for _ in range(16):  # post() asserts a 200 without errors
+        by_type = post(server, STATS, server.admin_key)["queueStats"]["byType"]
+        assert [e["counts"]["pending"] for e in by_type if e["type"] == "email"] == [1]
+    assert "unavailable for a read" not in server.log()

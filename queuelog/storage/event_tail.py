@@ -141,6 +141,7 @@ class EventTail:
         self._high = 0  # the highest event id handled
         self._behind = False  # the last read failed or took a whole batch: more may wait
         self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
+        self._undelivered: list[RemoteEvent] = []  # read, but their jobs' read-back failed
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -167,6 +168,7 @@ class EventTail:
             and not self._others_wrote()
             and not self._behind
             and not self._holes
+            and not self._undelivered
         ):
             self._high = max(self._high, self._own.last)
             self._own.forget_through(self._high)
@@ -192,10 +194,14 @@ class EventTail:
         for event_id in [i for i, since in self._holes.items() if now - since > HOLE_SECONDS]:
             del self._holes[event_id]
         self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
-        if items:
+        # Held until delivered: `_high` has passed them, so a failed read below would lose them.
+        self._undelivered += items
+        if self._undelivered:
             if self._before_delivery is not None:
                 await self._before_delivery()
+            items = self._undelivered
             jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
+            self._undelivered = []
             events = events_as_of(items, jobs)
             if events:
                 self._deliver(events)

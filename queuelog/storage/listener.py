@@ -122,14 +122,22 @@ class PostgresListener:
             self._reading = self._loop.create_task(self._read_back())
 
     async def _read_back(self) -> None:
-        while self._pending:
+        failures = 0
+        while self._pending and not self._stop.is_set():
             items, self._pending = self._pending, []
             try:
                 await self._before_delivery()
                 jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
             except Exception as exc:
-                log.warning("could not read back %d events from other servers: %s", len(items), exc)
+                # Kept, and read again after a pause: dropped, they would never be delivered
+                # (subscribers waiting for a terminal state would wait for ever).
+                if failures == 0:
+                    log.warning("could not read back %d events from other servers: %s", len(items), exc)
+                self._pending[:0] = items
+                await asyncio.sleep(RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)])
+                failures += 1
                 continue
+            failures = 0
             events = events_as_of(items, jobs)
             if events:
                 self._deliver(events)
@@ -138,22 +146,29 @@ class PostgresListener:
         self._loop.create_task(self._read_events(after, through))
 
     async def _read_events(self, after: int, through: int) -> None:
-        """Deliver the events committed while this listener was not listening."""
-        try:
-            while after < through:
+        """Deliver the events committed while this listener was not listening. A failed read
+        is tried again after a pause (the database may be unreachable again a moment after
+        the reconnect): these events would not be delivered otherwise."""
+        failures = 0
+        while after < through and not self._stop.is_set():
+            try:
                 rows = await self._db.read(ops.events_after, after)
-                if not rows:
-                    return
-                events = (
-                    remote_event(kind, job_id, status)
-                    for event_id, job_id, kind, status in rows
-                    if event_id <= through
-                )
-                items = [event for event in events if event is not None]
-                after = rows[-1][0]
-                self._received(items)
-        except Exception as exc:
-            log.warning("could not catch up on events after reconnecting: %s", exc)
+            except Exception as exc:
+                if failures == 0:
+                    log.warning("could not catch up on events after reconnecting: %s", exc)
+                await asyncio.sleep(RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)])
+                failures += 1
+                continue
+            if not rows:
+                return
+            events = (
+                remote_event(kind, job_id, status)
+                for event_id, job_id, kind, status in rows
+                if event_id <= through
+            )
+            items = [event for event in events if event is not None]
+            after = rows[-1][0]
+            self._received(items)
 
     async def close(self) -> None:
         self._stop.set()

@@ -429,13 +429,26 @@ class PostgresDatabase(GroupCommit):
     def _run_read(self, function: Callable[..., T], args: tuple[Any, ...], one_statement: bool = False) -> T:
         try:
             raw = self._reader()
-            if one_statement:  # a statement of its own is a snapshot already: no BEGIN, no COMMIT
-                return function(PgConnection(raw, locking=False), *args)
-            with raw.transaction():
-                return function(PgConnection(raw, locking=False), *args)
+            try:
+                return self._read_on(raw, function, args, one_statement)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                # A kept connection that died while idle (PostgreSQL restarted, a network cut)
+                # says so only when used. A read is safe to run again: once, on a new one.
+                if not (raw.broken or raw.closed):
+                    raise
+                return self._read_on(self._reader(), function, args, one_statement)
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             log.warning("PostgreSQL unavailable for a read: %s", type(exc).__name__)
             raise DatabaseUnavailable("the database is unavailable; try again") from None
+
+    @staticmethod
+    def _read_on(
+        raw: psycopg.Connection[Any], function: Callable[..., T], args: tuple[Any, ...], one_statement: bool
+    ) -> T:
+        if one_statement:  # a statement of its own is a snapshot already: no BEGIN, no COMMIT
+            return function(PgConnection(raw, locking=False), *args)
+        with raw.transaction():
+            return function(PgConnection(raw, locking=False), *args)
 
     async def read(self, function: Callable[..., T], *args: Any) -> T:
         """Run a read on a pooled connection, in one transaction."""
