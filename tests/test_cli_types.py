@@ -143,13 +143,7 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     assert f"until {shown}" in paused_until.stdout
     assert datetime.fromisoformat(api_control(server, "c_until")["pausedUntil"]) == later
     assert claim(server, worker_key, "c_until") == []
-    # A claim long-polls for the paused c_wait, with a job waiting.
     job_wait = enqueue(server, "c_wait")
-    got: list[tuple[list[str], float]] = []
-    waiting = threading.Thread(
-        target=lambda: got.append((claim(server, worker_key, "c_wait", wait=25), time.monotonic()))
-    )
-    waiting.start()
     # c_list: limits set through the API, two of its jobs RUNNING.
     limits = {
         "type": "c_list",
@@ -165,7 +159,6 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     assert len(claim(server, worker_key, "c_list")) == 1
 
     # Round 2: `list`, its database and allowlist from the environment; pause c_pause again.
-    started = time.monotonic()
     listed, again = types_cli_many([["list"], ["pause", "c_pause", *base]], cwd=tmp_path, env=env)
     rows = listing(listed)
     assert list(rows) == sorted(JOB_TYPES.split(","))  # every allowlisted type, in type order
@@ -191,8 +184,17 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     assert rows["c_until"]["STATE"] == f"PAUSED until {shown}"
     assert rows["c_wait"]["STATE"] == "PAUSED"
     assert "already paused" in again.stdout
-    if time.monotonic() - started < 1.0:
-        time.sleep(1.0)  # the long poll has had at least a second
+
+    # A claim long-polls for the paused c_wait, with a job waiting, until round 3 resumes it.
+    # (Started only now: on a loaded CI machine, with the CLI calls of round 2 in its wait,
+    # its 25 s ran out before the resume.)
+    got: list[tuple[list[str], float]] = []
+    waiting = threading.Thread(
+        target=lambda: got.append((claim(server, worker_key, "c_wait", wait=30), time.monotonic()))
+    )
+    waiting_since = time.monotonic()
+    waiting.start()
+    time.sleep(1.0)
     assert not got  # paused: the long poll waits
 
     # Round 3: resume c_pause and c_wait; a new pause of c_until replaces the end time, and
@@ -206,9 +208,12 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     assert api_control(server, "c_pause")["paused"] is False
     assert claim(server, worker_key, "c_pause") == [job]
     assert claim(server, worker_key, "c_pause") == [later_job]
-    waiting.join(timeout=30)
+    waiting.join(timeout=35)
     ((claimed, answered_at),) = got
-    assert claimed == [job_wait]
+    assert claimed == [job_wait], (
+        f"the long poll answered {claimed} {answered_at - waiting_since:.1f} s after it began, "
+        f"{answered_at - done_at[1]:.1f} s after the resume answered"
+    )
     assert answered_at - done_at[1] < 2.0  # not at the end of its 25 s wait
     claimed = claim(server, worker_key, "c_until", wait=20)  # wakes when the pause ends
     assert claimed == [job_until]
