@@ -38,6 +38,11 @@ NOTIFY_WAIT_SECONDS = 0.5
 CHECKPOINT_SECONDS = 1.0
 
 
+def retry_delay(failures: int) -> float:
+    """The pause after this many failures in a row: growing, then RECONNECT_SECONDS's last."""
+    return RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
+
+
 def _newest_event_id(connection: psycopg.Connection[Any]) -> int:
     row = connection.execute(PostgresStatements.MAX_EVENT_ID).fetchone()
     return row[0] if row is not None and row[0] is not None else 0
@@ -97,7 +102,7 @@ class PostgresListener:
                 self._listening.clear()
                 if self._stop.is_set():
                     return
-                delay = RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
+                delay = retry_delay(failures)
                 failures += 1
                 if failures == 1:
                     log.warning("event listener lost PostgreSQL (%s); reconnecting", type(exc).__name__)
@@ -134,7 +139,7 @@ class PostgresListener:
                 if failures == 0:
                     log.warning("could not read back %d events from other servers: %s", len(items), exc)
                 self._pending[:0] = items
-                await asyncio.sleep(RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)])
+                await asyncio.sleep(retry_delay(failures))
                 failures += 1
                 continue
             failures = 0
@@ -156,7 +161,7 @@ class PostgresListener:
             except Exception as exc:
                 if failures == 0:
                     log.warning("could not catch up on events after reconnecting: %s", exc)
-                await asyncio.sleep(RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)])
+                await asyncio.sleep(retry_delay(failures))
                 failures += 1
                 continue
             if not rows:
