@@ -1,0 +1,123 @@
+"""A group-commit batch of many operations: each in its own savepoint, on both databases.
+
+The writer is held busy by one slow operation while the others queue, so they all run in
+the next batch, one transaction. Among them: an operation refused after its statements ran,
+one that fails before sending any, one that writes and then fails, and an idempotency key
+given twice. Each caller must get its own outcome, and the database must hold exactly what
+the successful operations wrote: rows, counters and events (PostgreSQL sends a batch's
+SAVEPOINT and RELEASE with the next operation's first statement, not on their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from conftest import Databases
+
+from queuelog.errors import Conflict
+from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority
+from queuelog.retry_policy import RetryPolicy
+from queuelog.storage import operations as ops
+from queuelog.storage import postgres
+from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.migrate import upgrade_to_head
+from queuelog.storage.repository import Repository
+from queuelog.storage.transaction import WriteTx
+
+WORKER = "worker-1"
+
+
+def new_job(key: str | None = None) -> NewJob:
+    return NewJob("email", {"to": "ü@example.org"}, '{"to":"ü@example.org"}', Priority.MEDIUM, 0, key, None)
+
+
+class Failed(Exception):
+    pass
+
+
+def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = databases.fresh()
+    engine = create_sync_engine(url)
+    upgrade_to_head(engine)
+    engine.dispose()
+    monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time, as on SQLite
+    batches: list[int] = []
+
+    def seen(tx: WriteTx) -> None:
+        batches.append(id(tx))
+
+    def hold_writer(tx: WriteTx) -> None:
+        time.sleep(0.5)  # on the writer's thread: what is written meanwhile waits, then goes together
+
+    def fail_before_any_statement(tx: WriteTx) -> None:
+        seen(tx)
+        raise Failed("before any statement")
+
+    def write_then_fail(job_id: int) -> Any:
+        def operation(tx: WriteTx) -> None:
+            seen(tx)
+            ops.complete(tx, WORKER, job_id, {"by": "the failing operation"}, None)
+            raise Failed("after writing")
+
+        return operation
+
+    def tracked(operation: Any) -> Any:
+        def run(tx: WriteTx) -> Any:
+            seen(tx)
+            return operation(tx)
+
+        return run
+
+    async def scenario() -> tuple[list[Any], Repository]:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        await repository.enqueue([new_job(), new_job(), new_job()], "producer")
+        first, second, third = await repository.claim(WORKER, None, 3, 60)
+        db = repository._db
+        holding = asyncio.ensure_future(db.write(hold_writer))
+        await asyncio.sleep(0.1)  # the slow batch is under way
+        outcomes = await asyncio.gather(
+            db.write(tracked(lambda tx: ops.complete(tx, WORKER, first.id, {"n": 1}, None))),
+            db.write(fail_before_any_statement),  # right after a write: its savepoint is the one undone
+            db.write(tracked(lambda tx: ops.complete(tx, "someone-else", second.id, None, None))),
+            db.write(write_then_fail(third.id)),
+            db.write(tracked(lambda tx: ops.complete(tx, WORKER, third.id, {"n": 3}, None))),
+            db.write(tracked(lambda tx: ops.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
+            db.write(tracked(lambda tx: ops.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
+            return_exceptions=True,
+        )
+        await holding
+        return [first.id, second.id, third.id, *outcomes], repository
+
+    async def check() -> None:
+        (first, second, third, *outcomes), repository = await scenario()
+        try:
+            completed_first, before, refused, after, completed_third, keyed, again = outcomes
+            assert len(batches) == 7 and len(set(batches)) == 1, "the seven operations ran in one batch"
+            assert completed_first.status is JobStatus.COMPLETED and completed_first.result == {"n": 1}
+            assert isinstance(refused, Conflict)
+            assert isinstance(before, Failed) and str(before) == "before any statement"
+            assert isinstance(after, Failed) and str(after) == "after writing"
+            assert completed_third.status is JobStatus.COMPLETED and completed_third.result == {"n": 3}
+            assert keyed[0].created and not again[0].created
+            assert again[0].job.id == keyed[0].job.id
+
+            jobs = {job_id: await repository.get_job(job_id, ALL_JOBS) for job_id in (first, second, third)}
+            assert jobs[first].status is JobStatus.COMPLETED  # type: ignore[union-attr]
+            assert jobs[second].status is JobStatus.RUNNING  # type: ignore[union-attr]
+            assert jobs[third].result == {"n": 3}  # type: ignore[union-attr]
+            stats = await repository.queue_stats(ALL_JOBS)
+            assert (stats.counts.pending, stats.counts.running, stats.counts.completed) == (1, 1, 2)
+            assert stats.by_type["email"].completed == 2
+            history = await repository.events_of_jobs([second, third], 10)
+            assert [event.kind.value for event in history[third]] == ["ENQUEUED", "CLAIMED", "COMPLETED"]
+            assert [event.kind.value for event in history[second]] == ["ENQUEUED", "CLAIMED"]
+        finally:
+            await repository.close()
+
+    asyncio.run(check())
