@@ -18,7 +18,7 @@ import pytest
 from conftest import Databases
 
 from queuelog.errors import Conflict
-from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority
+from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import operations as ops
 from queuelog.storage import postgres
@@ -121,3 +121,66 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
             await repository.close()
 
     asyncio.run(check())
+
+
+def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """maxRunning and a rate limit, with the batch's own completion and claims not yet in the
+    counters or rate_claims (PostgreSQL counts these quotas in the claim statement itself)."""
+    url = databases.fresh()
+    engine = create_sync_engine(url)
+    upgrade_to_head(engine)
+    engine.dispose()
+    monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)
+    batches: list[int] = []
+
+    def seen(tx: WriteTx) -> None:
+        batches.append(id(tx))
+
+    def hold_writer(tx: WriteTx) -> None:
+        time.sleep(0.5)
+
+    def typed(job_type: str) -> NewJob:
+        return NewJob(job_type, {}, "{}", Priority.MEDIUM, 0, None, None)
+
+    async def scenario() -> None:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        try:
+            await repository.update_type_control("email", max_running=2)
+            await repository.update_type_control("report", rate_limit=RateLimit(3, 3600, False))
+            await repository.enqueue([typed("email")] * 5 + [typed("report")] * 6, "producer")
+            running = await repository.claim(WORKER, ["email"], 5, 60)
+            assert len(running) == 2  # maxRunning
+            db = repository._db
+            holding = asyncio.ensure_future(db.write(hold_writer))
+            await asyncio.sleep(0.1)
+            _, completed, *claims, _ = await asyncio.gather(
+                db.write(seen),
+                db.write(lambda tx: ops.complete(tx, WORKER, running[0].id, None, None)),
+                repository.claim(WORKER, ["email"], 5, 60),  # the completion above freed one slot
+                repository.claim(WORKER, ["email"], 5, 60),  # which the claim above took
+                repository.claim(WORKER, ["report"], 2, 60),
+                repository.claim(WORKER, ["report"], 2, 60),  # the window holds 3
+                repository.claim(WORKER, ["report"], 2, 60),
+                db.write(seen, last=True),
+            )
+            await holding
+            assert len(batches) == 2 and batches[0] == batches[1], "all in one batch"
+            assert completed.status is JobStatus.COMPLETED
+            assert [len(jobs) for jobs in claims] == [1, 0, 2, 1, 0]
+            stamps = [job.claimed_at for jobs in claims for job in jobs]
+            assert stamps == sorted(stamps)  # claimed in the batch's order, each after the last
+
+            # Committed: the counts and the window are what the batch left.
+            stats = await repository.queue_stats(ALL_JOBS)
+            assert stats.by_type["email"].running == 2 and stats.by_type["email"].completed == 1
+            assert stats.by_type["report"].running == 3 and stats.by_type["report"].pending == 3
+            held = await repository.claim_held(WORKER, ["report", "email"], 5, 60)
+            assert held.jobs == [] and sorted(held.held) == ["email", "report"]
+            assert held.wake_at is not None and held.wake_at > stamps[2]  # the window's first claim + 1 h
+        finally:
+            await repository.close()
+
+    asyncio.run(scenario())
