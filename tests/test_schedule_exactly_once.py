@@ -4,7 +4,7 @@ of them dies (API.md section 10): the proof, on both databases.
 - PostgreSQL: three `queuelog serve` processes on one fresh database, none special;
 - SQLite: one `queuelog serve --workers 3` (three server processes on one file).
 
-A `* * * * * *` schedule runs for 40 s. About halfway, a few milliseconds after a tick (when
+A `* * * * * *` schedule runs for 60 s. About halfway, a few milliseconds after a tick (when
 some process is likely firing it), one server process is killed with SIGKILL: on PostgreSQL
 one of the three servers, started again 3 s later on its port and database; on SQLite one
 of the three worker processes, which the supervisor may start again or not. Then the schedule
@@ -33,8 +33,8 @@ import pytest
 from conftest import Server, launch_server, stored_time
 from test_scale_out import Cluster, cluster_starter, fresh_postgres_database, record_figures, sql
 
-RUN_SECONDS = 40
-KILL_AFTER_SECONDS = 18  # after the first tick
+RUN_SECONDS = 60  # as issue 17 asks: a schedule every second for 60 s
+KILL_AFTER_SECONDS = 28  # after the first tick: in the middle
 KILL_PAST_TICK = timedelta(milliseconds=3)  # a firing is likely under way then
 DOWN_SECONDS = 3
 LATENESS = timedelta(seconds=1)  # the contract: a tick's job within one second after it
