@@ -329,3 +329,44 @@ def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> Non
     queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
     shown = plan(queue_shaped, PostgresStatements.EVENTS_OF_JOBS, ids="[30000, 30001, 29000]", limit=50)
     assert "ix_job_events_job" in shown and "Seq Scan" not in shown, shown
+
+
+CHAINS = """
+INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
+                  created_by, created_at, updated_at, delayed, waiting_for, dependency_count,
+                  has_dependents)
+SELECT 'noop', '{}', 10, CASE WHEN g % 100 < 30 THEN 'completed' ELSE 'pending' END, 0, 3, 0,
+       now(), 'p', now(), now(), CASE WHEN g % 100 < 31 THEN 0 ELSE 2 END,
+       CASE WHEN g % 100 < 31 THEN 0 ELSE 1 END, CASE WHEN g % 100 = 1 THEN 0 ELSE 1 END, 1
+FROM generate_series(1, 20000) AS g
+"""
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never analyzed", "analyzed"])
+def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, analyzed: bool) -> None:
+    """A completion that releases dependents (200 chains of 100 jobs, 30 done in each, the
+    next of 64 chains just completed) reads only those jobs' rows of job_dependencies and
+    jobs, whatever the statistics: the join it once was read both tables whole each time."""
+    import psycopg
+
+    with psycopg.connect(databases.fresh(), autocommit=True) as connection:
+        connection.execute(CHAINS)  # type: ignore[arg-type]
+        connection.execute(
+            "INSERT INTO job_dependencies (job_id, depends_on)"
+            " SELECT id, id - 1 FROM jobs WHERE id % 100 <> 1"
+        )
+        if analyzed:
+            connection.execute("ANALYZE jobs")
+            connection.execute("ANALYZE job_dependencies")
+        connection.execute("SET plan_cache_mode = force_generic_plan")
+        completed = "[" + ",".join(str(100 * chain + 30) for chain in range(64)) + "]"
+        shown = plan(connection, PostgresStatements.RELEASE_DEPENDENTS, ids=completed, now=0)
+    assert "Seq Scan" not in shown, shown
+    assert re.search(
+        r"(Index Scan using jobs_pkey on jobs|Bitmap Index Scan on jobs_pkey)\s.*\n\s+Index Cond: \(id = ANY",
+        shown,
+    ), shown
+    assert re.search(
+        r"Scan (using|on) ix_job_dependencies_on\s.*\n\s+Index Cond: \(depends_on = ANY", shown
+    ), shown
