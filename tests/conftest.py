@@ -247,18 +247,25 @@ class Server:
             self._engine = None
 
 
-def sqlite_plan(tmp_path: Path, sql: str, params: dict[str, Any]) -> str:
-    """EXPLAIN QUERY PLAN of a statement on a freshly migrated SQLite file, one line."""
-    import sqlite3
-
+def migrate(url: str) -> str:
+    """Bring the database at `url` to the current schema in this process (no CLI start);
+    returns `url`."""
     from queuelog.storage.migrate import upgrade_to_head
 
-    database = tmp_path / "plan.db"
-    engine = create_sync_engine(f"sqlite:///{database}")
+    engine = create_sync_engine(url)
     try:
         upgrade_to_head(engine)
     finally:
         engine.dispose()
+    return url
+
+
+def sqlite_plan(tmp_path: Path, sql: str, params: dict[str, Any]) -> str:
+    """EXPLAIN QUERY PLAN of a statement on a freshly migrated SQLite file, one line."""
+    import sqlite3
+
+    database = tmp_path / "plan.db"
+    migrate(f"sqlite:///{database}")
     with contextlib.closing(sqlite3.connect(database)) as connection:
         rows = connection.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()
     return " | ".join(row[-1] for row in rows)
@@ -432,6 +439,10 @@ class Databases:
         name = POSTGRES.create(migrated=migrated)
         self._created.append(name)
         return POSTGRES.url(name)
+
+    def migrated(self) -> str:
+        """The URL of a new database at the current schema, SQLite files included."""
+        return migrate(self.fresh())
 
     def drop_all(self) -> None:
         for name in self._created:

@@ -24,8 +24,6 @@ from conftest import Databases, sqlite_plan
 
 from queuelog.model import ALL_JOBS, JobScope, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.repository import Repository
 from queuelog.storage.sqlite_statements import SqliteStatements
 from queuelog.storage.statements import per_type_params
@@ -40,10 +38,7 @@ def job(
 
 
 def with_repository(databases: Databases, scenario: Callable[[Repository], Awaitable[T]]) -> T:
-    url = databases.fresh()
-    engine = create_sync_engine(url)
-    upgrade_to_head(engine)
-    engine.dispose()
+    url = databases.migrated()
 
     async def run() -> T:
         repository = Repository(url, RetryPolicy(1, 60))

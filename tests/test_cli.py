@@ -32,11 +32,11 @@ from typing import Any
 import httpx
 import pytest
 from alembic.script import ScriptDirectory
-from conftest import Databases, run_queuelog
+from conftest import Databases, migrate, run_queuelog
 from sqlalchemy import inspect, text
 
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import alembic_config, upgrade_to_head
+from queuelog.storage.migrate import alembic_config
 
 Server = Any  # conftest.Server
 Result = subprocess.CompletedProcess[str]
@@ -320,11 +320,7 @@ MISUSE: list[tuple[str, list[str], str]] = [
 def misuse_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
     home = tmp_path_factory.mktemp("misuse")
     url = sqlite_url(home / "x.db")
-    engine = create_sync_engine(url)  # migrated here: one CLI start fewer (migrate is tested above)
-    try:
-        upgrade_to_head(engine)
-    finally:
-        engine.dispose()
+    migrate(url)  # here: one CLI start fewer (the migrate command is tested above)
     calls = [[url if arg == DB else arg for arg in args] for _, args, _ in MISUSE]
     return dict(zip([case_id for case_id, _, _ in MISUSE], cli_many(calls, home), strict=True))
 

@@ -18,8 +18,6 @@ from conftest import Databases
 from queuelog import clock
 from queuelog.model import ALL_JOBS, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.repository import Repository
 
 AHEAD = timedelta(hours=1)
@@ -37,10 +35,7 @@ def skew(monkeypatch: pytest.MonkeyPatch, by: timedelta) -> None:
 def test_a_replica_whose_clock_runs_ahead_reads_by_the_databases_clock(
     databases: Databases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = databases.fresh()
-    engine = create_sync_engine(url)
-    upgrade_to_head(engine)
-    engine.dispose()
+    url = databases.migrated()
 
     async def scenario() -> tuple[float | None, float, int]:
         repository = Repository(url, RetryPolicy(10, 3600))

@@ -22,8 +22,6 @@ from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import operations as ops
 from queuelog.storage import postgres
-from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -41,10 +39,7 @@ class Failed(Exception):
 def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
     databases: Databases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = databases.fresh()
-    engine = create_sync_engine(url)
-    upgrade_to_head(engine)
-    engine.dispose()
+    url = databases.migrated()
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time, as on SQLite
     batches: list[int] = []
 
@@ -128,10 +123,7 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
 ) -> None:
     """maxRunning and a rate limit, with the batch's own completion and claims not yet in the
     counters or rate_claims (PostgreSQL counts these quotas in the claim statement itself)."""
-    url = databases.fresh()
-    engine = create_sync_engine(url)
-    upgrade_to_head(engine)
-    engine.dispose()
+    url = databases.migrated()
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)
     batches: list[int] = []
 
