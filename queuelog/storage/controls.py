@@ -51,4 +51,5 @@ def update(tx: WriteTx, job_type: str, **changes: object) -> TypeControl:
             "updated_at": tx.now_us,
         },
     )
+    tx.claim_preamble.controls = None  # claims later in this transaction read them again
     return as_of(control, tx.now, running_counts(tx).get(job_type, 0))

@@ -316,14 +316,20 @@ def _with_pending(counts: dict[str, dict[str, int]]) -> set[str]:
 
 def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str]:
     """expire_leases and pending_types, their statements sent together (one round trip on
-    PostgreSQL instead of two). The counters move when the transaction's side effects are
-    written, so the types of jobs that expiry put back to PENDING are added here."""
-    terms = counters.scope_terms(ALL_JOBS)
-    overdue, counted = tx.execute_together(
-        [(tx.sql.OVERDUE, {"now": tx.now_us}), (tx.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(terms)})]
-    )
-    expire_overdue(tx, overdue, delay)
-    pending = _with_pending(counters.by_type(counted, terms))
+    PostgreSQL instead of two), once a transaction (tx.claim_preamble). The counters move
+    when the transaction's side effects are written, so the types of jobs moved to PENDING
+    in it (an enqueue, an expiry) are added here."""
+    preamble = tx.claim_preamble
+    if preamble.pending is None:
+        terms = counters.scope_terms(ALL_JOBS)
+        statements: list[tuple[str, Any]] = [] if preamble.expired else [(tx.sql.OVERDUE, {"now": tx.now_us})]
+        statements.append((tx.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(terms)}))
+        *overdue, counted = tx.execute_together(statements)
+        if overdue:
+            expire_overdue(tx, overdue[0], delay)
+            preamble.expired = True
+        preamble.pending = frozenset(_with_pending(counters.by_type(counted, terms)))
+    pending = set(preamble.pending)
     pending.update(move[0] for move in tx.moves if move[4] == PENDING)
     return sorted(pending)
 
@@ -331,18 +337,54 @@ def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str
 def promote_due(tx: WriteTx, types: Sequence[str]) -> dict[str, TypeControl]:
     """Make the delayed jobs of these types whose run_at has come ready (claimable), and
     read the type controls (in the same statement where the database can)."""
-    cursor = tx.execute(*_promotion(tx, types))
-    return flow.read_controls(tx, cursor.fetchall() if tx.sql.PROMOTE_READS_CONTROLS else None)
+    due = _not_promoted(tx, types)
+    if not due:
+        return _controls(tx)
+    rows = tx.execute(*_promotion(tx, due)).fetchall()
+    return _promoted(tx, due, rows)
 
 
 def expire_and_promote(tx: WriteTx, types: Sequence[str], delay: RetryDecision) -> dict[str, TypeControl]:
     """expire_leases and promote_due, their statements sent together (one round trip on
-    PostgreSQL instead of two). The order between them does not matter: expiry moves RUNNING
-    jobs, promotion delayed PENDING ones, and a retry that expiry makes due at once is written
-    ready (delayed = 0)."""
-    overdue, promoted = tx.execute_together([(tx.sql.OVERDUE, {"now": tx.now_us}), _promotion(tx, types)])
-    expire_overdue(tx, overdue, delay)
-    return flow.read_controls(tx, promoted if tx.sql.PROMOTE_READS_CONTROLS else None)
+    PostgreSQL instead of two), each once a transaction. The order between them does not
+    matter: expiry moves RUNNING jobs, promotion delayed PENDING ones, and a retry that
+    expiry makes due at once is written ready (delayed = 0)."""
+    preamble = tx.claim_preamble
+    due = _not_promoted(tx, types)
+    statements: list[tuple[str, Any]] = [] if preamble.expired else [(tx.sql.OVERDUE, {"now": tx.now_us})]
+    if due:
+        statements.append(_promotion(tx, due))
+    answers = tx.execute_together(statements) if statements else []
+    if not preamble.expired:
+        expire_overdue(tx, answers[0], delay)
+        preamble.expired = True
+    return _promoted(tx, due, answers[-1]) if due else _controls(tx)
+
+
+def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
+    """The types whose due delayed jobs this transaction has not made ready yet. PostgreSQL:
+    all of them, always: its promotion reads the controls in the same statement, and another
+    server may have changed them since (on SQLite the write lock keeps every other writer out)."""
+    if tx.sql.PROMOTE_READS_CONTROLS:
+        return list(types)
+    return [t for t in types if t not in tx.claim_preamble.promoted]
+
+
+def _promoted(tx: WriteTx, types: Sequence[str], rows: list[Any]) -> dict[str, TypeControl]:
+    """The controls after promoting `types`: read by the promotion (PostgreSQL), else as
+    this transaction read them last."""
+    preamble = tx.claim_preamble
+    preamble.promoted.update(types)
+    if tx.sql.PROMOTE_READS_CONTROLS:
+        preamble.controls = flow.read_controls(tx, rows)
+    return _controls(tx)
+
+
+def _controls(tx: WriteTx) -> dict[str, TypeControl]:
+    preamble = tx.claim_preamble
+    if preamble.controls is None:
+        preamble.controls = flow.read_controls(tx)
+    return preamble.controls
 
 
 def _promotion(tx: WriteTx, types: Sequence[str]) -> tuple[str, dict[str, Any]]:

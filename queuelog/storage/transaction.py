@@ -9,10 +9,11 @@ and forgets those of an operation that rolled back to its savepoint.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent
+from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent, TypeControl
 from queuelog.storage.counters import STATUS_TEXT, Move
 from queuelog.storage.statements import Statements
 from queuelog.storage.types import to_micros
@@ -56,6 +57,21 @@ class WriteConnection(Connection, Protocol):
         ...
 
 
+@dataclass(slots=True)
+class ClaimPreamble:
+    """What a transaction's first claim did before claiming, which the claims after it in the
+    same transaction (a group commit's batch) need not do again: overdue leases and timeouts
+    expired (`expired`), the types with PENDING jobs read from the counters (`pending`; those
+    moved to PENDING since are in the transaction's moves), due delayed jobs made ready
+    (`promoted`, per type) and the controls read (`controls`: a write in the transaction that
+    changes them drops them)."""
+
+    expired: bool = False
+    pending: frozenset[str] | None = None
+    promoted: set[str] = field(default_factory=set)
+    controls: dict[str, TypeControl] | None = None
+
+
 class WriteTx:
     def __init__(
         self, connection: WriteConnection, now: datetime, read_clock: Callable[[], datetime] | None = None
@@ -83,6 +99,7 @@ class WriteTx:
         # Jobs with dependents that the running operation finished: dependencies.settle
         # releases or cancels their dependents right after it, in its savepoint.
         self.parents: list[Job] = []
+        self.claim_preamble = ClaimPreamble()
 
     def move_clock_to(self, now: datetime) -> None:
         """Stamp what follows at `now`, when it is later (the batch's clock never goes back)."""
@@ -143,3 +160,4 @@ class WriteTx:
         del self.moves[mark[1] :]
         del self.rate_claims[mark[2] :]
         self.parents.clear()  # only ever the failed operation's
+        self.claim_preamble = ClaimPreamble()  # it may have done part of it: the next claim redoes it
