@@ -306,12 +306,7 @@ def _claimed(tx: WriteTx, rows: list[Any]) -> list[Job]:
 
 def pending_types(conn: Connection) -> list[str]:
     """The types that have PENDING jobs, by the counters: what a claim of any type reads."""
-    counts, _ = _counts_and_everyones(conn, ALL_JOBS)
-    return sorted(_with_pending(counts))
-
-
-def _with_pending(counts: dict[str, dict[str, int]]) -> set[str]:
-    return {t for t, per_status in counts.items() if per_status.get(PENDING, 0) > 0}
+    return sorted(job_type for (job_type,) in conn.execute(conn.sql.PENDING_TYPES).fetchall())
 
 
 def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str]:
@@ -321,14 +316,13 @@ def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str
     in it (an enqueue, an expiry) are added here."""
     preamble = tx.claim_preamble
     if preamble.pending is None:
-        terms = counters.scope_terms(ALL_JOBS)
         statements: list[tuple[str, Any]] = [] if preamble.expired else [(tx.sql.OVERDUE, {"now": tx.now_us})]
-        statements.append((tx.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(terms)}))
+        statements.append((tx.sql.PENDING_TYPES, {}))
         *overdue, counted = tx.execute_together(statements)
         if overdue:
             expire_overdue(tx, overdue[0], delay)
             preamble.expired = True
-        preamble.pending = frozenset(_with_pending(counters.by_type(counted, terms)))
+        preamble.pending = frozenset(job_type for (job_type,) in counted)
     pending = set(preamble.pending)
     pending.update(move[0] for move in tx.moves if move[4] == PENDING)
     return sorted(pending)

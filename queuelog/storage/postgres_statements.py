@@ -30,6 +30,7 @@ from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
+    PENDING_TYPES_SQL,
     PROMOTE_BATCH,
     PRUNE_BATCH,
     SCHEDULE_COLUMN_LIST,
@@ -396,6 +397,7 @@ class PostgresStatements(Statements):
         " VALUES (%(scope)s, %(name)s, %(minute)s, %(status)s, %(shard)s, %(n)s)"
         " ON CONFLICT (scope, name, minute, status, shard) DO UPDATE SET n = job_minutes.n + excluded.n"
     )
+    PENDING_TYPES = PENDING_TYPES_SQL
     COUNTS_OF_SCOPES = (
         "SELECT scope, name, type, status, SUM(n)::bigint FROM job_counts WHERE (scope, name) IN"
         " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(scopes)s::json) AS value)"

@@ -34,6 +34,12 @@ PROMOTE_BATCH = 1000  # delayed jobs made ready per type by one claim
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
 
+# The types with PENDING jobs, by the counters (what a claim of any type reads), in both
+# databases' SQL.
+PENDING_TYPES_SQL = (
+    f"SELECT type FROM job_counts WHERE scope = '{counters.ALL}' AND name = '' AND status = '{PENDING}'"
+    " GROUP BY type HAVING SUM(n) > 0"
+)
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
 # Positions of columns in a row of JOB_COLUMN_LIST, for checks made before decoding.
@@ -116,6 +122,7 @@ class Statements:
     ADD_TO_COUNT: ClassVar[str]
     ADD_TO_MINUTE: ClassVar[str]
     COUNTS_OF_SCOPES: ClassVar[str]
+    PENDING_TYPES: ClassVar[str]
     MINUTES_OF_SCOPES: ClassVar[str]
     PRUNE_MINUTES: ClassVar[str]
     # type_controls and rate_claims (flow control)
