@@ -840,7 +840,8 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
     """Server 1 is cut off from PostgreSQL while a websocket to it holds a jobUpdated
     subscription. An operation sent then fails (the database does not answer), alone: the
     socket stays open, and once server 1 reaches the database again the subscription goes on
-    (the job's completion reaches it)."""
+    (the job's completion reaches it, maybe after its RUNNING state once more: around an
+    outage a subscriber may get an event twice, never miss one)."""
     cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition, alone=True)
     (producer,) = make_keys(pg_database, Role.PRODUCER, ["producer"])
     (worker,) = make_keys(pg_database, Role.WORKER, ["worker"])
@@ -877,14 +878,21 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
                         raise
                     await asyncio.sleep(0.1)
             try:
-                update = (await socket.data("job", 15))["jobUpdated"]
-                outcome["the subscription"] = update["status"]
+                # Around an outage an update may come twice (the listener catches up from its
+                # last checkpoint, which may predate the claim): the job's RUNNING state again
+                # is allowed before its completion, nothing else.
+                seen = [(await socket.data("job", 15))["jobUpdated"]["status"]]
+                while seen[-1] == "RUNNING" and len(seen) < 5:
+                    seen.append((await socket.data("job", 15))["jobUpdated"]["status"])
+                outcome["the subscription"] = seen[-1]
+                outcome["before it"] = sorted(set(seen[:-1]))
             except ConnectionClosed as closed:
                 outcome["the subscription"] = f"socket closed: {closed}"
         return outcome
 
     outcome = run(scenario())
     print(outcome)
+    assert outcome.pop("before it", []) in ([], ["RUNNING"]), outcome
     assert outcome == {"the operation": "error", "the subscription": "COMPLETED"}, outcome
 
 
