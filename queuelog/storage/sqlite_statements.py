@@ -411,8 +411,8 @@ class SqliteStatements(Statements):
 
     ADD_TO_COUNT = _adding_to(job_counts)
     ADD_TO_MINUTE = _adding_to(job_minutes)
-    # Sums over the shards: one on a database SQLite wrote, more on one copied from PostgreSQL.
     PENDING_TYPES = PENDING_TYPES_SQL
+    # Sums over the shards: one on a database SQLite wrote, more on one copied from PostgreSQL.
     COUNTS_OF_SCOPES = (
         "SELECT scope, name, type, status, SUM(n) FROM job_counts"
         " WHERE (scope, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(:scopes))"
