@@ -316,12 +316,7 @@ def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str
     in it (an enqueue, an expiry) are added here."""
     preamble = tx.claim_preamble
     if preamble.pending is None:
-        statements: list[tuple[str, Any]] = [] if preamble.expired else [(tx.sql.OVERDUE, {"now": tx.now_us})]
-        statements.append((tx.sql.PENDING_TYPES, {}))
-        *overdue, counted = tx.execute_together(statements)
-        if overdue:
-            expire_overdue(tx, overdue[0], delay)
-            preamble.expired = True
+        (counted,) = _after_expiry(tx, [(tx.sql.PENDING_TYPES, {})], delay)
         preamble.pending = frozenset(job_type for (job_type,) in counted)
     pending = set(preamble.pending)
     pending.update(move[0] for move in tx.moves if move[4] == PENDING)
@@ -343,16 +338,21 @@ def expire_and_promote(tx: WriteTx, types: Sequence[str], delay: RetryDecision) 
     PostgreSQL instead of two), each once a transaction. The order between them does not
     matter: expiry moves RUNNING jobs, promotion delayed PENDING ones, and a retry that
     expiry makes due at once is written ready (delayed = 0)."""
-    preamble = tx.claim_preamble
     due = _not_promoted(tx, types)
-    statements: list[tuple[str, Any]] = [] if preamble.expired else [(tx.sql.OVERDUE, {"now": tx.now_us})]
-    if due:
-        statements.append(_promotion(tx, due))
-    answers = tx.execute_together(statements) if statements else []
-    if not preamble.expired:
-        expire_overdue(tx, answers[0], delay)
-        preamble.expired = True
-    return _promoted(tx, due, answers[-1]) if due else _controls(tx)
+    answers = _after_expiry(tx, [_promotion(tx, due)] if due else [], delay)
+    return _promoted(tx, due, answers[0]) if due else _controls(tx)
+
+
+def _after_expiry(tx: WriteTx, statements: list[tuple[str, Any]], delay: RetryDecision) -> list[list[Any]]:
+    """The answers of `statements`, sent together with the overdue probe (leases, timeouts)
+    when this transaction has not run it yet; what the probe finds is expired first."""
+    preamble = tx.claim_preamble
+    if preamble.expired:
+        return tx.execute_together(statements) if statements else []
+    overdue, *answers = tx.execute_together([(tx.sql.OVERDUE, {"now": tx.now_us}), *statements])
+    expire_overdue(tx, overdue, delay)
+    preamble.expired = True
+    return answers
 
 
 def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
