@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 
-from queuelog.storage.postgres_statements import PostgresStatements
+from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.statements import per_type_params
 
 FILL = """
@@ -163,8 +163,35 @@ def never_analyzed(databases: Databases) -> Iterator[Any]:
 
 
 def plan(connection: Any, sql: str, **params: Any) -> str:
-    rows = connection.execute("EXPLAIN " + sql, params).fetchall()
+    """EXPLAIN of `sql` with `params`: the plan a server runs. Where the connection has
+    plan_cache_mode = force_generic_plan, that is the generic plan of the prepared statement:
+    `EXPLAIN sql` with bound parameters would show a plan made for the values, whatever the
+    setting, and so would not show what a prepared statement runs."""
+    (mode,) = connection.execute("SHOW plan_cache_mode").fetchone()
+    if mode != "force_generic_plan":
+        rows = connection.execute("EXPLAIN " + sql, params).fetchall()
+    else:
+        rows = connection.execute(explain_prepared(connection, sql, params)).fetchall()
     return "\n".join(row[0] for row in rows)
+
+
+def explain_prepared(connection: Any, sql: str, params: dict[str, Any]) -> str:
+    """PREPARE `sql` (its `%(name)s` numbered in order) and return EXPLAIN EXECUTE of it with
+    `params` as literals."""
+    from psycopg import sql as pgsql
+
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    numbered = re.sub(r"%\((\w+)\)s", number, sql).replace("%%", "%")
+    connection.execute("DEALLOCATE ALL")
+    connection.execute(f"PREPARE shown AS {numbered}")  # type: ignore[arg-type]
+    values = ", ".join(pgsql.Literal(params[name]).as_string(connection) for name in names)
+    return f"EXPLAIN EXECUTE shown({values})"
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -216,13 +243,20 @@ def test_the_claim_reads_each_types_ready_index_and_skips_locked_rows(
     shown = plan(queue_shaped, PostgresStatements.claim_jobs(2), **params, lease=now, limit=10)
     assert "ix_jobs_ready" in shown, shown
     assert "LockRows" in shown and "Seq Scan on jobs" not in shown, shown
+    # The claimed rows are then found by key. Written `id IN (...)`, the generic plan took
+    # the subquery's LIMIT for 10% of the table and hash-joined a scan of all of it.
+    assert re.search(r"jobs_pkey on jobs\s.*\n\s+Index Cond: \(id = ANY", shown), shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_claims_read_the_ready_indexes_without_any_statistics(never_analyzed: Any) -> None:
+@pytest.mark.parametrize("generic", [False, True])
+def test_claims_read_the_ready_indexes_without_any_statistics(never_analyzed: Any, generic: bool) -> None:
     """Each index a claim may use must be the only one whose predicate its query implies
     (ix_jobs_lag and ix_jobs_ready_key carry a mark only their own statements state): with
-    no statistics, PostgreSQL read a claim's 50k candidates from ix_jobs_lag and sorted them."""
+    no statistics, PostgreSQL read a claim's 50k candidates from ix_jobs_lag and sorted them.
+    A server runs these statements with generic plans (GENERIC_PLANS): those too."""
+    if generic:
+        never_analyzed.execute("SET plan_cache_mode = force_generic_plan")
     now = int(time.time() * 1_000_000)
     params = {**per_type_params(["noop", "email"], [10, 10], kquota=[10, 10]), "worker": "w", "now": now}
     for sql in (PostgresStatements.claim_jobs(2), PostgresStatements.ready_heads(2)):
@@ -315,6 +349,47 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
         index in shown for index in ("ix_jobs_lease", "ix_jobs_ready", "ix_jobs_delayed", "ix_jobs_lag")
     ), shown
     assert "Seq Scan on jobs" not in shown and "Loop" not in shown, shown
+
+
+# Every statement that reads or changes the jobs of a list of ids (a JSON array).
+BY_IDS = [
+    (PostgresStatements, "JOBS_BY_IDS"),
+    (PostgresWriterStatements, "JOBS_BY_IDS"),
+    (PostgresStatements, "CLAIM_IDS"),
+    (PostgresStatements, "CANCEL_IDS"),
+    (PostgresStatements, "RETRY_IDS"),
+    (PostgresStatements, "MARK_DEPENDED_ON"),
+    (PostgresStatements, "JOB_STATES"),
+]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(("statements", "name"), BY_IDS, ids=[f"{c.__name__}.{n}" for c, n in BY_IDS])
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never analyzed", "analyzed"])
+def test_jobs_of_a_list_of_ids_are_looked_up_by_key_in_the_plan_a_server_runs(
+    databases: Databases, statements: Any, name: str, analyzed: bool
+) -> None:
+    """psycopg prepares a statement run five times, and PostgreSQL may then run its generic
+    plan. Written `id IN (SELECT ... FROM json_array_elements_text(...))`, that plan took the
+    list for 100 rows and hash-joined a scan of the whole table once it held a few ten
+    thousand jobs (5 ms a batch of completions at 20k jobs, growing with the table)."""
+    import psycopg
+
+    with psycopg.connect(databases.fresh(), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt,"
+            " run_at, created_by, created_at, updated_at)"
+            " SELECT 'noop', '{}', 10, 'pending', 0, 3, 0, now(), 'p', now(), now()"
+            " FROM generate_series(1, 20000)"
+        )
+        if analyzed:
+            connection.execute("ANALYZE jobs")
+        connection.execute("SET plan_cache_mode = force_generic_plan")
+        params = {"ids": "[5000, 5001, 5002]", "now": 0, "worker": "w", "lease": 0}
+        shown = plan(connection, getattr(statements, name), **params)
+    assert "Seq Scan" not in shown and "Hash" not in shown, shown
+    by_key = r"(using jobs_pkey on jobs|Index Scan on jobs_pkey)\s.*\n\s+Index Cond: \(id = ANY"
+    assert re.search(by_key, shown), shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -54,7 +54,10 @@ from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome
 from queuelog.storage.postgres_statements import (
     AT_ONCE,
     DB_NOW,
+    DEFAULT_PLANS,
     EVENTS_CHANNEL,
+    FORCE_GENERIC_PLANS,
+    GENERIC_PLANS,
     NOTIFY,
     RETURNING_ID,
     PostgresStatements,
@@ -142,12 +145,28 @@ class PgConnection:
 
     `defer` holds statements that need no answer (a batch's SAVEPOINT and RELEASE) until the
     next statement that does, and sends them in its round trip: an operation in its own
-    savepoint then costs no round trip more than one without."""
+    savepoint then costs no round trip more than one without.
+
+    Statements of GENERIC_PLANS run with plan_cache_mode set to force_generic_plan, for the
+    transaction; the others with the server's setting. The switch is deferred likewise, and
+    sent only when the next statement needs the other mode."""
 
     def __init__(self, connection: psycopg.Connection[Any], *, locking: bool) -> None:
         self.raw = connection
         self.sql: type[PostgresStatements] = PostgresWriterStatements if locking else PostgresStatements
         self._deferred: list[str] = []
+        # Whether plan_cache_mode is forced now; None: not known (after ROLLBACK TO SAVEPOINT,
+        # which restores the mode of the savepoint's time).
+        self._generic: bool | None = False
+
+    def _plan_mode_for(self, sql: str) -> None:
+        generic = sql in GENERIC_PLANS
+        if generic is not self._generic:
+            self._deferred.append(FORCE_GENERIC_PLANS if generic else DEFAULT_PLANS)
+            self._generic = generic
+
+    def rolled_back_to_savepoint(self) -> None:
+        self._generic = None
 
     def defer(self, *statements: str) -> None:
         self._deferred.extend(statements)
@@ -169,6 +188,7 @@ class PgConnection:
 
     def _execute(self, sql: str, parameters: Any) -> psycopg.Cursor[Any]:
         """One statement, in the same round trip as what was deferred."""
+        self._plan_mode_for(sql)
         if not self._deferred:
             return self.raw.execute(sql, parameters or None, binary=True)
         with self.raw.pipeline():
@@ -183,10 +203,11 @@ class PgConnection:
 
     def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
         with self.raw.pipeline():
-            self._queue_deferred()
-            cursors = [
-                self.raw.execute(sql, parameters or None, binary=True) for sql, parameters in statements
-            ]
+            cursors = []
+            for sql, parameters in statements:
+                self._plan_mode_for(sql)
+                self._queue_deferred()
+                cursors.append(self.raw.execute(sql, parameters or None, binary=True))
         return [cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
 
     def executemany(self, sql: str, parameters: Iterable[Any]) -> Result:
@@ -195,6 +216,7 @@ class PgConnection:
         if at_once is not None and len(rows) > 1:
             cursor = self._execute(at_once.sql, at_once.parameters(rows))
             return Result([], cursor.rowcount)
+        self._plan_mode_for(sql)
         self.send_deferred()
         cursor = self.raw.cursor(binary=True)
         cursor.executemany(sql, rows)
@@ -205,6 +227,7 @@ class PgConnection:
         if at_once is not None:
             cursor = self._execute(at_once.sql, at_once.parameters(rows))
             return sorted(row[0] for row in cursor.fetchall())  # rising in the rows' order
+        self._plan_mode_for(sql)
         self.send_deferred()
         cursor = self.raw.cursor(binary=True)
         cursor.executemany(sql, rows, returning=True)
@@ -438,6 +461,7 @@ class PostgresDatabase(GroupCommit):
         An operation that failed before its first statement has not taken it yet: now it does."""
         connection.send_deferred()
         connection.raw.execute("ROLLBACK TO SAVEPOINT op")
+        connection.rolled_back_to_savepoint()
         tx.forget_since(mark)
 
     def _rollback(self, raw: psycopg.Connection[Any] | None) -> None:
