@@ -80,6 +80,7 @@ class ClaimPlan:
     # `until`, a rate window that frees a slot); None: only an event frees it
     wake_at: datetime | None = None
     held: list[str] = field(default_factory=list)  # types a control held back entirely
+    also: list[list[Any]] = field(default_factory=list)  # the answers of lock_and_plan's `also`
     # whether the plan read RUNNING counts, per type or per key (a claim is then stamped
     # after them)
     counted_running: bool = False
@@ -122,11 +123,17 @@ def _moment(value: Any) -> datetime:
 
 
 def lock_and_plan(
-    tx: WriteTx, types: Sequence[str], limit: int, controls: dict[str, TypeControl]
+    tx: WriteTx,
+    types: Sequence[str],
+    limit: int,
+    controls: dict[str, TypeControl],
+    also: Sequence[tuple[str, Any]] = (),
 ) -> ClaimPlan:
     """Take the controlled-claim lock and read what each type's quota needs, all in one
     round trip (a pipeline on PostgreSQL: each statement still runs after the lock, so it
-    sees every claim committed before); then each type's quota under its controls.
+    sees every claim committed before); then each type's quota under its controls. The
+    statements `also` go in the same round trip (their answers: the plan's `also`): every
+    round trip under the lock holds up every server's controlled claims.
 
     The rate windows are counted from the batch's time (before the lock): a claim made in
     the moments it waited counts a little longer, never shorter. What follows the lock is
@@ -148,7 +155,8 @@ def lock_and_plan(
             if control.max_running_per_key is not None:
                 reads.append((tx.sql.RUNNING_PER_KEY, {"type": job_type}))
             reads.append((tx.sql.KEYS_WITH_READY_JOBS, {"type": job_type}))
-    answers = iter(tx.execute_together(reads))
+    answered = tx.execute_together([*reads, *also])
+    answers = iter(answered[: len(reads)])
     (granted,) = next(answers)[0]
     if granted is not None:
         tx.move_clock_to(micros_to_datetime(granted))
@@ -163,7 +171,9 @@ def lock_and_plan(
             if control.max_running_per_key is not None:
                 read[job_type]["running_per_key"] = dict(next(answers))
             read[job_type]["keys"] = [key for (key,) in next(answers)]
-    return _plan(types, limit, controls, now, running, read)
+    plan = _plan(types, limit, controls, now, running, read)
+    plan.also = answered[len(reads) :]
+    return plan
 
 
 def _plan(

@@ -243,6 +243,10 @@ class Claimed:
     controls: dict[str, TypeControl] = dataclasses.field(default_factory=dict)
 
 
+class ClaimerRevoked(Exception):
+    """A claim rolled back because the worker's key has been revoked: it ends, claiming nothing."""
+
+
 def claim(
     tx: WriteTx,
     worker: str,
@@ -250,10 +254,14 @@ def claim(
     limit: int,
     lease_seconds: int,
     delay: RetryDecision,
+    check_key: bool = False,
 ) -> Claimed:
     """Claim up to `limit` ready jobs of these types (None: any type) in claim order, within
     the types' controls (flow.py). Expired leases and timeouts are handled first, and due
-    delayed jobs made ready."""
+    delayed jobs made ready. With `check_key`, a claim by a worker whose key is no longer
+    active raises ClaimerRevoked (the check goes with the claim's own statements: no round
+    trip of its own, none more under the controlled-claim lock)."""
+    key_check = [(tx.sql.KEY_IS_ACTIVE, {"name": worker})] if check_key else []
     if types is None:
         types = expire_and_read_pending_types(tx, delay)
         if not types:
@@ -266,9 +274,11 @@ def claim(
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
-        rows = tx.execute(tx.sql.claim_jobs(len(types)), params).fetchall()
+        rows, *key_rows = tx.execute_together([(tx.sql.claim_jobs(len(types)), params), *key_check])
+        _check_key(key_rows)
         return Claimed(_claimed(tx, rows), [], None)
-    plan = flow.lock_and_plan(tx, types, limit, controls)
+    plan = flow.lock_and_plan(tx, types, limit, controls, also=key_check)
+    _check_key(plan.also)
 
     def claim_planned(sql: str, chosen: dict[str, Any]) -> list[Any]:
         if plan.counted_running:
@@ -289,6 +299,12 @@ def claim(
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
     return Claimed(claimed, plan.held, plan.wake_at, controls)
+
+
+def _check_key(answers: Sequence[list[Any]]) -> None:
+    """KEY_IS_ACTIVE's answer, when it was asked: no row, the key was revoked."""
+    if answers and not answers[0]:
+        raise ClaimerRevoked()
 
 
 def _claim_params(tx: WriteTx, worker: str, lease_seconds: int, limit: int) -> dict[str, Any]:

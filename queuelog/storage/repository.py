@@ -44,6 +44,7 @@ from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
+from queuelog.storage.operations import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
@@ -57,10 +58,6 @@ EventListener = Callable[[Sequence[JobEvent]], None]
 
 class ClaimAbandoned(Exception):
     """Raised inside a claim to roll it back: the client that asked has gone away."""
-
-
-class ClaimerRevoked(Exception):
-    """A claim rolled back because the worker's key has been revoked: it ends, claiming nothing."""
 
 
 class Repository:
@@ -202,11 +199,9 @@ class Repository:
         """`claim`, also saying which types a control held back and until when."""
 
         def claim(tx: WriteTx) -> ops.Claimed:
-            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
+            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay, check_key=key_checked)
             if outcome.jobs and wanted is not None and not wanted():
                 raise ClaimAbandoned()
-            if outcome.jobs and key_checked and not ops.key_is_active(tx, worker):
-                raise ClaimerRevoked()
             return outcome
 
         try:
