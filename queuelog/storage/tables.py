@@ -119,10 +119,13 @@ jobs = Table(
         postgresql_where=text("status = 'pending' AND delayed = 0 AND run_at IS NOT NULL"),
         sqlite_where=text("status = 'pending' AND delayed = 0"),
     ),
+    # The overdue probe before every claim: on PostgreSQL these hold the rows whose lease or
+    # timeout is set (only RUNNING jobs have one), so that the probe names its index by its
+    # own column and no status index can answer it (migration 0008).
     Index(
         "ix_jobs_lease",
         "lease_expires_at",
-        postgresql_where=text("status = 'running'"),
+        postgresql_where=text("lease_expires_at IS NOT NULL"),
         sqlite_where=text("status = 'running'"),
     ),
     # Statements that must use the partial indexes above name them (INDEXED BY), because
@@ -157,7 +160,7 @@ jobs = Table(
     Index(
         "ix_jobs_timeout",
         "timeout_at",
-        postgresql_where=text("status = 'running' AND timeout_at IS NOT NULL"),
+        postgresql_where=text("timeout_at IS NOT NULL"),
         sqlite_where=text("status = 'running' AND timeout_at IS NOT NULL"),
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
