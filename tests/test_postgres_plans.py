@@ -300,6 +300,31 @@ def test_per_type_reads_seek_their_types_range_even_when_statistics_are_stale(
     assert "Seq Scan on jobs" not in shown and set(sorts) <= {"type_controls.type"}, shown
 
 
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("generic", [False, True])
+def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
+    queue_shaped: Any, generic: bool
+) -> None:
+    """PROMOTE_PENDING reads the types with PENDING jobs from the counters, then each type's
+    due delayed jobs from its range of ix_jobs_delayed: never the table, whatever the
+    statistics (taken before the burst of delayed jobs)."""
+    queue_shaped.execute(
+        "UPDATE jobs SET delayed = 1, run_at = now() + interval '1 day'"
+        " WHERE id % 3 = 0 AND status = 'pending'"
+    )
+    queue_shaped.execute(
+        "INSERT INTO job_counts (scope, name, type, status, shard, n)"
+        " VALUES ('*', '', 'noop', 'pending', 0, 10000), ('*', '', 'email', 'pending', 0, 10000)"
+    )
+    if generic:
+        queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    assert PostgresStatements.PROMOTE_PENDING is not None
+    now = int(time.time() * 1_000_000)
+    shown = plan(queue_shaped, PostgresStatements.PROMOTE_PENDING, now=now)
+    assert re.search(r"ix_jobs_delayed on jobs\s.*\n\s+Index Cond: \(\(\(type\)::text = ", shown), shown
+    assert "Seq Scan on jobs" not in shown, shown
+
+
 # Every statement that changes one job found by id, with its guard on the job's state.
 BY_ID = ["COMPLETE_CHECKED", "COMPLETE_HELD", "HEARTBEAT", "FAIL_RUNNING", "EXPIRE_RUNNING"]
 BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED"]

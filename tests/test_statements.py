@@ -48,6 +48,8 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
         elif name == "PROMOTE_READS_CONTROLS":
             assert isinstance(statement, bool)
+        elif name == "PROMOTE_PENDING":  # optional: where the database promotes in one round trip
+            assert statement is None or statement.strip(), name
         else:
             assert isinstance(statement, str) and statement.strip(), name
 
@@ -65,6 +67,11 @@ def test_both_databases_take_the_same_parameters() -> None:
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
         elif name == "PROMOTE_READS_CONTROLS":
+            continue
+        elif name == "PROMOTE_PENDING":  # SQLite has none; PostgreSQL's takes promote_due's `now`
+            assert SqliteStatements.PROMOTE_PENDING is None
+            assert PostgresStatements.PROMOTE_PENDING is not None
+            assert set(POSTGRES_PARAMETER.findall(PostgresStatements.PROMOTE_PENDING)) == {"now"}
             continue
         else:
             pairs = [(getattr(SqliteStatements, name), getattr(PostgresStatements, name))]

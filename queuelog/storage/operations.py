@@ -263,10 +263,9 @@ def claim(
     trip of its own, none more under the controlled-claim lock)."""
     key_check = [(tx.sql.KEY_IS_ACTIVE, {"name": worker})] if check_key else []
     if types is None:
-        types = expire_and_read_pending_types(tx, delay)
+        types, controls = expire_read_pending_types_and_promote(tx, delay)
         if not types:
             return Claimed([], [], None)
-        controls = promote_due(tx, types)
     elif not types:
         return Claimed([], [], None)
     else:
@@ -337,6 +336,25 @@ def expire_and_read_pending_types(tx: WriteTx, delay: RetryDecision) -> list[str
     pending = set(preamble.pending)
     pending.update(move[0] for move in tx.moves if move[4] == PENDING)
     return sorted(pending)
+
+
+def expire_read_pending_types_and_promote(
+    tx: WriteTx, delay: RetryDecision
+) -> tuple[list[str], dict[str, TypeControl]]:
+    """What a claim of any type does first: expire_and_read_pending_types, then promote_due
+    of those types. Where the database can read the types inside the promotion
+    (PROMOTE_PENDING), the first claim of a transaction sends all three in one round trip.
+    Types that only this transaction's moves made PENDING need no promotion: a job made
+    PENDING and due at once is written ready."""
+    preamble = tx.claim_preamble
+    if tx.sql.PROMOTE_PENDING is None or preamble.pending is not None:
+        types = expire_and_read_pending_types(tx, delay)
+        return types, promote_due(tx, types) if types else _controls(tx)
+    reads = [(tx.sql.PENDING_TYPES, {}), (tx.sql.PROMOTE_PENDING, {"now": tx.now_us})]
+    counted, promoted = _after_expiry(tx, reads, delay)
+    preamble.pending = frozenset(job_type for (job_type,) in counted)
+    controls = _promoted(tx, sorted(preamble.pending), promoted)
+    return expire_and_read_pending_types(tx, delay), controls
 
 
 def promote_due(tx: WriteTx, types: Sequence[str]) -> dict[str, TypeControl]:

@@ -162,6 +162,9 @@ _PROMOTE = f"""
             ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due)))
     {_TYPE_CONTROLS}
 """
+# The same for the types that have PENDING jobs (a claim of any type): read in the statement,
+# so that it goes in one round trip with PENDING_TYPES.
+_PROMOTE_PENDING = _PROMOTE.replace(_WANTED, f"({PENDING_TYPES_SQL}) AS wanted(type)")
 _NEXT_DUE = f"""
     SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
         SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {DELAYED}
@@ -435,6 +438,7 @@ class PostgresStatements(Statements):
 
     TYPE_CONTROLS = _TYPE_CONTROLS
     PROMOTE_READS_CONTROLS = True
+    PROMOTE_PENDING = _PROMOTE_PENDING
     # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
     # but fixed: queuelog's only advisory lock. Answers the clock once the lock is held (the
     # subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed after
@@ -604,6 +608,7 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.key_heads(1),
         PostgresStatements.next_due(1),
         PostgresStatements.OVERDUE,
+        _PROMOTE_PENDING,
     }
 )
 FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"

@@ -430,6 +430,7 @@ class SqliteStatements(Statements):
         " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
     )
     PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
+    PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read
     # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
     # nothing to lock, no clock to read again (NULL)
     LOCK_CONTROLLED_CLAIMS = "SELECT NULL"

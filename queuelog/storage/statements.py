@@ -74,6 +74,9 @@ class Statements:
     # round trip less per claim on PostgreSQL).
     promote_due: ClassVar[Callable[[int], str]]
     PROMOTE_READS_CONTROLS: ClassVar[bool]
+    # Where not None: promote_due of the types with PENDING jobs (PENDING_TYPES, read in the
+    # statement), for a claim of any type to send with PENDING_TYPES in one round trip.
+    PROMOTE_PENDING: ClassVar[str | None]
     # Claims of controlled types (flow.py): `claim_within_quotas(n)` claims the first `limit`
     # of each type's first `quota{i}` ready jobs in claim order, in one statement, when no
     # type is limited per key; otherwise candidates first, then CLAIM_IDS.
