@@ -273,8 +273,12 @@ def claim(
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
-        rows, *key_rows = tx.execute_together([(tx.sql.claim_jobs(len(types)), params), *key_check])
-        _check_key(key_rows)
+        sql = tx.sql.claim_jobs(len(types))
+        if key_check:
+            rows, *key_rows = tx.execute_together([(sql, params), *key_check])
+            _check_key(key_rows)
+        else:  # one statement: no pipeline to enter
+            rows = tx.execute(sql, params).fetchall()
         return Claimed(_claimed(tx, rows), [], None)
     plan = flow.lock_and_plan(tx, types, limit, controls, also=key_check)
     _check_key(plan.also)
