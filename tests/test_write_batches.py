@@ -176,3 +176,50 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
             await repository.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_claim_after_another_in_its_batch_sees_a_pause_another_server_made_between_them(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims in one batch after the first skip the promotion when the controls it read bind
+    none of their types, and read the controls again beside their own claim statement. A pause
+    committed by another server between two claims of the batch must still hold back the
+    second: its claim is undone and run again, and claims nothing."""
+    import psycopg
+
+    url = databases.migrated()
+    monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
+
+    def hold_writer(tx: WriteTx) -> None:
+        time.sleep(0.5)
+
+    def pause_elsewhere(tx: WriteTx) -> None:  # another server's pauseType, committed meanwhile
+        with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
+            other.execute("INSERT INTO type_controls (type, paused, updated_at) VALUES ('email', 1, now())")
+
+    async def scenario() -> tuple[list[Any], list[Any], int]:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        try:
+            await repository.enqueue([new_job() for _ in range(4)], "producer")
+            db = repository._db
+
+            def claim(tx: WriteTx) -> Any:
+                return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
+
+            holding = asyncio.ensure_future(db.write(hold_writer))
+            await asyncio.sleep(0.1)  # the slow batch is under way: the next three go together
+            first, _, second = await asyncio.gather(
+                db.write(claim), db.write(pause_elsewhere), db.write(claim)
+            )
+            await holding
+            running = (await repository.queue_stats(ALL_JOBS)).counts.running
+            return first, second, running
+        finally:
+            await repository.close()
+
+    first, second, running = asyncio.run(scenario())
+    assert len(first) == 1
+    assert second == []  # the type was paused before the second claim's statement
+    assert running == 1

@@ -243,6 +243,11 @@ class Claimed:
     controls: dict[str, TypeControl] = dataclasses.field(default_factory=dict)
 
 
+class RunAgain(Exception):
+    """Raised inside an operation that must be undone (to its savepoint) and run again: on
+    PostgreSQL, a claim that went by controls another server has changed since."""
+
+
 class ClaimerRevoked(Exception):
     """A claim rolled back because the worker's key has been revoked: it ends, claiming nothing."""
 
@@ -273,12 +278,7 @@ def claim(
     if not any(flow.binds(controls.get(t), tx.now) for t in types):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
-        sql = tx.sql.claim_jobs(len(types))
-        if key_check:
-            rows, *key_rows = tx.execute_together([(sql, params), *key_check])
-            _check_key(key_rows)
-        else:  # one statement: no pipeline to enter
-            rows = tx.execute(sql, params).fetchall()
+        rows = _claim_uncontrolled(tx, types, (tx.sql.claim_jobs(len(types)), params), key_check)
         return Claimed(_claimed(tx, rows), [], None)
     plan = flow.lock_and_plan(tx, types, limit, controls, also=key_check)
     _check_key(plan.also)
@@ -302,6 +302,27 @@ def claim(
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
     return Claimed(claimed, plan.held, plan.wake_at, controls)
+
+
+def _claim_uncontrolled(
+    tx: WriteTx, types: Sequence[str], claim: tuple[str, Any], key_check: list[tuple[str, Any]]
+) -> list[Any]:
+    """The claim statement's rows, for types no control binds. Where this claim went by
+    controls an earlier claim of the transaction read (PostgreSQL, promotion skipped), they
+    are read again beside the statement; should one now bind a type, the claim runs again
+    from its savepoint (RunAgain), promotion and fresh controls first."""
+    recheck = tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh
+    statements = [claim, *key_check, *([(tx.sql.TYPE_CONTROLS, {})] if recheck else [])]
+    if len(statements) == 1:  # one statement: no pipeline to enter
+        return tx.execute(*claim).fetchall()
+    rows, *answers = tx.execute_together(statements)
+    if recheck:
+        controls = flow.read_controls(tx, answers.pop())
+        if any(flow.binds(controls.get(t), tx.now) for t in types):
+            raise RunAgain()
+        tx.claim_preamble.controls = controls
+    _check_key(answers)
+    return rows
 
 
 def _check_key(answers: Sequence[list[Any]]) -> None:
@@ -394,12 +415,21 @@ def _after_expiry(tx: WriteTx, statements: list[tuple[str, Any]], delay: RetryDe
 
 
 def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
-    """The types whose due delayed jobs this transaction has not made ready yet. PostgreSQL:
-    all of them, always: its promotion reads the controls in the same statement, and another
-    server may have changed them since (on SQLite the write lock keeps every other writer out)."""
+    """The types whose due delayed jobs this transaction has not made ready yet (its claims
+    share one `now`). PostgreSQL: all of them, unless every one was promoted already and the
+    controls then read bound none of them; its promotion reads the controls in the same
+    statement, and another server may have changed them since (on SQLite the write lock
+    keeps every other writer out). A claim that skips it checks the controls with its own
+    statement (`_claim_uncontrolled`)."""
+    preamble = tx.claim_preamble
+    preamble.controls_fresh = False
     if tx.sql.PROMOTE_READS_CONTROLS:
-        return list(types)
-    return [t for t in types if t not in tx.claim_preamble.promoted]
+        if preamble.controls is None or not preamble.promoted.issuperset(types):
+            return list(types)
+        if any(flow.binds(preamble.controls.get(t), tx.now) for t in types):
+            return list(types)
+        return []
+    return [t for t in types if t not in preamble.promoted]
 
 
 def _promoted(tx: WriteTx, types: Sequence[str], rows: list[Any]) -> dict[str, TypeControl]:
@@ -409,6 +439,7 @@ def _promoted(tx: WriteTx, types: Sequence[str], rows: list[Any]) -> dict[str, T
     preamble.promoted.update(types)
     if tx.sql.PROMOTE_READS_CONTROLS:
         preamble.controls = flow.read_controls(tx, rows)
+        preamble.controls_fresh = True
     return _controls(tx)
 
 

@@ -407,7 +407,7 @@ class PostgresDatabase(GroupCommit):
             ((operation, future),) = batch
             try:
                 outcomes.append((future, ops.run(operation, tx), None))
-            except pg_errors.UniqueViolation:
+            except (pg_errors.UniqueViolation, ops.RunAgain):
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
             except (*RETRIED_ERRORS, psycopg.OperationalError, psycopg.InterfaceError):
@@ -437,10 +437,10 @@ class PostgresDatabase(GroupCommit):
             mark = tx.mark()
             try:
                 value = ops.run(operation, tx)
-            except pg_errors.UniqueViolation as exc:
+            except (pg_errors.UniqueViolation, ops.RunAgain) as exc:
                 # Another server inserted one of its idempotency keys after this operation
-                # looked (a batch may meet several, one after the other): run it again, and
-                # it finds that job.
+                # looked (a batch may meet several, one after the other), or changed the
+                # controls a claim went by: run it again, and it finds that job, or reads them.
                 self._undo(connection, tx, mark)
                 if attempt == UNIQUE_VIOLATION_ATTEMPTS:
                     return None, exc

@@ -70,6 +70,9 @@ class ClaimPreamble:
     pending: frozenset[str] | None = None
     promoted: set[str] = field(default_factory=set)
     controls: dict[str, TypeControl] | None = None
+    # Whether `controls` were read after this claim began (PostgreSQL: its promotion read
+    # them); False: read by a claim before it, so other servers may have changed them since.
+    controls_fresh: bool = False
 
 
 class WriteTx:
