@@ -65,6 +65,11 @@ def binds(control: TypeControl | None, now: datetime) -> bool:
     )
 
 
+def any_binds(controls: dict[str, TypeControl], types: Sequence[str], now: datetime) -> bool:
+    """Whether a claim of these types must go through the controlled path."""
+    return any(binds(controls.get(t), now) for t in types)
+
+
 @dataclass
 class ClaimPlan:
     # (type, quota): at most `quota` of the type's ready jobs, keyed and not (per-key types:

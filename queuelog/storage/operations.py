@@ -275,7 +275,7 @@ def claim(
         return Claimed([], [], None)
     else:
         controls = expire_and_promote(tx, types, delay)
-    if not any(flow.binds(controls.get(t), tx.now) for t in types):
+    if not flow.any_binds(controls, types, tx.now):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
         rows = _claim_uncontrolled(tx, types, (tx.sql.claim_jobs(len(types)), params), key_check)
@@ -318,7 +318,7 @@ def _claim_uncontrolled(
     rows, *answers = tx.execute_together(statements)
     if recheck:
         controls = flow.read_controls(tx, answers.pop())
-        if any(flow.binds(controls.get(t), tx.now) for t in types):
+        if flow.any_binds(controls, types, tx.now):
             raise RunAgain()
         tx.claim_preamble.controls = controls
     _check_key(answers)
@@ -426,7 +426,7 @@ def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
     if tx.sql.PROMOTE_READS_CONTROLS:
         if preamble.controls is None or not preamble.promoted.issuperset(types):
             return list(types)
-        if any(flow.binds(preamble.controls.get(t), tx.now) for t in types):
+        if flow.any_binds(preamble.controls, types, tx.now):
             return list(types)
         return []
     return [t for t in types if t not in preamble.promoted]

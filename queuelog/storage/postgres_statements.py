@@ -154,17 +154,24 @@ _TYPE_CONTROLS = (
     "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
     " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
 )
-# A data-modifying WITH runs whatever the query reads: the promotion, then the controls.
-_PROMOTE = f"""
+
+
+def _promote(wanted: str) -> str:
+    """Make the due delayed jobs of the `wanted` types ready, then read the controls (a
+    data-modifying WITH runs whatever the query reads)."""
+    return f"""
     WITH promoted AS (UPDATE jobs SET delayed = 0 WHERE id = ANY(ARRAY(
-        SELECT due.id FROM {_WANTED} CROSS JOIN LATERAL (
+        SELECT due.id FROM {wanted} CROSS JOIN LATERAL (
             SELECT id FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}
             ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due)))
     {_TYPE_CONTROLS}
 """
-# The same for the types that have PENDING jobs (a claim of any type): read in the statement,
-# so that it goes in one round trip with PENDING_TYPES.
-_PROMOTE_PENDING = _PROMOTE.replace(_WANTED, f"({PENDING_TYPES_SQL}) AS wanted(type)")
+
+
+_PROMOTE = _promote(_WANTED)
+# The types that have PENDING jobs (a claim of any type), read in the statement, so that it
+# goes in one round trip with PENDING_TYPES.
+_PROMOTE_PENDING = _promote(f"({PENDING_TYPES_SQL}) AS wanted(type)")
 _NEXT_DUE = f"""
     SELECT MIN(head.run_at) FROM {_WANTED} CROSS JOIN LATERAL (
         SELECT run_at FROM jobs WHERE jobs.type = wanted.type AND {DELAYED}
