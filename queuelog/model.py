@@ -225,6 +225,11 @@ class TypeControl:
         return self.paused and (self.paused_until is None or self.paused_until > now)
 
     @property
+    def limits_running(self) -> bool:
+        """Whether a job of this type leaving RUNNING may free a slot for a claim."""
+        return self.max_running is not None or self.max_running_per_key is not None
+
+    @property
     def per_key(self) -> bool:
         """Whether claims must count by concurrency key."""
         return self.max_running_per_key is not None or (

@@ -465,8 +465,8 @@ class JobQueue:
 
     def _seen(self, outcome: Claimed) -> Claimed:
         """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""
-        if outcome.controls:  # a job of a controlled type leaving RUNNING may free a slot
-            self.signal.watch(list(outcome.controls))
+        if outcome.controls:  # a job of a type with a RUNNING limit finishing may free a slot
+            self.signal.watch(outcome.controls)
         if outcome.held and self.on_held is not None:
             self.on_held(outcome.held)
         return outcome

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from queuelog.model import JobEvent, JobStatus
+from queuelog.model import JobEvent, JobStatus, TypeControl
 
 
 class WorkSignal:
     def __init__(self) -> None:
         self._waiters: set[asyncio.Future[None]] = set()
-        # Types a control has held back: a job of one leaving RUNNING may free a slot.
+        # Types with a limit on RUNNING jobs: a job of one leaving RUNNING may free a slot.
+        # Not types that only a pause or a rate window holds back: their jobs finishing
+        # free nothing, and 200 completions a second waking every waiting claim of a
+        # rate-limited type would make each of them claim again in vain.
         self._held_types: set[str] = set()
 
-    def watch(self, types: Sequence[str]) -> None:
-        self._held_types.update(types)
+    def watch(self, controls: Mapping[str, TypeControl]) -> None:
+        """Take the latest controls of these types: which of them limit RUNNING jobs."""
+        for job_type, control in controls.items():
+            if control.limits_running:
+                self._held_types.add(job_type)
+            else:
+                self._held_types.discard(job_type)
 
     def notify(self) -> None:
         for waiter in self._waiters:

@@ -3,6 +3,8 @@ jobs run, the limits set (a limit cleared has no sample), and the claims a contr
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -15,6 +17,9 @@ PAUSE = """mutation($type: String!) { pauseType(type: $type) { paused } }"""
 RESUME = """mutation($type: String!) { resumeType(type: $type) { paused } }"""
 ENQUEUE = """mutation($type: String!) { enqueueJob(input: {type: $type}) { job { id } } }"""
 CLAIM = """mutation($types: [String!]) { claimJobs(limit: 10, types: $types) { id type } }"""
+CLAIM_WAITING = """mutation($types: [String!], $wait: Int) {
+  claimJobs(limit: 1, types: $types, waitSeconds: $wait) { id } }"""
+COMPLETE = """mutation($id: ID!) { completeJob(id: $id) { status } }"""
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +69,42 @@ def test_metrics_show_each_types_pause_running_jobs_limits_and_held_claims(serve
     assert ("queuelog_type_max_running", "report") not in seen
     assert ("queuelog_type_rate_limit", "report") not in seen
     assert seen["queuelog_type_paused", "resize"] == 0.0
+
+
+def test_a_claim_waiting_on_a_rate_window_is_not_woken_by_its_types_jobs_finishing(server: Server) -> None:
+    """A finishing job frees a slot of maxRunning, never of a rate window: only time does. A
+    claim waiting on a full window must wait for the window, not claim again (and be held
+    back again) each time a job of the type finishes, which under load made every waiting
+    claim of a rate-limited type retry at the pace of its completions."""
+    worker = server.make_key("rate-wait-worker", "WORKER")
+    for _ in range(8):
+        server.gql(ENQUEUE, {"type": "noop"}).ok()
+    running = server.gql(CLAIM, {"types": ["noop"]}, key=worker).ok()["claimJobs"]  # before the limit
+    assert len(running) == 8
+    server.gql(SET, {"input": {"type": "noop", "rateLimit": {"limit": 1, "periodSeconds": 3600}}}).ok()
+    for _ in range(2):
+        server.gql(ENQUEUE, {"type": "noop"}).ok()
+    assert (
+        len(server.gql(CLAIM, {"types": ["noop"]}, key=worker).ok()["claimJobs"]) == 1
+    )  # the window is full
+    held_before = samples(server).get(("queuelog_claims_held_back_total", "noop"), 0.0)
+    answer: dict[str, object] = {}
+
+    def wait() -> None:
+        answer["claimed"] = server.gql(CLAIM_WAITING, {"types": ["noop"], "wait": 3}, key=worker).ok()[
+            "claimJobs"
+        ]
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    time.sleep(0.5)  # the claim is held back and waits
+    for job in running:
+        assert (
+            server.gql(COMPLETE, {"id": job["id"]}, key=worker).ok()["completeJob"]["status"] == "COMPLETED"
+        )
+        time.sleep(0.1)
+    waiting.join()
+    assert answer["claimed"] == []  # the window stays full for an hour
+    held = samples(server)["queuelog_claims_held_back_total", "noop"] - held_before
+    # Held back when it began, and again only when its wait ends; not once per completion (8).
+    assert 1 <= held <= 2, held
