@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -276,6 +277,7 @@ class PostgresDatabase(GroupCommit):
         self._spare_writers: list[psycopg.Connection[Any]] = [connect(url, autocommit=False)]
         self._writers_lock = threading.Lock()
         self._running = 0  # write batches under way
+        self._lane_running = False  # one of them is the controlled lane's
         # Each COMMIT takes a ticket as it begins; batches are settled in ticket order.
         self._tickets = itertools.count()
         self._tickets_lock = threading.Lock()
@@ -291,27 +293,41 @@ class PostgresDatabase(GroupCommit):
 
     # --- writes ------------------------------------------------------------------------------
 
+    has_lane = True
+
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
         # disk, the next runs (PostgreSQL flushes their commits together). What arrives while
-        # all are busy waits, and goes in the next batch.
-        while self._running < WRITE_CONNECTIONS and self._waiting:
-            batch = self._take()
-            if not batch:
+        # all are busy waits, and goes in the next batch. Of those, at most one batch of the
+        # controlled lane: the lane's claims would only queue for the lock one after another.
+        # A lane batch takes what else waits too, claims last as ever (they see the batch's
+        # completions).
+        while self._running < WRITE_CONNECTIONS:
+            lane = bool(self._lane) and not self._lane_running
+            if lane:
+                batch = self._take() + self._take_lane()
+            elif self._queue or self._last:
+                batch = self._take()
+            else:
                 return
+            if not batch:
+                continue
             self._running += 1
+            self._lane_running = self._lane_running or lane
             self._idle.clear()
             done = asyncio.get_running_loop().run_in_executor(self._write_threads, self._commit, batch)
-            done.add_done_callback(self._batch_done)
+            done.add_done_callback(functools.partial(self._batch_done, lane))
 
     def _working(self) -> bool:
         return self._running > 0
 
-    def _batch_done(self, done: asyncio.Future[Committed]) -> None:
+    def _batch_done(self, lane: bool, done: asyncio.Future[Committed]) -> None:
         """Settle batches in the order their COMMITs began. A batch that waited for a row
         another batch had locked began its COMMIT after that one ended, so subscribers hear
         of a job's changes in the order they were made."""
         self._running -= 1
+        if lane:
+            self._lane_running = False
         outcomes, events, tickets = done.result()  # _commit catches everything
         if not tickets:  # nothing reached COMMIT
             self._settle(outcomes, events)

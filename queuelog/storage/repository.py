@@ -76,6 +76,10 @@ class Repository:
         self._remote_listeners: list[EventListener] = []
         self._event_feed = event_feed
         self._feed: PostgresListener | EventTail | None = None
+        # The controls the latest claims went by: a claim they bind goes in the controlled
+        # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
+        # controls in its transaction all the same.
+        self._controls_seen: dict[str, TypeControl] = {}
 
     def add_listener(self, listener: EventListener, *, remote: bool = True) -> None:
         """Call `listener` with the events of every commit: this process's, and (`remote`)
@@ -204,10 +208,19 @@ class Repository:
                 raise ClaimAbandoned()
             return outcome
 
+        seen = self._controls_seen
+        lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
         try:
-            return await self._db.write(claim, last=True)
+            outcome = await self._db.write(claim, last=True, lane=lane)
         except ClaimAbandoned:
             return ops.Claimed([], [], None)
+        if outcome.controls:
+            self._controls_seen = outcome.controls
+        elif types is None:
+            self._controls_seen = {}
+        elif any(t in seen for t in types):
+            self._controls_seen = {t: c for t, c in seen.items() if t not in types}
+        return outcome
 
     async def type_controls(self, types: Sequence[str]) -> list[TypeControl]:
         return await self._db.read(controls.type_controls, types, self.now())
