@@ -223,3 +223,66 @@ def test_a_claim_after_another_in_its_batch_sees_a_pause_another_server_made_bet
     assert len(first) == 1
     assert second == []  # the type was paused before the second claim's statement
     assert running == 1
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_between_them(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims of a rate-limited type after the first in a batch count on the window the first
+    read under the controlled-claim lock, and skip the promotion: they read nothing before
+    their claim statement. Only controlled claims add to a window, and they wait for the lock,
+    so the window cannot have moved; the controls can. A limit lowered by another server
+    between two claims of the batch must still hold back the second: its claim is undone and
+    run again with the new limit."""
+    import psycopg
+
+    from queuelog.storage import flow
+
+    url = databases.migrated()
+    monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
+    known_window_plans: list[int] = []
+    plan_on_known_windows = flow._plan_on_known_windows
+
+    def counted(tx: WriteTx, *args: Any) -> flow.ClaimPlan:
+        known_window_plans.append(id(tx))
+        return plan_on_known_windows(tx, *args)
+
+    monkeypatch.setattr(flow, "_plan_on_known_windows", counted)
+
+    def hold_writer(tx: WriteTx) -> None:
+        time.sleep(0.5)
+
+    def lower_elsewhere(tx: WriteTx) -> None:  # another server's setTypeControl, committed meanwhile
+        with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
+            other.execute("UPDATE type_controls SET rate_limit = 1 WHERE type = 'email'")
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        try:
+            await repository.update_type_control("email", rate_limit=RateLimit(10, 3600, False))
+            await repository.enqueue([new_job() for _ in range(6)], "producer")
+            db = repository._db
+
+            def claim(tx: WriteTx) -> Any:
+                return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
+
+            holding = asyncio.ensure_future(db.write(hold_writer))
+            await asyncio.sleep(0.1)  # the slow batch is under way: the next ones go together
+            first, second, _, third = await asyncio.gather(
+                db.write(claim), db.write(claim), db.write(lower_elsewhere), db.write(claim)
+            )
+            await holding
+            running = (await repository.queue_stats(ALL_JOBS)).counts.running
+            return first, second, third, running
+        finally:
+            await repository.close()
+
+    first, second, third, running = asyncio.run(scenario())
+    assert len(first) == 1 and len(second) == 1  # within the limit of 10
+    # The second claim planned on the window the first read; so did the third, then it ran
+    # again on the lowered limit (a fresh read, under the lock it still holds).
+    assert len(known_window_plans) == 2 and len(set(known_window_plans)) == 1
+    assert third == []  # two claims in the window, the limit now 1
+    assert running == 2

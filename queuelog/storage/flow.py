@@ -86,6 +86,9 @@ class ClaimPlan:
     wake_at: datetime | None = None
     held: list[str] = field(default_factory=list)  # types a control held back entirely
     also: list[list[Any]] = field(default_factory=list)  # the answers of lock_and_plan's `also`
+    # lock_and_plan's `also` when it sent nothing (every window known already): the claim
+    # sends them with its own statement
+    unsent: list[tuple[str, Any]] = field(default_factory=list)
     # whether the plan read RUNNING counts, per type or per key (a claim is then stamped
     # after them)
     counted_running: bool = False
@@ -145,6 +148,8 @@ def lock_and_plan(
     timed from when it was granted."""
     now = tx.now
     live = {t: c for t in types if (c := controls.get(t)) is not None and not c.paused_at(now)}
+    if windows_known(tx, controls, types):
+        return _plan_on_known_windows(tx, types, limit, controls, also)
     reads: list[tuple[str, Any]] = [(tx.sql.LOCK_CONTROLLED_CLAIMS, {})]
     counts_running = any(c.max_running is not None for c in live.values())
     if counts_running:
@@ -167,11 +172,15 @@ def lock_and_plan(
         tx.move_clock_to(micros_to_datetime(granted))
     running = running_counts(tx, next(answers)) if counts_running else None
     read: dict[str, dict[str, Any]] = {}
+    windows = tx.claim_preamble.rate_windows
+    if windows is None:
+        windows = tx.claim_preamble.rate_windows = {}
     for job_type, control in live.items():
         read[job_type] = {}
         if control.rate_limit is not None:
             next(answers)  # FORGET_RATE_CLAIMS
-            read[job_type]["window"] = rate_window(tx, job_type, next(answers))
+            windows[job_type] = next(answers)
+            read[job_type]["window"] = rate_window(tx, job_type, windows[job_type])
         if control.per_key:
             if control.max_running_per_key is not None:
                 read[job_type]["running_per_key"] = dict(next(answers))
@@ -179,6 +188,38 @@ def lock_and_plan(
     plan = _plan(types, limit, controls, now, running, read)
     plan.also = answered[len(reads) :]
     return plan
+
+
+def _plan_on_known_windows(
+    tx: WriteTx,
+    types: Sequence[str],
+    limit: int,
+    controls: dict[str, TypeControl],
+    also: Sequence[tuple[str, Any]],
+) -> ClaimPlan:
+    """lock_and_plan for a claim after the one that took the lock and read the windows
+    (windows_known): nothing to read, `also` left for the claim's own statement."""
+    known = tx.claim_preamble.rate_windows or {}
+    read = {t: {"window": rate_window(tx, t, known[t])} for t in types if t in known}
+    plan = _plan(types, limit, controls, tx.now, None, read)
+    plan.unsent = list(also)
+    return plan
+
+
+def windows_known(tx: WriteTx, controls: dict[str, TypeControl], types: Sequence[str]) -> bool:
+    """Whether this transaction holds the controlled-claim lock and has read all that the
+    quotas of these types depend on: only type-wide rate windows (RUNNING counts and keys
+    move without the lock), each read already (ClaimPreamble.rate_windows)."""
+    known = tx.claim_preamble.rate_windows
+    if known is None:
+        return False
+    for job_type in types:
+        control = controls.get(job_type)
+        if control is None or control.paused_at(tx.now):
+            continue
+        if control.max_running is not None or control.per_key or job_type not in known:
+            return False
+    return True
 
 
 def _plan(

@@ -288,8 +288,15 @@ def claim(
             # Stamped after every count the plan read: a claim that takes a slot a finish
             # freed is never recorded as starting before that finish.
             tx.read_clock_again()
-        params = _claim_params(tx, worker, lease_seconds, limit)
-        return tx.execute(sql, {**params, **chosen}).fetchall()
+        statement = (sql, {**_claim_params(tx, worker, lease_seconds, limit), **chosen})
+        recheck = tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh
+        if not plan.unsent and not recheck:
+            return tx.execute(*statement).fetchall()
+        rows, *answers = tx.execute_together([statement, *plan.unsent, *_recheck_controls(tx, recheck)])
+        if recheck:
+            _same_controls(tx, controls, flow.read_controls(tx, answers.pop()), types)
+        _check_key(answers)
+        return rows
 
     rows = []
     if plan.per_key_types:
@@ -312,7 +319,7 @@ def _claim_uncontrolled(
     are read again beside the statement; should one now bind a type, the claim runs again
     from its savepoint (RunAgain), promotion and fresh controls first."""
     recheck = tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh
-    statements = [claim, *key_check, *([(tx.sql.TYPE_CONTROLS, {})] if recheck else [])]
+    statements = [claim, *key_check, *_recheck_controls(tx, recheck)]
     if len(statements) == 1:  # one statement: no pipeline to enter
         return tx.execute(*claim).fetchall()
     rows, *answers = tx.execute_together(statements)
@@ -323,6 +330,22 @@ def _claim_uncontrolled(
         tx.claim_preamble.controls = controls
     _check_key(answers)
     return rows
+
+
+def _recheck_controls(tx: WriteTx, recheck: bool) -> list[tuple[str, Any]]:
+    """TYPE_CONTROLS, to send beside a claim that went by controls an earlier claim of the
+    transaction read (`recheck`)."""
+    return [(tx.sql.TYPE_CONTROLS, {})] if recheck else []
+
+
+def _same_controls(
+    tx: WriteTx, used: dict[str, TypeControl], now: dict[str, TypeControl], types: Sequence[str]
+) -> None:
+    """Keep the controls read beside a claim; should those of its types differ from what it
+    went by (another server changed them meanwhile), it runs again (RunAgain)."""
+    if any(used.get(t) != now.get(t) for t in types):
+        raise RunAgain()
+    tx.claim_preamble.controls = now
 
 
 def _check_key(answers: Sequence[list[Any]]) -> None:
@@ -419,14 +442,18 @@ def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
     share one `now`). PostgreSQL: all of them, unless every one was promoted already and the
     controls then read bound none of them; its promotion reads the controls in the same
     statement, and another server may have changed them since (on SQLite the write lock
-    keeps every other writer out). A claim that skips it checks the controls with its own
-    statement (`_claim_uncontrolled`)."""
+    keeps every other writer out). Where they bind, all but a type-wide rate window whose
+    rows the transaction holds (flow.windows_known), promotion is skipped as well. A claim
+    that skips it checks the controls with its own statement (`_claim_uncontrolled`,
+    `claim_planned`), and runs again should they have changed."""
     preamble = tx.claim_preamble
     preamble.controls_fresh = False
     if tx.sql.PROMOTE_READS_CONTROLS:
         if preamble.controls is None or not preamble.promoted.issuperset(types):
             return list(types)
-        if flow.any_binds(preamble.controls, types, tx.now):
+        if flow.any_binds(preamble.controls, types, tx.now) and not flow.windows_known(
+            tx, preamble.controls, types
+        ):
             return list(types)
         return []
     return [t for t in types if t not in preamble.promoted]

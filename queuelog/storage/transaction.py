@@ -73,6 +73,12 @@ class ClaimPreamble:
     # Whether `controls` were read after this claim began (PostgreSQL: its promotion read
     # them); False: read by a claim before it, so other servers may have changed them since.
     controls_fresh: bool = False
+    # Once a claim of the transaction holds the controlled-claim lock (flow.lock_and_plan):
+    # the rate windows it read, per type. Only controlled claims add to a window, and they
+    # wait for the lock, so the claims after it in the transaction count on these rows plus
+    # its own claims, with no read of their own. (A rollback to a savepoint may release the
+    # lock: forget_since drops this with the rest.)
+    rate_windows: dict[str, list[Any]] | None = None
 
 
 class WriteTx:
