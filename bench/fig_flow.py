@@ -598,14 +598,21 @@ def _rate_part(ctx: Context, fig: Figure) -> None:
     ctx.run(_call(first.url, first.admin_key, SET_CONTROL, {"input": {"type": "R", "rateLimit": rate}}))
     urls = [server.url for server in servers] if len(servers) > 1 else [first.url]
     # The same workers on a type with no controls first: what this machine can claim at all.
+    capacity_cpu = [server.cpu_seconds() for server in servers]
     capacity = ctx.run(_rate_run(urls, keys["rate-worker"], "S", capacity_seconds, slack=0.0))
     capacity_stamps = sorted(_epoch(at) for at in capacity.claimed_at)
     capacity_span = capacity_stamps[-1] - capacity_stamps[0] if len(capacity_stamps) > 1 else 0.0
     capacity_rate = (len(capacity_stamps) - 1) / capacity_span if capacity_span > 0 else None
     cpu_before = [server.cpu_seconds() for server in servers]
+    capacity_cpu = [
+        round(a - b, 1) if a is not None and b is not None else None
+        for a, b in zip(cpu_before, capacity_cpu, strict=True)
+    ]
+    held_before = ctx.run(_held_back(urls, "R"))
     with ctx.profile(first):
         outcome = ctx.run(_rate_run(urls, keys["rate-worker"], "R", seconds))
     cpu_after = [server.cpu_seconds() for server in servers]
+    held = ctx.run(_held_back(urls, "R")) - held_before
     stamps = sorted(_epoch(at) for at in outcome.claimed_at)
     counts = ctx.run(_by_type(first.url, first.admin_key)).get("R", {})
     taken = counts.get("running", 0) + counts.get("completed", 0) + counts.get("failed", 0)
@@ -648,8 +655,10 @@ def _rate_part(ctx: Context, fig: Figure) -> None:
         f"rate: claims per second {per_second}; busiest window starts {busiest_at - t0:+.3f} s from "
         f"the first claim; {len(stamps)} claims in all, {outcome.empty} claims answered null after "
         f"waiting, {outcome.errors} errors; the capacity run: {len(capacity_stamps)} claims, "
-        f"{capacity.empty} answered null (ran dry), {capacity.errors} errors; "
-        f"server CPU s of the rate-limited run {cpu}"
+        f"{capacity.empty} answered null (ran dry), {capacity.errors} errors, server CPU s "
+        f"{capacity_cpu}; "
+        f"server CPU s of the rate-limited run {cpu}; claims the rate limit held back "
+        f"(queuelog_claims_held_back, all processes that answered /metrics) {held:,.0f}"
     )
     fig.data["rate"] = {
         "limit": RATE_LIMIT,
@@ -668,6 +677,7 @@ def _rate_part(ctx: Context, fig: Figure) -> None:
         "capacity_claims_per_s": round(capacity_rate, 1) if capacity_rate else None,
         "capacity_empty": capacity.empty,
         "empty_claims": outcome.empty,
+        "held_back": held,
         "errors": outcome.errors,
         "first_error": outcome.first_error,
     }
@@ -740,6 +750,22 @@ async def _rate_run(
 
     await asyncio.gather(*(worker(i) for i in range(RATE_WORKERS)))
     return outcome
+
+
+async def _held_back(urls: Sequence[str], job_type: str) -> float:
+    """queuelog_claims_held_back of `job_type`, summed over the servers' /metrics (under
+    `serve --workers N`, whichever process answers)."""
+    total = 0.0
+    pattern = re.compile(rf'^queuelog_claims_held_back_total{{type="{re.escape(job_type)}"}} (\S+)$', re.M)
+    for url in urls:
+        conn = HttpConnection(url)
+        try:
+            status, body = await conn.get("/metrics")
+        finally:
+            await conn.close()
+        if status == 200 and (found := pattern.search(body.decode())):
+            total += float(found.group(1))
+    return total
 
 
 def _epoch(text: str) -> float:
