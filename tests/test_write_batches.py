@@ -286,3 +286,51 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
     assert len(known_window_plans) == 2 and len(set(known_window_plans)) == 1
     assert third == []  # two claims in the window, the limit now 1
     assert running == 2
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_batch_of_completions_and_claims_sets_the_plan_mode_once(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims run with generic plans (GENERIC_PLANS), set per transaction by a SET LOCAL sent
+    with the next statement. The statements of completions, claims and the batch's side
+    tables all run in that mode: a batch switching modes back and forth sent 2.9 SET LOCAL or
+    RESET statements per claim and completion, each one more for the driver and the server."""
+    import psycopg
+
+    url = databases.migrated()
+    monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    def hold_writer(tx: WriteTx) -> None:
+        time.sleep(0.5)
+
+    async def scenario() -> list[int]:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        try:
+            await repository.enqueue([new_job() for _ in range(8)], "producer")
+            running = await repository.claim(WORKER, ["email"], 4, 60)
+            db = repository._db
+            monkeypatch.setattr(psycopg.Connection, "execute", counted)
+            holding = asyncio.ensure_future(db.write(hold_writer))
+            await asyncio.sleep(0.1)  # the slow batch is under way: the next ones go together
+            sent.clear()
+            outcomes = await asyncio.gather(
+                *(repository.complete(WORKER, job.id, {"ok": True}, job.attempt) for job in running),
+                *(repository.claim(WORKER, ["email"], 1, 60) for _ in range(4)),
+            )
+            await holding
+            return [len(claimed) for claimed in outcomes[len(running) :]]  # type: ignore[arg-type]
+        finally:
+            await repository.close()
+
+    claimed = asyncio.run(scenario())
+    assert claimed == [1, 1, 1, 1]
+    switches = [query for query in sent if "plan_cache_mode" in query]
+    assert len(switches) == 1 and "force_generic_plan" in switches[0], switches

@@ -600,27 +600,6 @@ class PostgresWriterStatements(PostgresStatements):
     JOBS_BY_IDS = PostgresStatements.JOBS_BY_IDS + " ORDER BY id FOR UPDATE"
 
 
-# Statements run with a generic plan, made once per connection. Their custom plans took
-# 0.5-0.7 ms of PostgreSQL's CPU to make, on every call, for a few hundredths of a
-# millisecond's work: PostgreSQL's own choice ("auto") keeps making them because a generic
-# plan cannot see how many types the array holds, nor the limit, and so looks costlier. The
-# generic plans of these statements seek the same indexes (test_postgres_plans checks them).
-# Every other statement keeps the server's plan_cache_mode: some need their parameters seen.
-GENERIC_PLANS = frozenset(
-    {
-        PostgresStatements.claim_jobs(1),
-        PostgresStatements.claim_within_quotas(1),
-        PostgresStatements.promote_due(1),
-        PostgresStatements.ready_heads(1),
-        PostgresStatements.key_heads(1),
-        PostgresStatements.next_due(1),
-        PostgresStatements.OVERDUE,
-        _PROMOTE_PENDING,
-    }
-)
-FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
-DEFAULT_PLANS = "RESET plan_cache_mode"
-
 # Statements whose RETURNING gives the new row's id (a cursor's `lastrowid`).
 RETURNING_ID = frozenset(
     {PostgresStatements.INSERT_JOB, PostgresStatements.INSERT_JOB_ONCE, PostgresStatements.INSERT_EVENT}
@@ -715,6 +694,51 @@ AT_ONCE = {
     PostgresStatements.INSERT_EVENT: INSERT_EVENTS_AT_ONCE,
     PostgresStatements.COMPLETE_CHECKED: COMPLETE_CHECKED_AT_ONCE,
 }
+
+# Statements run with a generic plan, made once per connection. Their custom plans took
+# 0.5-0.7 ms of PostgreSQL's CPU to make, on every call, for a few hundredths of a
+# millisecond's work: PostgreSQL's own choice ("auto") keeps making them because a generic
+# plan cannot see how many types the array holds, nor the limit, and so looks costlier. The
+# generic plans of these statements seek the same indexes (test_postgres_plans checks them).
+# Every other statement keeps the server's plan_cache_mode: some need their parameters seen.
+GENERIC_PLANS = frozenset(
+    {
+        PostgresStatements.claim_jobs(1),
+        PostgresStatements.claim_within_quotas(1),
+        PostgresStatements.promote_due(1),
+        PostgresStatements.ready_heads(1),
+        PostgresStatements.key_heads(1),
+        PostgresStatements.next_due(1),
+        PostgresStatements.OVERDUE,
+        _PROMOTE_PENDING,
+        # One plan whatever their parameters (none; a lookup by a unique key or the primary
+        # key, tested with generic plans; an insert; a small table's index): here so that a
+        # batch of claims and completions, and a claim's own statements, run in one mode
+        # instead of switching for nearly every statement (2.9 SET LOCAL / RESET per claim and
+        # completion, each a statement more for the driver and the server).
+        PostgresStatements.PENDING_TYPES,
+        PostgresStatements.TYPE_CONTROLS,
+        PostgresStatements.LOCK_CONTROLLED_CLAIMS,
+        PostgresStatements.RATE_WINDOW,
+        PostgresStatements.FORGET_RATE_CLAIMS,
+        PostgresStatements.INSERT_RATE_CLAIM,
+        PostgresStatements.KEY_IS_ACTIVE,
+        PostgresStatements.COMPLETE_HELD,
+        PostgresStatements.COMPLETE_CHECKED,
+        COMPLETE_CHECKED_AT_ONCE.sql,
+        PostgresStatements.HEARTBEAT,
+        PostgresStatements.FAIL_RUNNING,
+        PostgresStatements.INSERT_JOB,
+        PostgresStatements.INSERT_JOB_ONCE,
+        INSERT_JOBS_AT_ONCE.sql,
+        PostgresStatements.INSERT_EVENT,
+        INSERT_EVENTS_AT_ONCE.sql,
+        PostgresStatements.ADD_TO_COUNT,
+        PostgresStatements.ADD_TO_MINUTE,
+    }
+)
+FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+DEFAULT_PLANS = "RESET plan_cache_mode"
 
 # --- the server's own ---------------------------------------------------------------------------
 
