@@ -289,13 +289,14 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_a_batch_of_completions_and_claims_sets_the_plan_mode_once(
+def test_a_batch_of_completions_and_claims_runs_in_the_writers_plan_mode_without_a_switch(
     databases: Databases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Claims run with generic plans (GENERIC_PLANS), set per transaction by a SET LOCAL sent
-    with the next statement. The statements of completions, claims and the batch's side
-    tables all run in that mode: a batch switching modes back and forth sent 2.9 SET LOCAL or
-    RESET statements per claim and completion, each one more for the driver and the server."""
+    """Claims run with generic plans (GENERIC_PLANS), a writer connection's session mode;
+    other statements switch to the server's mode with a SET LOCAL sent with them. The
+    statements of completions, claims and the batch's side tables all run generic: a batch
+    switching back and forth sent 2.9 SET LOCAL or RESET statements per claim and
+    completion, each one more for the driver and the server."""
     import psycopg
 
     url = databases.migrated()
@@ -310,7 +311,7 @@ def test_a_batch_of_completions_and_claims_sets_the_plan_mode_once(
     def hold_writer(tx: WriteTx) -> None:
         time.sleep(0.5)
 
-    async def scenario() -> list[int]:
+    async def scenario() -> tuple[list[int], list[str]]:
         repository = Repository(url, RetryPolicy(10, 3600))
         await repository.open()
         try:
@@ -321,16 +322,28 @@ def test_a_batch_of_completions_and_claims_sets_the_plan_mode_once(
             holding = asyncio.ensure_future(db.write(hold_writer))
             await asyncio.sleep(0.1)  # the slow batch is under way: the next ones go together
             sent.clear()
-            outcomes = await asyncio.gather(
+
+            def mode(tx: WriteTx) -> str:  # as the batch left it (raw: no switch of its own)
+                return str(tx.connection.raw.execute("SHOW plan_cache_mode").fetchone()[0])  # type: ignore[attr-defined]
+
+            *outcomes, mode_after = await asyncio.gather(
                 *(repository.complete(WORKER, job.id, {"ok": True}, job.attempt) for job in running),
                 *(repository.claim(WORKER, ["email"], 1, 60) for _ in range(4)),
+                db.write(mode, last=True),
             )
             await holding
-            return [len(claimed) for claimed in outcomes[len(running) :]]  # type: ignore[arg-type]
+            assert mode_after == "force_generic_plan"
+            batch_sent = list(sent)
+            # A statement outside GENERIC_PLANS runs in the server's own mode.
+            other = await db.write(
+                lambda tx: tx.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0]
+            )
+            assert other == "auto"
+            return [len(claimed) for claimed in outcomes[len(running) :]], batch_sent
         finally:
             await repository.close()
 
-    claimed = asyncio.run(scenario())
+    claimed, batch_sent = asyncio.run(scenario())
     assert claimed == [1, 1, 1, 1]
-    switches = [query for query in sent if "plan_cache_mode" in query]
-    assert len(switches) == 1 and "force_generic_plan" in switches[0], switches
+    switches = [query for query in batch_sent if "plan_cache_mode" in query and "SHOW" not in query]
+    assert switches == []
