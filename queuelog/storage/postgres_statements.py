@@ -735,6 +735,19 @@ GENERIC_PLANS = frozenset(
         INSERT_EVENTS_AT_ONCE.sql,
         PostgresStatements.ADD_TO_COUNT,
         PostgresStatements.ADD_TO_MINUTE,
+        # By a list of ids, written for generic plans (among_ids; test_postgres_plans checks
+        # each generic): the reads and updates of a completeJobs batch, the dependents it releases
+        PostgresStatements.JOB_BY_ID,
+        PostgresWriterStatements.JOB_BY_ID,
+        PostgresStatements.JOBS_BY_IDS,
+        PostgresWriterStatements.JOBS_BY_IDS,
+        PostgresStatements.CLAIM_IDS,
+        PostgresStatements.CANCEL_IDS,
+        PostgresStatements.RETRY_IDS,
+        PostgresStatements.MARK_DEPENDED_ON,
+        PostgresStatements.JOB_STATES,
+        PostgresStatements.RELEASE_DEPENDENTS,
+        PostgresStatements.EVENTS_OF_JOBS,
     }
 )
 FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
