@@ -26,3 +26,23 @@ def test_sizes_settle_where_a_chunk_takes_the_target_time() -> None:
     for _ in range(10):
         size = bulk.next_chunk_size(size, size * per_job)
     assert abs(size * per_job - bulk.CHUNK_SECONDS) <= per_job
+
+
+def test_chunks_aim_at_their_databases_time_so_fixed_costs_do_not_shrink_them_to_nothing() -> None:
+    """A PostgreSQL chunk costs a few milliseconds whatever its size (a COMMIT's flush): aimed
+    at SQLite's 5 ms it shrank to the smallest chunk, and a call of 1,000 jobs took 100
+    transactions. Aimed at PG_CHUNK_SECONDS it settles where the fixed cost is a small part."""
+    from queuelog.storage.postgres import PostgresDatabase
+    from queuelog.storage.sqlite import SqliteDatabase
+
+    assert SqliteDatabase.bulk_chunk_seconds == bulk.CHUNK_SECONDS
+    assert PostgresDatabase.bulk_chunk_seconds == bulk.PG_CHUNK_SECONDS > bulk.CHUNK_SECONDS
+
+    def settle(chunk_seconds: float, fixed: float = 0.006, per_job: float = 0.00006) -> int:
+        size = bulk.FIRST_CHUNK
+        for _ in range(20):
+            size = bulk.next_chunk_size(size, fixed + size * per_job, chunk_seconds)
+        return size
+
+    assert settle(bulk.CHUNK_SECONDS) == bulk.SMALLEST_CHUNK
+    assert settle(bulk.PG_CHUNK_SECONDS) >= 500

@@ -3,7 +3,12 @@
 Each chunk is its own short write transaction: claims and enqueues go on between chunks.
 Chunks are sized by time, not count (`next_chunk_size`): SQLite's writer runs a batch on
 the event loop, so a 500-job chunk (about 60 ms) held every other request of the server
-that long; a chunk aims at CHUNK_SECONDS whatever the database and the jobs cost.
+that long; a chunk aims at its database's chunk time (`chunk_seconds`: CHUNK_SECONDS on
+SQLite) whatever the jobs cost. PostgreSQL's writers run on their own connections and
+threads, beside each other: a chunk holds up only the rows it changes, while each of its
+transactions costs a few milliseconds whatever its size (the COMMIT's flush among them).
+Aimed at 5 ms there, chunks shrank to SMALLEST_CHUNK and a call of 1,000 jobs took a
+hundred transactions (250-500 ms); PG_CHUNK_SECONDS gives them room.
 A chunk reads the matching jobs of one status in id order from that status's index
 (after the last id the call has passed, so a call never rereads what it skipped), changes
 them with one UPDATE that re-checks their status, and records each job's event and counter
@@ -25,16 +30,18 @@ from queuelog.storage.types import to_micros
 FIRST_CHUNK = 50
 SMALLEST_CHUNK, LARGEST_CHUNK = 10, 1000
 CHUNK_SECONDS = 0.005
+PG_CHUNK_SECONDS = 0.050
 CANCELLABLE = (JobStatus.PENDING,)
 RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
 
 
-def next_chunk_size(size: int, seconds: float) -> int:
+def next_chunk_size(size: int, seconds: float, chunk_seconds: float = CHUNK_SECONDS) -> int:
     """The next chunk's size, from how long a chunk of `size` jobs took (its write call,
-    waiting included: under load chunks shrink and other traffic gets in sooner)."""
+    waiting included: under load chunks shrink and other traffic gets in sooner), aiming
+    at `chunk_seconds`."""
     if seconds <= 0:
         return LARGEST_CHUNK
-    scaled = int(size * CHUNK_SECONDS / seconds)
+    scaled = int(size * chunk_seconds / seconds)
     return max(SMALLEST_CHUNK, min(LARGEST_CHUNK, scaled, size * 2))
 
 

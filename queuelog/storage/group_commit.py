@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
+from queuelog.storage import bulk
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")
@@ -56,6 +57,7 @@ class GroupCommit:
         return self.db_clock.now()
 
     has_lane = False  # whether the backend keeps the controlled lane apart
+    bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
 
     async def write(self, operation: Callable[[WriteTx], T], last: bool = False, lane: bool = False) -> T:
         """Run `operation` in the next batch; `last`: after the batch's other operations (a

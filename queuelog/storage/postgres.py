@@ -49,6 +49,7 @@ from psycopg.pq import ExecStatus, Format
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
+from queuelog.storage import bulk
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
@@ -329,6 +330,7 @@ class PostgresDatabase(GroupCommit):
     # --- writes ------------------------------------------------------------------------------
 
     has_lane = True
+    bulk_chunk_seconds = bulk.PG_CHUNK_SECONDS
 
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the

@@ -249,7 +249,7 @@ class Repository:
             )
             started = time.perf_counter()
             changed, after, exhausted = await self._db.write(chunk)
-            size = bulk.next_chunk_size(size, time.perf_counter() - started)
+            size = bulk.next_chunk_size(size, time.perf_counter() - started, self._db.bulk_chunk_seconds)
             done += changed
             if exhausted:
                 return BulkOutcome(done, more=False)
