@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -36,6 +37,29 @@ class Failed(Exception):
     pass
 
 
+def hold_writer(tx: WriteTx) -> None:
+    time.sleep(0.5)  # on the writer's thread: what is written meanwhile waits, then goes together
+
+
+async def in_one_batch(db: Any, *writes: Awaitable[Any]) -> list[Any]:
+    """Hold the writer busy, then send `writes`: they queue meanwhile and run in the next
+    batch, one transaction, in their order (with WRITE_CONNECTIONS at 1 on PostgreSQL)."""
+    holding = asyncio.ensure_future(db.write(hold_writer))
+    await asyncio.sleep(0.1)  # the slow batch is under way
+    outcomes = await asyncio.gather(*writes)
+    await holding
+    return list(outcomes)
+
+
+def claim_email(repository: Repository) -> Callable[[WriteTx], Any]:
+    """A write claiming one `email` job for WORKER: the jobs it claimed."""
+
+    def claim(tx: WriteTx) -> Any:
+        return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
+
+    return claim
+
+
 def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
     databases: Databases, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,9 +69,6 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
 
     def seen(tx: WriteTx) -> None:
         batches.append(id(tx))
-
-    def hold_writer(tx: WriteTx) -> None:
-        time.sleep(0.5)  # on the writer's thread: what is written meanwhile waits, then goes together
 
     def fail_before_any_statement(tx: WriteTx) -> None:
         seen(tx)
@@ -130,9 +151,6 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
     def seen(tx: WriteTx) -> None:
         batches.append(id(tx))
 
-    def hold_writer(tx: WriteTx) -> None:
-        time.sleep(0.5)
-
     def typed(job_type: str) -> NewJob:
         return NewJob(job_type, {}, "{}", Priority.MEDIUM, 0, None, None)
 
@@ -191,9 +209,6 @@ def test_a_claim_after_another_in_its_batch_sees_a_pause_another_server_made_bet
     url = databases.migrated()
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
 
-    def hold_writer(tx: WriteTx) -> None:
-        time.sleep(0.5)
-
     def pause_elsewhere(tx: WriteTx) -> None:  # another server's pauseType, committed meanwhile
         with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
             other.execute("INSERT INTO type_controls (type, paused, updated_at) VALUES ('email', 1, now())")
@@ -205,15 +220,10 @@ def test_a_claim_after_another_in_its_batch_sees_a_pause_another_server_made_bet
             await repository.enqueue([new_job() for _ in range(4)], "producer")
             db = repository._db
 
-            def claim(tx: WriteTx) -> Any:
-                return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
-
-            holding = asyncio.ensure_future(db.write(hold_writer))
-            await asyncio.sleep(0.1)  # the slow batch is under way: the next three go together
-            first, _, second = await asyncio.gather(
-                db.write(claim), db.write(pause_elsewhere), db.write(claim)
+            claim = claim_email(repository)
+            first, _, second = await in_one_batch(
+                db, db.write(claim), db.write(pause_elsewhere), db.write(claim)
             )
-            await holding
             running = (await repository.queue_stats(ALL_JOBS)).counts.running
             return first, second, running
         finally:
@@ -250,9 +260,6 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
 
     monkeypatch.setattr(flow, "_plan_on_known_windows", counted)
 
-    def hold_writer(tx: WriteTx) -> None:
-        time.sleep(0.5)
-
     def lower_elsewhere(tx: WriteTx) -> None:  # another server's setTypeControl, committed meanwhile
         with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
             other.execute("UPDATE type_controls SET rate_limit = 1 WHERE type = 'email'")
@@ -265,15 +272,10 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
             await repository.enqueue([new_job() for _ in range(6)], "producer")
             db = repository._db
 
-            def claim(tx: WriteTx) -> Any:
-                return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
-
-            holding = asyncio.ensure_future(db.write(hold_writer))
-            await asyncio.sleep(0.1)  # the slow batch is under way: the next ones go together
-            first, second, _, third = await asyncio.gather(
-                db.write(claim), db.write(claim), db.write(lower_elsewhere), db.write(claim)
+            claim = claim_email(repository)
+            first, second, _, third = await in_one_batch(
+                db, db.write(claim), db.write(claim), db.write(lower_elsewhere), db.write(claim)
             )
-            await holding
             running = (await repository.queue_stats(ALL_JOBS)).counts.running
             return first, second, third, running
         finally:
@@ -307,9 +309,6 @@ def test_a_batch_of_completions_and_claims_runs_in_the_writers_plan_mode_without
     def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
         sent.append(str(query))
         return execute(self, query, *args, **kwargs)
-
-    def hold_writer(tx: WriteTx) -> None:
-        time.sleep(0.5)
 
     async def scenario() -> tuple[list[int], list[str]]:
         repository = Repository(url, RetryPolicy(10, 3600))
