@@ -62,7 +62,6 @@ from queuelog.storage.postgres_statements import (
     GENERIC_PLANS,
     NOTIFY,
     RETURNING_ID,
-    SESSION_GENERIC_PLANS,
     PostgresStatements,
     PostgresWriterStatements,
 )
@@ -120,19 +119,6 @@ def connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
     return connection
 
 
-def connect_writer(url: str) -> psycopg.Connection[Any]:
-    """A writer connection: generic plans are its session's mode (nearly every statement a
-    write batch runs is in GENERIC_PLANS), so that a batch that runs no other sends no SET."""
-    connection = connect(url, autocommit=False)
-    try:
-        connection.execute(SESSION_GENERIC_PLANS)
-        connection.commit()
-    except psycopg.Error as exc:
-        _close(connection)
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {type(exc).__name__}") from None
-    return connection
-
-
 class Result:
     """What operations.py reads of a cursor: rows, rowcount, and the id an INSERT returned."""
 
@@ -173,14 +159,14 @@ class PgConnection:
         *,
         locking: bool,
         in_transaction: bool = True,
-        generic_session: bool = False,
+        generic: bool = False,
     ) -> None:
         self.raw = connection
         self.sql: type[PostgresStatements] = PostgresWriterStatements if locking else PostgresStatements
         self._deferred: list[str] = []
         # Whether plan_cache_mode is forced now; None: not known (after ROLLBACK TO SAVEPOINT,
         # which restores the mode of the savepoint's time).
-        self._generic: bool | None = generic_session  # connect_writer's session
+        self._generic: bool | None = generic  # the mode the transaction began in
         # Outside a transaction (a read of one statement) SET LOCAL does nothing: not sent.
         self._plan_modes = in_transaction
 
@@ -310,7 +296,7 @@ class PostgresDatabase(GroupCommit):
         self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
         # Writer connections not in use; the first is opened now, so that a server whose
         # database does not answer says so at start-up.
-        self._spare_writers: list[psycopg.Connection[Any]] = [connect_writer(url)]
+        self._spare_writers: list[psycopg.Connection[Any]] = [connect(url, autocommit=False)]
         self._writers_lock = threading.Lock()
         self._running = 0  # write batches under way
         self._lane_running = False  # one of them is the controlled lane's
@@ -385,7 +371,7 @@ class PostgresDatabase(GroupCommit):
                 raw = self._spare_writers.pop()
                 if not raw.closed and not raw.broken:
                     return raw
-        return connect_writer(self.url)
+        return connect(self.url, autocommit=False)
 
     def _check_in_writer(self, raw: psycopg.Connection[Any]) -> None:
         if raw.closed or raw.broken:
@@ -436,9 +422,14 @@ class PostgresDatabase(GroupCommit):
         """One transaction for the batch. A batch of one runs without a savepoint (two round
         trips fewer: the common case under light load); if it fails, rolling back the whole
         transaction is the same thing, and an idempotency race reruns it with one."""
-        connection = PgConnection(raw, locking=True, generic_session=True)
+        # Generic plans from the start (nearly every statement of a write batch is in
+        # GENERIC_PLANS), set with BEGIN: a batch that runs no other statement sends no switch.
+        # SET LOCAL, not a session setting: behind PgBouncer's transaction pooling a session
+        # SET would stay on a server connection that other clients then get.
+        connection = PgConnection(raw, locking=True, generic=True)
         before = clock.utcnow()
         with raw.pipeline():  # psycopg's BEGIN and the clock's read: one round trip, not two
+            raw.execute(FORCE_GENERIC_PLANS)
             opened = raw.execute(DB_NOW)
         now_us = opened.fetchone()[0]  # type: ignore[index]
         tx = WriteTx(connection, from_micros(now_us), read_clock=lambda: _database_now(raw))

@@ -751,10 +751,8 @@ GENERIC_PLANS = frozenset(
     }
 )
 FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
-# DEFAULT: the value before any SET of the session (the server's), also on a writer, whose
-# session is set to generic plans (SESSION_GENERIC_PLANS); LOCAL: until the transaction ends.
+# The server's own mode, until the transaction ends.
 DEFAULT_PLANS = "SET LOCAL plan_cache_mode TO DEFAULT"
-SESSION_GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
 # --- the server's own ---------------------------------------------------------------------------
 
