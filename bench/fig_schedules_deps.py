@@ -470,30 +470,21 @@ def _spied(ctx: Context, what: str) -> Context:
 
 
 def _chains_part(ctx: Context, fig: Figure) -> None:
+    """Two rounds on fresh servers, in opposite orders (independent then chains, chains then
+    independent): on this shared machine one side's run alone moved by a third between runs
+    of the same code, so a single pair said more about the host than about chains. The row
+    gives each side's jobs over its two drain times together; the note, each round's ratio."""
     s = ctx.settings
     n = OPTIONS.jobs or 10_000
     chains = max(1, n // CHAIN)
     n = chains * CHAIN
-    independent = ctx.queuelog(name="independent", wait=False)
-    chained = ctx.queuelog(name="chains")
-    queuelog_ready(independent)
-    specs = [("chain-producer", "producer"), ("chain-worker", "worker")]
-    keys = {name: ctx.keys(server, specs) for name, server in (("i", independent), ("c", chained))}
-    started = time.perf_counter()
-    ctx.run(enqueue_many(independent.url, keys["i"]["chain-producer"], n, batch=1000, connections=2))
-    plain_fill = time.perf_counter() - started
-    started = time.perf_counter()
-    ctx.run(_enqueue_chains(chained.url, keys["c"]["chain-producer"], chains))
-    chain_fill = time.perf_counter() - started
-    ctx.maintain(independent)
-    ctx.maintain(chained)
-    part_ctx = dataclasses.replace(ctx, settings=dataclasses.replace(s, e2e_jobs=n))
-    plain = run_queuelog(_spied(part_ctx, "independent"), independent, keys["i"]["chain-worker"])
-    chain = run_queuelog(_spied(part_ctx, "chained"), chained, keys["c"]["chain-worker"])
-    assert chained.admin_key is not None
-    read, early = ctx.run(_chain_order(chained.url, chained.admin_key, n))
+    rounds = [_chains_round(ctx, n, chains, index, chains_first=index == 1) for index in range(2)]
+    plain = _both_rounds([r["independent"] for r in rounds], n)
+    chain = _both_rounds([r["chained"] for r in rounds], n)
     r = ratio(chain["jobs_per_s"], plain["jobs_per_s"])
-    fig.add(f"chains: {n:,} jobs, {chains} chains of {CHAIN} (left) vs independent (right), one worker")
+    fig.add(
+        f"chains: {n:,} jobs, {chains} chains of {CHAIN} (left) vs independent (right), one worker, 2 rounds"
+    )
     fig.add(
         f"  end to end, worker -c {s.e2e_concurrency}",
         num(chain["jobs_per_s"], 0, "jobs/s"),
@@ -510,14 +501,80 @@ def _chains_part(ctx: Context, fig: Figure) -> None:
     if chain.get("db_cpu_s") is not None:
         fig.add("    PostgreSQL backends' CPU s", num(chain["db_cpu_s"], 2), num(plain["db_cpu_s"], 2))
     fig.add("    wall time incl. the worker's start-up, s", num(chain["wall_s"], 2), num(plain["wall_s"], 2))
-    fig.notes.append(
-        f"chains: enqueued in {chain_fill:.1f} s (enqueueJobs of 1000 = 10 chains, dependsOnItems) "
-        f"vs {plain_fill:.1f} s independent; {read:,} chain jobs read back, {early} claimed before "
-        "the step before them finished" + (" (a dependency did not hold!)" if early else "")
+    per_round = "  ".join(
+        _round_line(i, rd["chained"]["jobs_per_s"], rd["independent"]["jobs_per_s"])
+        for i, rd in enumerate(rounds)
     )
-    if early or read != n:
-        fig.error = f"chains: {early} steps ran early, {read} of {n} read back"
-    fig.data["chains"] = {"jobs": n, "chains": chains, "chained": chain, "independent": plain, "early": early}
+    read = sum(rd["read"] for rd in rounds)
+    early = sum(rd["early"] for rd in rounds)
+    fig.notes.append(
+        f"chains: per round {per_round}; enqueued in "
+        + ", ".join(f"{rd['chain_fill']:.1f} s" for rd in rounds)
+        + " (enqueueJobs of 1000 = 10 chains, dependsOnItems) vs "
+        + ", ".join(f"{rd['plain_fill']:.1f} s" for rd in rounds)
+        + f" independent; {read:,} chain jobs read back, {early} claimed before the step before them"
+        " finished" + (" (a dependency did not hold!)" if early else "")
+    )
+    if early or read != 2 * n:
+        fig.error = f"chains: {early} steps ran early, {read} of {2 * n} read back"
+    fig.data["chains"] = {
+        "jobs": n,
+        "chains": chains,
+        "chained": chain,
+        "independent": plain,
+        "early": early,
+        "rounds": rounds,
+    }
+
+
+def _chains_round(ctx: Context, n: int, chains: int, index: int, chains_first: bool) -> dict[str, Any]:
+    """One round: fresh servers, both filled, then each drained by one worker in turn."""
+    suffix = f"-{index + 1}" if index else ""
+    independent = ctx.queuelog(name=f"independent{suffix}", wait=False)
+    chained = ctx.queuelog(name=f"chains{suffix}")
+    queuelog_ready(independent)
+    specs = [("chain-producer", "producer"), ("chain-worker", "worker")]
+    keys = {name: ctx.keys(server, specs) for name, server in (("i", independent), ("c", chained))}
+    started = time.perf_counter()
+    ctx.run(enqueue_many(independent.url, keys["i"]["chain-producer"], n, batch=1000, connections=2))
+    plain_fill = time.perf_counter() - started
+    started = time.perf_counter()
+    ctx.run(_enqueue_chains(chained.url, keys["c"]["chain-producer"], chains))
+    chain_fill = time.perf_counter() - started
+    ctx.maintain(independent)
+    ctx.maintain(chained)
+    part_ctx = dataclasses.replace(ctx, settings=dataclasses.replace(ctx.settings, e2e_jobs=n))
+    runs = {
+        "independent": lambda: run_queuelog(
+            _spied(part_ctx, f"independent{suffix}"), independent, keys["i"]["chain-worker"]
+        ),
+        "chained": lambda: run_queuelog(
+            _spied(part_ctx, f"chained{suffix}"), chained, keys["c"]["chain-worker"]
+        ),
+    }
+    order = ["chained", "independent"] if chains_first else ["independent", "chained"]
+    outcome: dict[str, Any] = {side: runs[side]() for side in order}
+    assert chained.admin_key is not None
+    outcome["read"], outcome["early"] = ctx.run(_chain_order(chained.url, chained.admin_key, n))
+    outcome["plain_fill"], outcome["chain_fill"] = plain_fill, chain_fill
+    return outcome
+
+
+def _round_line(index: int, chained: float | None, independent: float | None) -> str:
+    first = "chains first" if index else "independent first"
+    return f"{first} {rx(ratio(chained, independent))} ({num(chained, 0)} / {num(independent, 0)} jobs/s)"
+
+
+def _both_rounds(runs: Sequence[dict[str, Any]], n: int) -> dict[str, Any]:
+    """One side's rounds of `n` jobs together: its jobs over its drain windows, its CPU and
+    wall time summed."""
+    seconds = sum(run["window_s"] for run in runs)
+    together: dict[str, Any] = {"jobs": n * len(runs)}
+    together["jobs_per_s"] = together["jobs"] / seconds if seconds > 0 else None
+    for name in ("server_cpu_s", "worker_cpu_s", "db_cpu_s", "wall_s"):
+        values = [run.get(name) for run in runs]
+        together[name] = sum(values) if all(v is not None for v in values) else None
+    return together
 
 
 # --- fanin: 1,000 jobs, then one that waits for all of them ----------------------------------
