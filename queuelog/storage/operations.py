@@ -289,10 +289,10 @@ def claim(
             # freed is never recorded as starting before that finish.
             tx.read_clock_again()
         statement = (sql, {**_claim_params(tx, worker, lease_seconds, limit), **chosen})
-        recheck = tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh
+        recheck = _controls_recheck(tx)
         if not plan.unsent and not recheck:
             return tx.execute(*statement).fetchall()
-        rows, *answers = tx.execute_together([statement, *plan.unsent, *_recheck_controls(tx, recheck)])
+        rows, *answers = tx.execute_together([statement, *plan.unsent, *recheck])
         if recheck:
             _same_controls(tx, controls, flow.read_controls(tx, answers.pop()), types)
         _check_key(answers)
@@ -318,8 +318,8 @@ def _claim_uncontrolled(
     controls an earlier claim of the transaction read (PostgreSQL, promotion skipped), they
     are read again beside the statement; should one now bind a type, the claim runs again
     from its savepoint (RunAgain), promotion and fresh controls first."""
-    recheck = tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh
-    statements = [claim, *key_check, *_recheck_controls(tx, recheck)]
+    recheck = _controls_recheck(tx)
+    statements = [claim, *key_check, *recheck]
     if len(statements) == 1:  # one statement: no pipeline to enter
         return tx.execute(*claim).fetchall()
     rows, *answers = tx.execute_together(statements)
@@ -332,10 +332,13 @@ def _claim_uncontrolled(
     return rows
 
 
-def _recheck_controls(tx: WriteTx, recheck: bool) -> list[tuple[str, Any]]:
+def _controls_recheck(tx: WriteTx) -> list[tuple[str, Any]]:
     """TYPE_CONTROLS, to send beside a claim that went by controls an earlier claim of the
-    transaction read (`recheck`)."""
-    return [(tx.sql.TYPE_CONTROLS, {})] if recheck else []
+    transaction read (PostgreSQL: other servers may have changed them since); none when the
+    claim's own promotion read them, or where the write lock keeps other writers out."""
+    if tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh:
+        return [(tx.sql.TYPE_CONTROLS, {})]
+    return []
 
 
 def _same_controls(
