@@ -88,6 +88,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def listens_on(process: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether `process` or a process of its session holds the listening socket on `port`.
+
+    free_port() releases its port before the server binds it, so another test's server can
+    take it meanwhile; its /healthz would then answer for this one (seen in CI)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in session_pids(process.pid):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                        return True
+    return False
+
+
+def session_pids(session: int) -> list[int]:
+    """The processes of the session `session` leads (a server and its `--workers`)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[3]) == session:
+                    pids.append(int(entry))
+    return pids
+
+
 def backend_of(database_url: str) -> str:
     """ "sqlite" or "postgresql"."""
     return dialect_of(database_url)
@@ -305,42 +338,53 @@ def launch_server(
     admin_key: str | None = None,
     **settings: Any,
 ) -> Server:
-    """Start `queuelog serve` and wait until /healthz answers."""
+    """Start `queuelog serve` and wait until it answers /healthz on its own port.
+
+    A port from free_port() that another test's server took meanwhile is tried again with
+    another port; a port the caller chose is not."""
     settings.setdefault("job_types", DEFAULT_JOB_TYPES)
     database_url = database_url or f"sqlite:///{tmp_path / 'queuelog.db'}"
-    port = port or free_port()
-    log_path = tmp_path / f"server-{port}.log"
     process_env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
     process_env.update(env or {})
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            serve_command(port, database_url, workers, **settings),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=process_env,
-            cwd=tmp_path,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while True:
-        if process.poll() is not None:
+    for _ in range(3):
+        chosen = port or free_port()
+        log_path = tmp_path / f"server-{chosen}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                serve_command(chosen, database_url, workers, **settings),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=process_env,
+                cwd=tmp_path,
+                start_new_session=True,
+            )
+        serving = wait_until_serving(process, chosen, log_path)
+        found = KEY_PATTERN.search(log_path.read_text())
+        admin_key = admin_key or (found.group(0) if found else None)
+        if serving:
+            break
+        if port is not None or "address already in use" not in log_path.read_text():
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
+    else:
+        raise RuntimeError(f"no free port after three tries:\n{log_path.read_text()}")
+    if admin_key is None:
+        raise RuntimeError("no bootstrap key printed; pass admin_key= for an existing database")
+    return Server(f"http://127.0.0.1:{chosen}", database_url, admin_key, process, log_path)
+
+
+def wait_until_serving(process: subprocess.Popen[bytes], port: int, log_path: Path) -> bool:
+    """True once `process` answers /healthz on `port`; False if it exited first."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while process.poll() is None:
+        with contextlib.suppress(httpx.HTTPError):
+            healthy = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+            if healthy and listens_on(process, port):
+                return True
         if time.monotonic() > deadline:
             process.kill()
             raise RuntimeError(f"server did not start:\n{log_path.read_text()}")
         time.sleep(0.05)
-    if admin_key is None:
-        found = KEY_PATTERN.search(log_path.read_text())
-        if found is None:
-            raise RuntimeError("no bootstrap key printed; pass admin_key= for an existing database")
-        admin_key = found.group(0)
-    return Server(url, database_url, admin_key, process, log_path)
+    return False
 
 
 class PostgresDatabases:
