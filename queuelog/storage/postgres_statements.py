@@ -101,8 +101,10 @@ _TIMEOUT_AT = (
     f"timeout_at = {NOW} + COALESCE(timeout_seconds,"
     " (SELECT c.timeout_seconds FROM type_controls AS c WHERE c.type = jobs.type)) * INTERVAL '1 second'"
 )
+# claimed_at is never before run_at: a job a dependency released in a transaction that began
+# after this one (another writer connection; its clock was read later) became due then.
 _CLAIMED = f"""
-    UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {NOW},
+    UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = GREATEST({NOW}, run_at),
         attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {NOW}, {_TIMEOUT_AT}
 """
 
