@@ -151,6 +151,15 @@ class CompletionOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class CompleteAndClaimOutcome:
+    """completeAndClaimJobs: the completions' outcome, then the jobs claimed after them."""
+
+    completed: list[Job]
+    rejected: list[int]
+    claimed: list[Job]
+
+
+@dataclass(frozen=True, slots=True)
 class JobScope:
     """Which jobs a caller may see: all, or those it created and/or holds (OR)."""
 

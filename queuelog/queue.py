@@ -29,6 +29,7 @@ from queuelog.auth import Principal
 from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge
 from queuelog.model import (
     BulkOutcome,
+    CompleteAndClaimOutcome,
     Completion,
     CompletionOutcome,
     EnqueueOutcome,
@@ -371,24 +372,29 @@ class JobQueue:
         wait_seconds: int | None,
         client_gone: Callable[[], Awaitable[object]] | None = None,
     ) -> builtins.list[Job]:
-        if not 1 <= limit <= MAX_CLAIM_BATCH:
-            raise BadInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
-        lease = self._lease(lease_seconds)
+        type_list, lease = self._claim_arguments(types, limit, lease_seconds)
         wait = 0 if wait_seconds is None else wait_seconds
         if not 0 <= wait <= MAX_WAIT_SECONDS:
             raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
-        if types is not None and not types:
-            raise BadInput("types must not be empty; leave it out to claim any type")
-        for job_type in types or ():
-            check_storable(job_type, "types")
-        type_list = list(dict.fromkeys(types)) if types is not None else None
-
         claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
         if not wait:
             return self._seen(await claim()).jobs
         return await self._claim_waiting(
             functools.partial(claim, key_checked=True), principal.name, type_list, wait, client_gone
         )
+
+    def _claim_arguments(
+        self, types: Sequence[str] | None, limit: int, lease_seconds: int | None
+    ) -> tuple[builtins.list[str] | None, int]:
+        """A claim's types (None: any) and lease, checked."""
+        if not 1 <= limit <= MAX_CLAIM_BATCH:
+            raise BadInput(f"limit must be between 1 and {MAX_CLAIM_BATCH}")
+        lease = self._lease(lease_seconds)
+        if types is not None and not types:
+            raise BadInput("types must not be empty; leave it out to claim any type")
+        for job_type in types or ():
+            check_storable(job_type, "types")
+        return (list(dict.fromkeys(types)) if types is not None else None), lease
 
     async def _claim_waiting(
         self,
@@ -488,17 +494,39 @@ class JobQueue:
         return await self.repository.complete(principal.name, job_id, result, attempt)
 
     async def complete_many(self, principal: Principal, items: Sequence[Completion]) -> CompletionOutcome:
+        items = self._completions(items)
+        if not items:
+            return CompletionOutcome(completed=[], rejected=[])
+        return await self.repository.complete_many(principal.name, items)
+
+    async def complete_and_claim(
+        self,
+        principal: Principal,
+        items: Sequence[Completion],
+        *,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int | None,
+    ) -> CompleteAndClaimOutcome:
+        """complete_many, then a claim that answers at once, in one transaction (a chain's
+        next step is claimable as soon as the completion before it applies)."""
+        items = self._completions(items)
+        type_list, lease = self._claim_arguments(types, limit, lease_seconds)
+        outcome, claimed = await self.repository.complete_and_claim(
+            principal.name, items, type_list, limit, lease
+        )
+        return CompleteAndClaimOutcome(outcome.completed, outcome.rejected, self._seen(claimed).jobs)
+
+    def _completions(self, items: Sequence[Completion]) -> builtins.list[Completion]:
+        """completeJobs items, checked, with their results measured."""
         if len(items) > MAX_COMPLETE_BATCH:
             raise BadInput(f"at most {MAX_COMPLETE_BATCH} items per call, got {len(items)}")
-        items = [
+        return [
             dataclasses.replace(item, result_json=self.check_json_size(item.result, "result"))
             if item.result is not None
             else item
             for item in items
         ]
-        if not items:
-            return CompletionOutcome(completed=[], rejected=[])
-        return await self.repository.complete_many(principal.name, items)
 
     async def fail(
         self,

@@ -8,7 +8,7 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from queuelog.model import Completion, CompletionOutcome, EnqueueOutcome, Job
+from queuelog.model import CompleteAndClaimOutcome, Completion, CompletionOutcome, EnqueueOutcome, Job
 from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext
@@ -86,6 +86,19 @@ async def complete_job(
 async def complete_jobs(info: Ctx, items: list[CompleteJobInput]) -> CompletionOutcome:
     completions = [_completion(i) for i in items]
     return await queue(info).complete_many(caller(info), completions)
+
+
+async def complete_and_claim_jobs(
+    info: Ctx,
+    items: list[CompleteJobInput],
+    limit: int,
+    types: list[str] | None = None,
+    lease_seconds: int | None = None,
+) -> CompleteAndClaimOutcome:
+    completions = [_completion(i) for i in items]
+    return await queue(info).complete_and_claim(
+        caller(info), completions, types=types, limit=limit, lease_seconds=lease_seconds
+    )
 
 
 def _completion(item: CompleteJobInput) -> Completion:

@@ -13,7 +13,7 @@ from queuelog.resolvers import flow_control, mutations, queries, schedules, subs
 from queuelog.schema.flow_control import BulkPayload, TypeControl
 from queuelog.schema.permissions import RoleAllows
 from queuelog.schema.schedules import Schedule
-from queuelog.schema.types import CompleteJobsPayload, EnqueueJobPayload, Job
+from queuelog.schema.types import CompleteAndClaimPayload, CompleteJobsPayload, EnqueueJobPayload, Job
 
 
 def allowed(action: Action) -> list[Any]:
@@ -79,6 +79,15 @@ class Mutation:
         graphql_type=CompleteJobsPayload,
         extensions=allowed(Action.WORK),
         description="Complete up to 100 held jobs in one call (a worker's batched acknowledgements).",
+    )
+    complete_and_claim_jobs = strawberry.mutation(
+        resolver=mutations.complete_and_claim_jobs,
+        graphql_type=CompleteAndClaimPayload,
+        extensions=allowed(Action.WORK),
+        description=(
+            "completeJobs, then claimJobs (no waitSeconds: it answers at once), in one transaction:"
+            " the claim may take the jobs these completions released. A worker's round trip."
+        ),
     )
     fail_job = strawberry.mutation(
         resolver=mutations.fail_job, graphql_type=Job, extensions=allowed(Action.WORK)

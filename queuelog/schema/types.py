@@ -233,6 +233,14 @@ class CompleteJobsPayload:
 
 
 @strawberry.type
+class CompleteAndClaimPayload(CompleteJobsPayload):
+    claimed: list[model.Job] = strawberry.field(
+        graphql_type=list[Job],
+        description="Claimed after the completions applied, in the same transaction.",
+    )
+
+
+@strawberry.type
 class JobEvent:
     kind: str = strawberry.field(description=f"One of: {EVENT_KINDS}.")
     job: model.Job = strawberry.field(graphql_type=Job)

@@ -214,12 +214,40 @@ class Repository:
             outcome = await self._db.write(claim, last=True, lane=lane)
         except ClaimAbandoned:
             return ops.Claimed([], [], None)
+        self._saw_controls(types, seen, outcome)
+        return outcome
+
+    def _saw_controls(
+        self, types: Sequence[str] | None, seen: dict[str, TypeControl], outcome: ops.Claimed
+    ) -> None:
+        """Remember the controls a claim went by: the next claims' lane follows them."""
         if outcome.controls:
             self._controls_seen = outcome.controls
         elif types is None:
             self._controls_seen = {}
         elif any(t in seen for t in types):
             self._controls_seen = {t: c for t, c in seen.items() if t not in types}
+
+    async def complete_and_claim(
+        self,
+        worker: str,
+        items: Sequence[Completion],
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int,
+    ) -> tuple[CompletionOutcome, ops.Claimed]:
+        """complete_many, then claim_held (no wait), in one operation of one transaction."""
+
+        def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, ops.Claimed]:
+            completed = ops.complete_many(tx, worker, items) if items else CompletionOutcome([], [])
+            if tx.parents:
+                dependencies.settle(tx)  # the claim sees the dependents they released
+            return completed, ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
+
+        seen = self._controls_seen
+        lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
+        outcome = await self._db.write(complete_then_claim, last=True, lane=lane)
+        self._saw_controls(types, seen, outcome[1])
         return outcome
 
     async def type_controls(self, types: Sequence[str]) -> list[TypeControl]:
