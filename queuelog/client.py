@@ -1075,6 +1075,32 @@ class AsyncClient:
         data = await self.post_json(body, plain=True, idempotent=True)
         return data["completeJobs"]["rejected"]
 
+    async def complete_and_claim_data(
+        self, items: Sequence[bytes], limit: int, fields: str, *, types: Sequence[str] | None = None
+    ) -> tuple[builtins.list[str], builtins.list[dict[str, Any]]]:
+        """`completeAndClaimJobs` for items encoded as in `complete_encoded`: the rejected ids,
+        and the jobs claimed after the completions (GraphQL objects with only `fields`). Not
+        repeated on a lost answer (a claim is not safe to repeat): the caller decides."""
+        query = (
+            "mutation($items: [CompleteJobInput!]!, $limit: Int!, $types: [String!]) {"
+            " completeAndClaimJobs(items: $items, limit: $limit, types: $types) {"
+            f" rejected claimed {{ {fields} }} }} }}"
+        )
+        rest = encode_json({"limit": limit, "types": list(types) if types is not None else None})
+        body = b"".join(
+            (
+                b'{"query":',
+                encode_json(query),
+                b',"variables":{"items":[',
+                b",".join(items),
+                b"],",
+                rest[1:],
+                b"}",
+            )
+        )
+        data = (await self.post_json(body, plain=True))["completeAndClaimJobs"]
+        return data["rejected"], data["claimed"]
+
     async def running_data(self, fields: str) -> Sequence[dict[str, Any]]:
         """Every RUNNING job this key may see (a WORKER key: those held under its name), as
         GraphQL objects with only `fields` selected; page after page."""

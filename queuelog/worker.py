@@ -18,11 +18,15 @@ daemon threads (kept for the next job). The free slots are claimed together, in 
 milliseconds. Completions are sent as one `completeJobs`: whatever finished while the
 previous one was in flight, so batches grow with the load and nothing waits for company
 at low load. While up to `concurrency` finished jobs wait for their report, the next ones
-are claimed and run. A job stays this worker's until its report is in; one periodic sweep
-heartbeats, at a third of the lease, the jobs held that long (a job done in microseconds
-never needs one). Every report carries the attempt, so a worker whose lease expired cannot
-overwrite the job's next holder. The per-job JSON log lines of a batch are written
-together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in flight, so
+are claimed and run. When the last claim found fewer jobs than it asked for, the next jobs
+due are likely those that the running ones will release (chains of dependencies), so the
+next claim waits briefly (CARRY_WAIT) for running jobs to finish and goes out as one
+`completeAndClaimJobs` carrying their completions: the server completes them and claims in
+the same transaction, and a chain moves a step per round trip. A job stays this worker's
+until its report is in; one periodic sweep heartbeats, at a third of the lease, the jobs
+held that long (a job done in microseconds never needs one). Every report carries the
+attempt, so a worker whose lease expired cannot overwrite the job's next holder. The
+per-job JSON log lines of a batch are written together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in flight, so
 it claims nothing more), lets running handlers finish within `grace` seconds, fails the
 rest as retryable, and returns. Network failures are retried with jittered back-off; they
 never stop the worker. `run_forever` runs on uvloop when it is installed.
@@ -112,6 +116,10 @@ CLAIM_FIELDS = (
     " claimedAt leaseExpiresAt"
 )
 COMPLETE_BATCH = 100
+# After a short claim, how long the next one waits for a running job to finish, so as to
+# carry its completion (module docstring). A new job due meanwhile waits at most this much
+# longer; an idle worker (nothing running) never waits.
+CARRY_WAIT = 0.02
 COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
 DEFAULT_LEASE_SECONDS = 300.0
 MIN_HEARTBEAT_INTERVAL = 0.2
@@ -495,6 +503,9 @@ class Worker:
         self._none_held = asyncio.Event()
         self._completions: collections.deque[tuple[_Held, bytes]] = collections.deque()
         self._completions_ready = asyncio.Event()
+        # The claim loop waits to carry the completions queued next: the flush loop leaves them.
+        self._carrying = False
+        self._last_claim_short = False  # the last claim answered fewer jobs than it asked for
         self._background: set[asyncio.Task[Any]] = set()  # failure reports, heartbeats
         self._sweep_tick = SWEEP_TICK_MAX
         # A claim's answer was lost: what it claimed, if anything, is taken over before the next.
@@ -601,21 +612,34 @@ class Worker:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(asyncio.shield(stop_wait), pause)
                         continue
-                limit = min(CLAIM_LIMIT, self._free, self._max_held - len(self._held))
-                if limit <= 0:
+                if self._room() <= 0:
                     self._capacity.clear()
                     await self._capacity.wait()
                     continue
-                claim = asyncio.create_task(
-                    self._client.claim_data(limit, CLAIM_FIELDS, types=types, wait_seconds=CLAIM_WAIT_SECONDS)
-                )
+                carried = await self._completions_to_carry()
+                limit = self._room()  # what the wait for them freed counts too
+                if carried and limit > 0:
+                    claim = asyncio.create_task(self._complete_and_claim(carried, limit, types))
+                elif carried:
+                    self._give_back(carried)
+                    continue
+                else:
+                    claim = asyncio.create_task(
+                        self._client.claim_data(
+                            limit, CLAIM_FIELDS, types=types, wait_seconds=CLAIM_WAIT_SECONDS
+                        )
+                    )
                 await asyncio.wait([claim, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+                if not claim.done() and carried:
+                    await asyncio.wait([claim])  # answers at once: its answer is worth waiting for
                 if not claim.done():
                     # Closing the request makes the server drop the waiting claim unclaimed.
                     claim.cancel()
                     with contextlib.suppress(asyncio.CancelledError, QueuelogError):
                         await claim
                 jobs = self._claimed(claim, backoff)
+                if claim.done() and not claim.cancelled() and claim.exception() is None:
+                    self._last_claim_short = len(jobs) < limit
                 if jobs:
                     self._start(jobs)
                 if claim.cancelled() or not claim.exception() or self._stopping.is_set():
@@ -628,6 +652,55 @@ class Worker:
             stop_wait.cancel()
         if self._claim_unsure:  # the claim cancelled by stop() may have been answered meanwhile
             await self._take_over_when_stopping()
+
+    def _room(self) -> int:
+        """How many jobs the next claim may ask for."""
+        return min(CLAIM_LIMIT, self._free, self._max_held - len(self._held))
+
+    async def _completions_to_carry(self) -> list[tuple[_Held, bytes]]:
+        """The completions the next claim carries: those queued, after waiting up to
+        CARRY_WAIT for a running job to finish when the last claim came back short."""
+        if not self._completions:
+            if not (self._last_claim_short and self.active):
+                return []
+            self._carrying = True
+            self._completions_ready.clear()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._completions_ready.wait(), CARRY_WAIT)
+                await asyncio.sleep(0)  # handlers that finished together queue theirs first
+            finally:
+                self._carrying = False
+        carried = self._completion_batch()
+        if self._completions:
+            self._completions_ready.set()  # the rest are the flush loop's
+        return carried
+
+    def _give_back(self, batch: list[tuple[_Held, bytes]]) -> None:
+        """Completions taken to carry but not sent: the flush loop reports them."""
+        self._completions.extendleft(reversed(batch))
+        self._completions_ready.set()
+
+    async def _complete_and_claim(
+        self, batch: list[tuple[_Held, bytes]], limit: int, types: list[str]
+    ) -> list[dict[str, Any]]:
+        """One completeAndClaimJobs: settles `batch`, returns the jobs claimed. Should the call
+        fail, the flush loop reports `batch` (it is safe to repeat) and the claim is handled
+        as any failed claim (a lost answer: the jobs it may have claimed are taken over)."""
+        items = [item for _, item in batch]
+        try:
+            rejected, claimed = await self._client.complete_and_claim_data(
+                items, limit, CLAIM_FIELDS, types=types
+            )
+        except PayloadTooLarge:
+            self._give_back(batch)  # the flush loop finds the result at fault; nothing was claimed
+            return []
+        except BaseException:
+            self._give_back(batch)
+            raise
+        await self._settle_completions(batch, set(rejected))
+        self._write_job_lines()
+        return claimed
 
     def _claimed(self, claim: asyncio.Task[list[dict[str, Any]]], backoff: Backoff) -> list[dict[str, Any]]:
         if claim.cancelled():
@@ -956,25 +1029,11 @@ class Worker:
         """Send what has completed in one `completeJobs`; what completes meanwhile goes next."""
         waiting = self._completions
         while True:
-            if not waiting:
+            if not waiting or self._carrying:
                 self._completions_ready.clear()
                 await self._completions_ready.wait()
                 continue
-            batch = [waiting.popleft()]
-            size = len(batch[0][1])
-            ids = {batch[0][0].id}
-            # Bounded in bytes too: a request over the server's body limit is refused whole. And
-            # one attempt of a job a call: the server answers which ids it rejected, not which attempts.
-            while (
-                waiting
-                and len(batch) < COMPLETE_BATCH
-                and size + len(waiting[0][1]) <= COMPLETE_BATCH_BYTES
-                and waiting[0][0].id not in ids
-            ):
-                held, item = waiting.popleft()
-                batch.append((held, item))
-                ids.add(held.id)
-                size += len(item)
+            batch = self._completion_batch()
             try:
                 await self._send_completions(batch)
             except Exception:  # never leave a job held (and heartbeated) for ever
@@ -983,6 +1042,28 @@ class Worker:
                 for held, _ in batch:
                     self._finish(held, "unreported", now, ts)
             self._write_job_lines()
+
+    def _completion_batch(self) -> list[tuple[_Held, bytes]]:
+        """The queued completions that go in one call, oldest first."""
+        waiting = self._completions
+        if not waiting:
+            return []
+        batch = [waiting.popleft()]
+        size = len(batch[0][1])
+        ids = {batch[0][0].id}
+        # Bounded in bytes too: a request over the server's body limit is refused whole. And
+        # one attempt of a job a call: the server answers which ids it rejected, not which attempts.
+        while (
+            waiting
+            and len(batch) < COMPLETE_BATCH
+            and size + len(waiting[0][1]) <= COMPLETE_BATCH_BYTES
+            and waiting[0][0].id not in ids
+        ):
+            held, item = waiting.popleft()
+            batch.append((held, item))
+            ids.add(held.id)
+            size += len(item)
+        return batch
 
     async def _send_completions(self, batch: list[tuple[_Held, bytes]]) -> None:
         items = [item for _, item in batch]
@@ -1010,7 +1091,11 @@ class Worker:
             for held, _ in batch:
                 self._finish(held, outcome, now, ts)
             return
-        rejected = set(outcome)
+        await self._settle_completions(batch, set(outcome))
+
+    async def _settle_completions(self, batch: list[tuple[_Held, bytes]], rejected: set[str]) -> None:
+        """Finish the jobs of a completion call the server answered, `rejected` as it said."""
+        now, ts = time.monotonic(), _timestamp()
         if rejected:
             rejected -= await self._completed_before(batch, rejected)
             now, ts = time.monotonic(), _timestamp()

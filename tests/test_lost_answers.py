@@ -16,6 +16,9 @@ naming exactly as many jobs as the lost answer held; a job held under the worker
 since before its first answered claim is not taken over; the jobs of a claim whose answer
 is still on its way when the worker stops are run and completed before it returns, the
 others left PENDING; a completion whose answer was lost is logged "completed", not "lost".
+The same for a `completeAndClaimJobs` (completions and a claim in one call, which a worker
+sends for chains of dependent jobs): its completions are reported again, its claimed jobs
+taken over, each job still runs once and ends COMPLETED, logged "completed".
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from conftest import Server, serving
 from queuelog.client import AsyncClient
 from queuelog.worker import JobContext, Worker
 
-JOB_TYPES = [f"lost_{n}" for n in range(12)]
+JOB_TYPES = [f"lost_{n}" for n in range(24)]
 CONCURRENCY = 8
 TIMEOUT = 30.0
 ENQUEUE_MANY = "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { job { id } } }"
@@ -268,6 +271,41 @@ def test_a_completion_whose_answer_was_lost_is_logged_completed(
     ran = run_worker(server, proxy, key, type, scenario)
     assert len(proxy.dropped) == 1
     assert sorted(ran) == sorted((id, 1) for id in ids)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "queuelog.worker.jobs"]
+    assert sorted((x["id"], x["outcome"]) for x in lines) == sorted((id, "completed") for id in ids)
+    assert set(states(server, type).values()) == {("COMPLETED", 1, name)}
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_a_complete_and_claim_whose_answer_was_lost_loses_no_job(
+    server: Server, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """Chains fewer than the slots make the worker carry completions in its claims; the
+    second such call's answer is lost after the server applied it."""
+    type, name, key = fresh_worker(server)
+    chains, length = 3, 8
+    inputs = [
+        {"type": type, "payload": {"c": c, "k": k}, **({"dependsOnItems": [c * length + k - 1]} if k else {})}
+        for c in range(chains)
+        for k in range(length)
+    ]
+    ids = [e["job"]["id"] for e in server.gql(ENQUEUE_MANY, {"inputs": inputs}).ok()["enqueueJobs"]]
+    proxy = proxy_to(server, b"completeAndClaimJobs", 2, how)
+    caplog.set_level(logging.INFO, logger="queuelog.worker")
+
+    async def scenario(worker: Worker) -> None:
+        await until_done(server, type, len(ids))
+        while worker.processed < len(ids):
+            await asyncio.sleep(0.01)
+
+    ran = run_worker(server, proxy, key, type, scenario)
+    [answer] = proxy.dropped
+    lost = [job["id"] for job in json.loads(answer)["data"]["completeAndClaimJobs"]["claimed"]]
+    assert sorted(ran) == sorted((id, 1) for id in ids)  # each once, on its first attempt
+    if lost:
+        assert taken_over(caplog) == [
+            f"taking over {len(lost)} job(s) claimed by a claim whose answer was lost"
+        ]
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "queuelog.worker.jobs"]
     assert sorted((x["id"], x["outcome"]) for x in lines) == sorted((id, "completed") for id in ids)
     assert set(states(server, type).values()) == {("COMPLETED", 1, name)}
