@@ -14,22 +14,23 @@ The key comes from $QUEUELOG_API_KEY (kept out of `ps`), or `Worker(url, key, ha
 
 At most `concurrency` handlers run at once; async handlers on the loop, sync ones in
 daemon threads (kept for the next job). The free slots are claimed together, in one
-`claimJobs` that long-polls while nothing is due, so an idle worker starts a new job within
-milliseconds. Completions are sent as one `completeJobs`: whatever finished while the
-previous one was in flight, so batches grow with the load and nothing waits for company
-at low load. While up to `concurrency` finished jobs wait for their report, the next ones
-are claimed and run. When the last claim found fewer jobs than it asked for, the next jobs
-due are likely those that the running ones will release (chains of dependencies), so the
-next claim waits briefly (CARRY_WAIT) for running jobs to finish and goes out as one
-`completeAndClaimJobs` carrying their completions: the server completes them and claims in
-the same transaction, and a chain moves a step per round trip. A job stays this worker's
-until its report is in; one periodic sweep heartbeats, at a third of the lease, the jobs
-held that long (a job done in microseconds never needs one). Every report carries the
-attempt, so a worker whose lease expired cannot overwrite the job's next holder. The
-per-job JSON log lines of a batch are written together. On SIGTERM/SIGINT the worker stops claiming (closing the long poll in flight, so
-it claims nothing more), lets running handlers finish within `grace` seconds, fails the
-rest as retryable, and returns. Network failures are retried with jittered back-off; they
-never stop the worker. `run_forever` runs on uvloop when it is installed.
+`claimJobs` that long-polls while nothing is due, so an idle worker starts a new job
+within milliseconds. Completions are sent as one `completeJobs`: whatever finished while
+the previous one was in flight, so batches grow with the load and nothing waits for
+company at low load. While up to `concurrency` finished jobs wait for their report, the
+next ones are claimed and run. When the last claim found fewer jobs than it asked for, the
+next jobs due are likely those that the running ones will release (chains of
+dependencies), so the next claim waits briefly (CARRY_WAIT) for running jobs to finish and
+goes out as one `completeAndClaimJobs` carrying their completions: the server completes
+them and claims in the same transaction, and a chain moves a step per round trip. A job
+stays this worker's until its report is in; one periodic sweep heartbeats, at a third of
+the lease, the jobs held that long (a job done in microseconds never needs one). Every
+report carries the attempt, so a worker whose lease expired cannot overwrite the job's
+next holder. The per-job JSON log lines of a batch are written together. On SIGTERM/SIGINT
+the worker stops claiming (closing the long poll in flight, so it claims nothing more),
+lets running handlers finish within `grace` seconds, fails the rest as retryable, and
+returns. Network failures are retried with jittered back-off; they never stop the worker.
+`run_forever` runs on uvloop when it is installed.
 
 A key the server refuses (API.md section 7) is a configuration error, not a failure to wait
 out: UNAUTHENTICATED from any call (a mistyped, unknown or revoked key), or FORBIDDEN on a
