@@ -296,7 +296,7 @@ class JobQueue:
         self._check_controlled_type(job_type)
         control = await self.repository.update_type_control(job_type, paused=False, paused_until=None)
         log.info("type %r resumed by %s", job_type, principal.name)
-        self.signal.notify()  # claims waiting in this process; others see it at their recheck
+        self.signal.notify([job_type])  # claims waiting here; others see it at their recheck
         return control
 
     async def set_type_control(self, principal: Principal, limits: TypeLimits) -> TypeControl:
@@ -328,7 +328,7 @@ class JobQueue:
             limits.rate_limit,
             limits.timeout_seconds,
         )
-        self.signal.notify()  # a raised limit may free claims waiting here
+        self.signal.notify([limits.type])  # a raised limit may free claims waiting here
         return control
 
     async def cancel_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
@@ -426,6 +426,9 @@ class JobQueue:
             while True:
                 if gone is not None and gone.done():
                     return []
+                # Taken before the claim: what becomes ready while it runs (after its snapshot)
+                # ends the wait that follows at once, instead of being missed until a recheck.
+                mark = self.signal.mark()
                 try:
                     outcome = self._seen(await claim(wanted=wanted))
                 except ClaimerRevoked:
@@ -460,7 +463,7 @@ class JobQueue:
                     if until_due <= 0:
                         break
                     pause = min(remaining, until_due + 0.001, recheck)
-                    if await self.signal.wait(pause, *watched):
+                    if await self.signal.wait(pause, *watched, types=types, since=mark):
                         break  # woken: claim again
                     rechecking = True
                     if outcome.controls and await self.repository.stored_controls() != outcome.controls:
