@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
+from typing import Any
+
+from conftest import Databases
+
+from queuelog.model import EventKind, JobFilter, NewJob, Priority
+from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import bulk
+from queuelog.storage.repository import Repository
 
 
 def test_a_slow_chunk_makes_the_next_one_smaller() -> None:
@@ -45,4 +55,42 @@ def test_chunks_aim_at_their_databases_time_so_fixed_costs_do_not_shrink_them_to
         return size
 
     assert settle(bulk.CHUNK_SECONDS) == bulk.SMALLEST_CHUNK
-    assert settle(bulk.PG_CHUNK_SECONDS) >= 500
+    assert settle(bulk.PG_CHUNK_SECONDS) >= 250  # a transaction of 6 ms holds hundreds of jobs
+
+
+def test_a_bulk_call_pauses_after_each_chunk_where_its_database_needs_it(databases: Databases) -> None:
+    """On PostgreSQL a chunk's write-ahead log delays every COMMIT after it: the call waits
+    as long as each chunk took before the next (PG_PAUSE_RATIO), so that others commit behind
+    nothing. On SQLite it goes straight on. Every matching job is changed either way."""
+    url = databases.migrated()
+    ratio = bulk.PG_PAUSE_RATIO if databases.backend == "postgresql" else bulk.PAUSE_RATIO
+    count = 3000
+
+    async def scenario() -> tuple[int, list[tuple[float, float]]]:
+        repository = Repository(url, RetryPolicy(10, 3600))
+        await repository.open()
+        try:
+            job = NewJob("email", {}, "{}", Priority.MEDIUM, 0, None, None)
+            for _ in range(count // 1000):
+                await repository.enqueue([job] * 1000, "producer")
+            writes: list[tuple[float, float]] = []
+            write = repository._db.write
+
+            async def timed(operation: Any, **options: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await write(operation, **options)
+                finally:
+                    writes.append((started, time.perf_counter()))
+
+            repository._db.write = timed  # type: ignore[method-assign]
+            outcome = await repository.bulk(EventKind.CANCELLED, JobFilter(type="email"), None, count)
+            return outcome.count, writes
+        finally:
+            await repository.close()
+
+    changed, chunks = asyncio.run(scenario())
+    assert changed == count
+    assert len(chunks) >= 3  # chunks start at FIRST_CHUNK and at most double
+    for (started, ended), (next_started, _) in itertools.pairwise(chunks):
+        assert next_started - ended >= ratio * (ended - started) * 0.99

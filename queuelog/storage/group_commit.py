@@ -58,6 +58,7 @@ class GroupCommit:
 
     has_lane = False  # whether the backend keeps the controlled lane apart
     bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
+    bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
 
     async def write(self, operation: Callable[[WriteTx], T], last: bool = False, lane: bool = False) -> T:
         """Run `operation` in the next batch; `last`: after the batch's other operations (a

@@ -317,6 +317,7 @@ class PostgresDatabase(GroupCommit):
 
     has_lane = True
     bulk_chunk_seconds = bulk.PG_CHUNK_SECONDS
+    bulk_pause_ratio = bulk.PG_PAUSE_RATIO
 
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the

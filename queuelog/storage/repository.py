@@ -264,7 +264,8 @@ class Repository:
         self, action: EventKind, job_filter: JobFilter, created_by: str | None, limit: int
     ) -> BulkOutcome:
         """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
-        first, one short transaction per chunk."""
+        first, one short transaction per chunk, with a pause after each where the database
+        needs one (bulk.py)."""
         done, after, size = 0, 0, bulk.FIRST_CHUNK
         while done < limit:
             chunk = functools.partial(
@@ -277,10 +278,13 @@ class Repository:
             )
             started = time.perf_counter()
             changed, after, exhausted = await self._db.write(chunk)
-            size = bulk.next_chunk_size(size, time.perf_counter() - started, self._db.bulk_chunk_seconds)
+            took = time.perf_counter() - started
+            size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
             done += changed
             if exhausted:
                 return BulkOutcome(done, more=False)
+            if done < limit:
+                await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
         wanted = bulk.statuses(action, job_filter)
         rest = await self._db.read(bulk.matching, job_filter, wanted, created_by, after, 1)
         return BulkOutcome(done, more=bool(rest))
