@@ -15,6 +15,15 @@ With several server processes on one file (`serve --workers N`) writers queue on
 exclusive `flock` beside the database (write_lock.py). The loop only ever tries it
 without blocking; when another process holds it, that batch runs on a helper thread that
 waits for the lock, and new operations keep queueing for the next batch meanwhile.
+
+Checkpoints (copying the write-ahead log back into the database) stay off that path. SQLite
+runs one every 1,000 log pages inside the COMMIT that crosses the mark: the writer, on the
+event loop, then waits for the log's fsync, the copy and the database's fsync, and so does
+every request of the server (a quarter of the server's time on chains of dependent jobs,
+whose steps dirty pages all over the table). The writer turns that off
+(wal_autocheckpoint=0); a `Checkpointer` thread checkpoints every CHECKPOINT_SECONDS on its
+own connection instead, PASSIVE: it never waits for a writer or a reader, nor holds one up,
+and sqlite3 lets go of the GIL meanwhile. Other connections (the CLI) keep SQLite's default.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -93,6 +103,39 @@ def connect(path: str) -> SqliteConnection:
     return connection
 
 
+CHECKPOINT_SECONDS = 0.2
+
+
+class Checkpointer:
+    """Checkpoints the database at `path` every CHECKPOINT_SECONDS, PASSIVE, on a thread and
+    a connection of its own, until `close()` (which checkpoints once more)."""
+
+    def __init__(self, path: str) -> None:
+        self._connection = connect(path)
+        self._stop = threading.Event()
+        self.checkpoints = 0  # checkpoints run (for tests)
+        self._thread = threading.Thread(target=self._run, name="queuelog-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(CHECKPOINT_SECONDS):
+            self.checkpoint()
+        self.checkpoint()
+        self._connection.close()
+
+    def checkpoint(self) -> None:
+        try:
+            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:  # the file went away, the disk is full: the next try may do
+            log.warning("SQLite checkpoint failed: %s", exc)
+        else:
+            self.checkpoints += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 class SqliteDatabase(GroupCommit):
     sql = SqliteStatements
 
@@ -100,8 +143,10 @@ class SqliteDatabase(GroupCommit):
         super().__init__(on_commit)
         path = database_path(url)
         self._writer = connect(path)
+        self._writer.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's job
         self._reader = connect(path)
         self._reader.execute("PRAGMA query_only=ON")
+        self.checkpointer = Checkpointer(path)
         self._lock = WriteLock(url)
         self._flush_scheduled = False
         self._in_thread = False
@@ -227,4 +272,5 @@ class SqliteDatabase(GroupCommit):
             self._thread.shutdown(wait=True)
         self._writer.close()
         self._reader.close()
+        self.checkpointer.close()
         self._lock.close()
