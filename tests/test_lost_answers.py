@@ -194,6 +194,13 @@ async def until_done(server: Server, type: str, count: int) -> None:
         await asyncio.sleep(0.05)
 
 
+async def until_reported(server: Server, worker: Worker, type: str, count: int) -> None:
+    """Until `count` jobs of `type` are COMPLETED and the worker has logged each."""
+    await until_done(server, type, count)
+    while worker.processed < count:
+        await asyncio.sleep(0.01)
+
+
 def taken_over(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith("taking over")]
 
@@ -264,9 +271,7 @@ def test_a_completion_whose_answer_was_lost_is_logged_completed(
     caplog.set_level(logging.INFO, logger="queuelog.worker.jobs")
 
     async def scenario(worker: Worker) -> None:
-        await until_done(server, type, len(ids))
-        while worker.processed < len(ids):
-            await asyncio.sleep(0.01)
+        await until_reported(server, worker, type, len(ids))
 
     ran = run_worker(server, proxy, key, type, scenario)
     assert len(proxy.dropped) == 1
@@ -294,9 +299,7 @@ def test_a_complete_and_claim_whose_answer_was_lost_loses_no_job(
     caplog.set_level(logging.INFO, logger="queuelog.worker")
 
     async def scenario(worker: Worker) -> None:
-        await until_done(server, type, len(ids))
-        while worker.processed < len(ids):
-            await asyncio.sleep(0.01)
+        await until_reported(server, worker, type, len(ids))
 
     ran = run_worker(server, proxy, key, type, scenario)
     [answer] = proxy.dropped
