@@ -50,6 +50,7 @@ from queuelog.model import (
 from queuelog.sanitize import sanitize_error
 from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
+from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.operations import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
 from queuelog.storage.types import compact_json
@@ -379,8 +380,9 @@ class JobQueue:
         claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
         if not wait:
             return self._seen(await claim()).jobs
+        park = functools.partial(self.repository.park_claim, principal.name, type_list, limit, lease)
         return await self._claim_waiting(
-            functools.partial(claim, key_checked=True), principal.name, type_list, wait, client_gone
+            functools.partial(claim, key_checked=True), park, principal.name, type_list, wait, client_gone
         )
 
     def _claim_arguments(
@@ -399,6 +401,7 @@ class JobQueue:
     async def _claim_waiting(
         self,
         claim: Callable[..., Awaitable[Claimed]],
+        park: Callable[..., ParkedClaim[Claimed]],
         worker: str,
         types: builtins.list[str] | None,
         wait: float,
@@ -409,15 +412,15 @@ class JobQueue:
         Between claims it only reads when the next job is due (an indexed MIN), so an idle
         worker costs one cheap read per recheck, never a write. Enqueues in this process
         wake it at once; those of other processes wake it through the event feed, or are
-        seen at the next recheck (CROSS_PROCESS_RECHECK_SECONDS). A revoke of
+        seen at the next recheck (CROSS_PROCESS_RECHECK_SECONDS). While it sleeps, it is
+        parked (group_commit.py): a completion in this process that releases jobs of its
+        types claims them for it in its own transaction. A revoke of
         the worker's key ends the wait with nothing claimed: each claim checks the key in its
         transaction, and a moved keys generation (any process's revoke) ends it at the next
         recheck.
         """
         deadline = time.monotonic() + wait
-        generation = self.repository.key_generation()
         gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
-        watched = [gone] if gone is not None else []
         # Read from the writer thread right before commit: a client that has gone away by
         # then claims nothing (the claim rolls back) instead of stranding jobs until
         # their lease expires.
@@ -435,42 +438,77 @@ class JobQueue:
                     return []
                 if outcome.jobs:
                     return outcome.jobs
-                # A type held back by a control frees when a job leaves RUNNING (a job
-                # event, from any process, wakes us), when a pause or rate window ends
-                # (wake_at), or when a control changes (read at each recheck).
-                recheck = HELD_RECHECK_SECONDS if outcome.controls else CROSS_PROCESS_RECHECK_SECONDS
-                rechecking = False
-                while True:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or (gone is not None and gone.done()):
-                        return []
-                    # Read afresh: on PostgreSQL the cached generation moves only when a
-                    # request or an event arrives, and an idle queue has neither.
-                    if await self.repository.refresh_key_generation() != generation:
-                        if not await self.repository.key_is_active(worker):
-                            return []
-                        generation = self.repository.key_generation()
-                    # At a recheck, a ready job of a type no control holds (another
-                    # process's enqueue whose event has not reached us) ends the wait too. Not
-                    # right after the claim: the ready jobs it skipped are being claimed.
-                    ready_too = rechecking and not outcome.controls
-                    next_due = await self.repository.next_due_at(types, ready_too=ready_too)
-                    if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
-                        next_due = outcome.wake_at
-                    until_due = remaining
-                    if next_due is not None:
-                        until_due = (next_due - self.repository.now()).total_seconds()
-                    if until_due <= 0:
-                        break
-                    pause = min(remaining, until_due + 0.001, recheck)
-                    if await self.signal.wait(pause, *watched, types=types, since=mark):
-                        break  # woken: claim again
-                    rechecking = True
-                    if outcome.controls and await self.repository.stored_controls() != outcome.controls:
-                        break  # a control changed on some server: claim again
+                # Claims a control binds stay out of other transactions: they take the
+                # controlled-claim lock (flow.py).
+                parked = None if outcome.controls else park(wanted=wanted)
+                try:
+                    again = await self._sleep_until_claimable(
+                        outcome, worker, types, deadline, gone, parked, mark
+                    )
+                finally:
+                    found = await self.repository.leave_claim(parked) if parked is not None else None
+                if found is not None:  # even past the deadline: these jobs are claimed
+                    return self._seen(found).jobs
+                if not again:
+                    return []
         finally:
             if gone is not None and not gone.done():
                 gone.cancel()
+
+    async def _sleep_until_claimable(
+        self,
+        outcome: Claimed,
+        worker: str,
+        types: builtins.list[str] | None,
+        deadline: float,
+        gone: asyncio.Future[object] | None,
+        parked: ParkedClaim[Claimed] | None,
+        mark: int,
+    ) -> bool:
+        """Sleep after a claim that found nothing: True when the claim should run again,
+        False when the wait is over (time is up, the client has gone, the key was revoked);
+        either as soon as `parked` has claimed."""
+        generation = self.repository.key_generation()
+        watched: builtins.list[asyncio.Future[Any]] = []
+        if gone is not None:
+            watched.append(gone)
+        if parked is not None:
+            watched.append(parked.claimed)
+        # A type held back by a control frees when a job leaves RUNNING (a job
+        # event, from any process, wakes us), when a pause or rate window ends
+        # (wake_at), or when a control changes (read at each recheck).
+        recheck = HELD_RECHECK_SECONDS if outcome.controls else CROSS_PROCESS_RECHECK_SECONDS
+        rechecking = False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or (gone is not None and gone.done()):
+                return False
+            if parked is not None and parked.claimed.done():
+                return True
+            # Read afresh: on PostgreSQL the cached generation moves only when a
+            # request or an event arrives, and an idle queue has neither.
+            if await self.repository.refresh_key_generation() != generation:
+                if not await self.repository.key_is_active(worker):
+                    return False
+                generation = self.repository.key_generation()
+            # At a recheck, a ready job of a type no control holds (another
+            # process's enqueue whose event has not reached us) ends the wait too. Not
+            # right after the claim: the ready jobs it skipped are being claimed.
+            ready_too = rechecking and not outcome.controls
+            next_due = await self.repository.next_due_at(types, ready_too=ready_too)
+            if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
+                next_due = outcome.wake_at
+            until_due = remaining
+            if next_due is not None:
+                until_due = (next_due - self.repository.now()).total_seconds()
+            if until_due <= 0:
+                return True
+            pause = min(remaining, until_due + 0.001, recheck)
+            if await self.signal.wait(pause, *watched, types=types, since=mark):
+                return True  # woken: claim again
+            rechecking = True
+            if outcome.controls and await self.repository.stored_controls() != outcome.controls:
+                return True  # a control changed on some server: claim again
 
     def _seen(self, outcome: Claimed) -> Claimed:
         """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""

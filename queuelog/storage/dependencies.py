@@ -16,11 +16,15 @@ from collections.abc import Sequence
 from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
 from queuelog.model import EventKind, Job, JobScope, JobStatus, NewJob
-from queuelog.storage.codec import decode_job
+from queuelog.storage.codec import JOB_COLUMNS, decode_job
 from queuelog.storage.transaction import Connection, WriteTx
 
 COMPLETED = JobStatus.COMPLETED.value
 ENDED_BADLY = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
+
+
+_TYPE = JOB_COLUMNS.index("type")
+_DELAYED = JOB_COLUMNS.index("delayed")
 
 
 def _ids(ids: Sequence[int]) -> str:
@@ -85,7 +89,9 @@ def settle(tx: WriteTx) -> None:
     done = [job.id for job in parents if job.status is JobStatus.COMPLETED]
     if done:
         # Waiting claims wake on the COMPLETED event of a job with dependents (wakeup.py).
-        tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": _ids(done), "now": tx.now_us}).fetchall()
+        released = tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": _ids(done), "now": tx.now_us}).fetchall()
+        # Jobs due now, which the batch's parked claims may take (group_commit.py).
+        tx.ready_types.update(row[_TYPE] for row in released if row[_DELAYED] == 0)
     for root in parents:
         if root.status is JobStatus.COMPLETED:
             continue

@@ -13,6 +13,15 @@ Claims expected to take the controlled-claim lock (flow.py) may go in the contro
 one batch of the lane at a time, so that the claims arriving meanwhile share the next one,
 and its one wait for the lock, instead of each transaction queueing for it on its own. A
 backend that runs one batch at a time (SQLite) treats the lane as `last`.
+
+A waiting claim may park (`park`): every batch with a write that may make jobs ready to
+claim (`write(makes_ready=True)`: a completion, which may release dependents) then runs it
+too, last, in its transaction, if the batch did make jobs of its types ready
+(`WriteTx.ready_types`). A job released while a worker waits for it thus goes to that
+worker in the transaction that completed its last dependency, instead of waking the claim
+for a transaction of its own after that one commits. Not enqueues: their answer would wait
+for the claim too (measured: an enqueue's p50 4.3 -> 8 ms on PostgreSQL while a claim
+waits), and a producer is not to pay for a worker's claim.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
@@ -42,12 +51,46 @@ def _live(batch: Batch) -> Batch:
     return [(operation, future) for operation, future in batch if not future.cancelled()]
 
 
+class ParkedClaim(Generic[T]):
+    """A waiting claim that batches making jobs of its `types` (None: any) ready run too.
+
+    `claimed` is set once a run returned what `found` accepts (jobs); `running` is the run
+    under way in a batch, if any."""
+
+    def __init__(
+        self, operation: Callable[[WriteTx], T], types: Sequence[str] | None, found: Callable[[T], bool]
+    ) -> None:
+        self.operation = operation
+        self.types = None if types is None else frozenset(types)
+        self.found = found
+        self.claimed: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.running: asyncio.Future[T | None] | None = None
+
+    def run(self, tx: WriteTx) -> T | None:
+        """The claim, where the batch made jobs ready that it may take; None (no statement)
+        where not."""
+        ready = tx.ready_types
+        if not ready or (self.types is not None and self.types.isdisjoint(ready)):
+            return None
+        return self.operation(tx)
+
+    def ran(self, run: asyncio.Future[T | None]) -> None:
+        self.running = None
+        if run.cancelled() or run.exception() is not None or self.claimed.done():
+            return  # a failed batch claimed nothing; the waiting claim finds out by itself
+        value = run.result()
+        if value is not None and self.found(value):
+            self.claimed.set_result(value)
+
+
 class GroupCommit:
     def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
         self._on_commit = on_commit
         self._queue: Batch = []
         self._last: Batch = []  # run after the others (write(last=True))
         self._lane: Batch = []  # the controlled lane (write(lane=True)), where a backend has one
+        self._parked: dict[ParkedClaim[Any], None] = {}  # in the order they parked
+        self._ready_queued = False  # a write queued may make jobs ready (makes_ready=True)
         self._idle = asyncio.Event()
         self._idle.set()
         self.db_clock = DatabaseClock()
@@ -60,18 +103,45 @@ class GroupCommit:
     bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
     bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
 
-    async def write(self, operation: Callable[[WriteTx], T], last: bool = False, lane: bool = False) -> T:
+    async def write(
+        self,
+        operation: Callable[[WriteTx], T],
+        last: bool = False,
+        lane: bool = False,
+        makes_ready: bool = False,
+    ) -> T:
         """Run `operation` in the next batch; `last`: after the batch's other operations (a
         claim: it then sees their completions, and on PostgreSQL holds the controlled-claim
         lock from as close to COMMIT as it can); `lane`: in the controlled lane's next batch
-        (a claim expected to take the controlled-claim lock)."""
+        (a claim expected to take the controlled-claim lock); `makes_ready`: it may make
+        jobs ready to claim (the batch runs the parked claims)."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         if lane and self.has_lane:
             self._lane.append((operation, future))
+        elif last or lane:
+            self._last.append((operation, future))
         else:
-            (self._last if last or lane else self._queue).append((operation, future))
+            self._queue.append((operation, future))
+        self._ready_queued = self._ready_queued or makes_ready
         self._schedule()
         return await future
+
+    def park(
+        self, operation: Callable[[WriteTx], T], types: Sequence[str] | None, found: Callable[[T], bool]
+    ) -> ParkedClaim[T]:
+        """Run the claim `operation` in every batch that makes jobs of `types` ready, until
+        `leave`; a run whose value `found` accepts sets `claimed`."""
+        parked = ParkedClaim(operation, types, found)
+        self._parked[parked] = None
+        return parked
+
+    async def leave(self, parked: ParkedClaim[T]) -> T | None:
+        """Stop running `parked`; what a batch claimed for it, if any (after the run under
+        way, if one is)."""
+        self._parked.pop(parked, None)
+        if parked.running is not None:
+            await asyncio.wait([parked.running])
+        return parked.claimed.result() if parked.claimed.done() else None
 
     def _schedule(self) -> None:
         """Start a batch when none is under way and operations wait."""
@@ -87,10 +157,19 @@ class GroupCommit:
         return bool(self._queue or self._last or self._lane)
 
     def _take(self) -> Batch:
-        """Everything queued outside the lane, less the operations whose callers have gone."""
-        queued = self._queue + self._last
+        """Everything queued outside the lane, less the operations whose callers have gone;
+        then the parked claims, when a write taken may make jobs ready."""
+        queued = _live(self._queue + self._last)
         self._queue, self._last = [], []
-        return _live(queued)
+        if self._ready_queued and queued:
+            for parked in self._parked:
+                if parked.running is None and not parked.claimed.done():
+                    run: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                    run.add_done_callback(parked.ran)
+                    parked.running = run
+                    queued.append((parked.run, run))
+        self._ready_queued = False
+        return queued
 
     def _take_lane(self) -> Batch:
         """Everything queued in the controlled lane, less the operations whose callers have gone."""

@@ -44,6 +44,7 @@ from queuelog.storage import operations as ops
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
+from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.operations import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
@@ -201,13 +202,7 @@ class Repository:
         key_checked: bool = False,
     ) -> ops.Claimed:
         """`claim`, also saying which types a control held back and until when."""
-
-        def claim(tx: WriteTx) -> ops.Claimed:
-            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay, check_key=key_checked)
-            if outcome.jobs and wanted is not None and not wanted():
-                raise ClaimAbandoned()
-            return outcome
-
+        claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, key_checked)
         seen = self._controls_seen
         lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
         try:
@@ -216,6 +211,44 @@ class Repository:
             return ops.Claimed([], [], None)
         self._saw_controls(types, seen, outcome)
         return outcome
+
+    def park_claim(
+        self,
+        worker: str,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int,
+        wanted: Callable[[], bool] | None = None,
+    ) -> ParkedClaim[ops.Claimed]:
+        """The waiting claim `claim_held(..., key_checked=True)`, run by the batches that
+        release jobs of its types (group_commit.py) until `leave_claim`."""
+        claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, True)
+        return self._db.park(claim, types, lambda outcome: bool(outcome.jobs))
+
+    async def leave_claim(self, parked: ParkedClaim[ops.Claimed]) -> ops.Claimed | None:
+        """Stop running the parked claim; what a batch claimed for it, if any."""
+        seen = self._controls_seen
+        outcome = await self._db.leave(parked)
+        if outcome is not None:
+            self._saw_controls(None if parked.types is None else list(parked.types), seen, outcome)
+        return outcome
+
+    def _claim_operation(
+        self,
+        worker: str,
+        types: Sequence[str] | None,
+        limit: int,
+        lease_seconds: int,
+        wanted: Callable[[], bool] | None,
+        key_checked: bool,
+    ) -> Callable[[WriteTx], ops.Claimed]:
+        def claim(tx: WriteTx) -> ops.Claimed:
+            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay, check_key=key_checked)
+            if outcome.jobs and wanted is not None and not wanted():
+                raise ClaimAbandoned()
+            return outcome
+
+        return claim
 
     def _saw_controls(
         self, types: Sequence[str] | None, seen: dict[str, TypeControl], outcome: ops.Claimed
@@ -246,7 +279,7 @@ class Repository:
 
         seen = self._controls_seen
         lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
-        outcome = await self._db.write(complete_then_claim, last=True, lane=lane)
+        outcome = await self._db.write(complete_then_claim, last=True, lane=lane, makes_ready=True)
         self._saw_controls(types, seen, outcome[1])
         return outcome
 
@@ -317,10 +350,13 @@ class Repository:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))
 
     async def complete(self, worker: str, job_id: int, result: Any, attempt: int | None) -> Job:
-        return await self._db.write(lambda tx: ops.complete(tx, worker, job_id, result, attempt))
+        def completion(tx: WriteTx) -> Job:
+            return ops.complete(tx, worker, job_id, result, attempt)
+
+        return await self._db.write(completion, makes_ready=True)
 
     async def complete_many(self, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
-        return await self._db.write(lambda tx: ops.complete_many(tx, worker, items))
+        return await self._db.write(lambda tx: ops.complete_many(tx, worker, items), makes_ready=True)
 
     async def fail(
         self,

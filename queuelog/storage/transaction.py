@@ -108,6 +108,9 @@ class WriteTx:
         # Jobs with dependents that the running operation finished: dependencies.settle
         # releases or cancels their dependents right after it, in its savepoint.
         self.parents: list[Job] = []
+        # The types of the jobs this transaction made ready to claim now (released by a
+        # completion): the batch's parked claims run only for these (group_commit.py).
+        self.ready_types: set[str] = set()
         self.claim_preamble = ClaimPreamble()
 
     def move_clock_to(self, now: datetime) -> None:
