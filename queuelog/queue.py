@@ -441,14 +441,19 @@ class JobQueue:
                 # Claims a control binds stay out of other transactions: they take the
                 # controlled-claim lock (flow.py).
                 parked = None if outcome.controls else park(wanted=wanted)
+                failure: Exception | None = None
                 try:
                     again = await self._sleep_until_claimable(
                         outcome, worker, types, deadline, gone, parked, mark
                     )
+                except Exception as exc:  # a read failed: what the parked claim took still goes out
+                    failure, again = exc, False
                 finally:
                     found = await self.repository.leave_claim(parked) if parked is not None else None
                 if found is not None:  # even past the deadline: these jobs are claimed
                     return self._seen(found).jobs
+                if failure is not None:
+                    raise failure
                 if not again:
                     return []
         finally:
