@@ -204,9 +204,8 @@ class Repository:
         """`claim`, also saying which types a control held back and until when."""
         claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, key_checked)
         seen = self._controls_seen
-        lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
         try:
-            outcome = await self._db.write(claim, last=True, lane=lane)
+            outcome = await self._db.write(claim, last=True, lane=self._in_lane(types))
         except ClaimAbandoned:
             return ops.Claimed([], [], None)
         self._saw_controls(types, seen, outcome)
@@ -250,6 +249,12 @@ class Repository:
 
         return claim
 
+    def _in_lane(self, types: Sequence[str] | None) -> bool:
+        """Whether a claim of `types` goes in the controlled lane: by the controls the latest
+        claims went by, one of them binds."""
+        seen = self._controls_seen
+        return flow.any_binds(seen, list(seen) if types is None else types, self.now())
+
     def _saw_controls(
         self, types: Sequence[str] | None, seen: dict[str, TypeControl], outcome: ops.Claimed
     ) -> None:
@@ -272,13 +277,13 @@ class Repository:
         """complete_many, then claim_held (no wait), in one operation of one transaction."""
 
         def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, ops.Claimed]:
-            completed = ops.complete_many(tx, worker, items) if items else CompletionOutcome([], [])
-            if tx.parents:
-                dependencies.settle(tx)  # the claim sees the dependents they released
+            completed = CompletionOutcome([], [])
+            if items:  # ops.run settles their dependents: the claim sees those they released
+                completed = ops.run(lambda tx: ops.complete_many(tx, worker, items), tx)
             return completed, ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
 
         seen = self._controls_seen
-        lane = flow.any_binds(seen, list(seen) if types is None else types, self.now())
+        lane = self._in_lane(types)
         outcome = await self._db.write(complete_then_claim, last=True, lane=lane, makes_ready=True)
         self._saw_controls(types, seen, outcome[1])
         return outcome
