@@ -117,11 +117,11 @@ CLAIM_FIELDS = (
     " claimedAt leaseExpiresAt"
 )
 COMPLETE_BATCH = 100
+COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
 # After a short claim, how long the next one waits for a running job to finish, so as to
 # carry its completion (module docstring). A new job due meanwhile waits at most this much
 # longer; an idle worker (nothing running) never waits.
 CARRY_WAIT = 0.02
-COMPLETE_BATCH_BYTES = 256 * 1024  # well under QUEUELOG_MAX_BODY_BYTES' default (1 MiB)
 DEFAULT_LEASE_SECONDS = 300.0
 MIN_HEARTBEAT_INTERVAL = 0.2
 SWEEP_TICK_MIN, SWEEP_TICK_MAX = 0.05, 1.0  # a heartbeat is due at most this late
