@@ -50,8 +50,8 @@ from queuelog.model import (
 from queuelog.sanitize import sanitize_error
 from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
+from queuelog.storage.claims import Claimed
 from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.operations import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
 from queuelog.storage.types import compact_json
 from queuelog.wakeup import WorkSignal

@@ -21,8 +21,8 @@ from conftest import Databases
 from queuelog.errors import Conflict
 from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage import claims, postgres
 from queuelog.storage import operations as ops
-from queuelog.storage import postgres
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -55,7 +55,7 @@ def claim_email(repository: Repository) -> Callable[[WriteTx], Any]:
     """A write claiming one `email` job for WORKER: the jobs it claimed."""
 
     def claim(tx: WriteTx) -> Any:
-        return ops.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
+        return claims.claim(tx, WORKER, ["email"], 1, 60, repository._delay).jobs
 
     return claim
 

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from queuelog.model import EventKind, Job, JobEvent, JobStatus
-from queuelog.storage import operations as ops
+from queuelog.storage import reads
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 log = logging.getLogger("queuelog.storage")
@@ -145,7 +145,7 @@ class EventTail:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._high = await self._db.read(ops.last_event_id)
+        self._high = await self._db.read(reads.last_event_id)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -174,11 +174,11 @@ class EventTail:
             self._own.forget_through(self._high)
             return 0
         self._behind = True
-        rows: list[tuple[int, int, str, str]] = await self._db.read(ops.events_after, self._high)
+        rows: list[tuple[int, int, str, str]] = await self._db.read(reads.events_after, self._high)
         self._behind = len(rows) >= EVENT_TAIL_BATCH
         late: list[tuple[int, int, str, str]] = []
         if self._holes:
-            late = await self._db.read(ops.events_with_ids, sorted(self._holes))
+            late = await self._db.read(reads.events_with_ids, sorted(self._holes))
         now = time.monotonic()
         items: list[RemoteEvent] = []
         for event_id, job_id, kind, status in late + rows:
@@ -200,7 +200,7 @@ class EventTail:
             if self._before_delivery is not None:
                 await self._before_delivery()
             items = self._undelivered
-            jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
+            jobs = await self._db.read(reads.get_jobs, sorted({job_id for _, job_id, _ in items}))
             self._undelivered = []
             events = events_as_of(items, jobs)
             if events:

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 
 from queuelog.model import JobEvent
-from queuelog.storage import operations as ops
+from queuelog.storage import reads
 from queuelog.storage.event_tail import RemoteEvent, events_as_of, remote_event
 from queuelog.storage.postgres import PostgresDatabase, connect
 from queuelog.storage.postgres_statements import LISTEN, PostgresStatements
@@ -132,7 +132,7 @@ class PostgresListener:
             items, self._pending = self._pending, []
             try:
                 await self._before_delivery()
-                jobs = await self._db.read(ops.get_jobs, sorted({job_id for _, job_id, _ in items}))
+                jobs = await self._db.read(reads.get_jobs, sorted({job_id for _, job_id, _ in items}))
             except Exception as exc:
                 # Kept, and read again after a pause: dropped, they would never be delivered
                 # (subscribers waiting for a terminal state would wait for ever).
@@ -157,7 +157,7 @@ class PostgresListener:
         failures = 0
         while after < through and not self._stop.is_set():
             try:
-                rows = await self._db.read(ops.events_after, after)
+                rows = await self._db.read(reads.events_after, after)
             except Exception as exc:
                 if failures == 0:
                     log.warning("could not catch up on events after reconnecting: %s", exc)

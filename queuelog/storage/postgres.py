@@ -49,7 +49,7 @@ from psycopg.pq import ExecStatus, Format
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage import bulk
+from queuelog.storage import bulk, claims
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
@@ -452,7 +452,7 @@ class PostgresDatabase(GroupCommit):
             ((operation, future),) = batch
             try:
                 outcomes.append((future, ops.run(operation, tx), None))
-            except (pg_errors.UniqueViolation, ops.RunAgain):
+            except (pg_errors.UniqueViolation, claims.RunAgain):
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
             except (*RETRIED_ERRORS, psycopg.OperationalError, psycopg.InterfaceError):
@@ -482,7 +482,7 @@ class PostgresDatabase(GroupCommit):
             mark = tx.mark()
             try:
                 value = ops.run(operation, tx)
-            except (pg_errors.UniqueViolation, ops.RunAgain) as exc:
+            except (pg_errors.UniqueViolation, claims.RunAgain) as exc:
                 # Another server inserted one of its idempotency keys after this operation
                 # looked (a batch may meet several, one after the other), or changed the
                 # controls a claim went by: run it again, and it finds that job, or reads them.

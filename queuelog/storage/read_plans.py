@@ -2,7 +2,7 @@
 
 SQLite has no statistics to choose between a caller's own index and a filter's, and
 PostgreSQL's cannot know that status follows age; the counters (job_counts) know exactly how
-many rows each walk passes. operations.py reads the counts, asks here, and runs the plan.
+many rows each walk passes. reads.py reads the counts, asks here, and runs the plan.
 """
 
 from __future__ import annotations

@@ -39,13 +39,13 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, controls, dependencies, flow, schedules
+from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules
 from queuelog.storage import operations as ops
+from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.operations import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
@@ -139,13 +139,13 @@ class Repository:
         return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by, scope))
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
-        return await self._db.read(ops.get_job, job_id, scope)
+        return await self._db.read(reads.get_job, job_id, scope)
 
     async def dependency_ids(self, job_ids: Sequence[int]) -> dict[int, list[int]]:
         return await self._db.read(dependencies.dependency_ids, job_ids)
 
     async def events_of_jobs(self, job_ids: Sequence[int], last: int) -> dict[int, list[RecordedEvent]]:
-        return await self._db.read(ops.events_of_jobs, job_ids, last)
+        return await self._db.read(reads.events_of_jobs, job_ids, last)
 
     async def list_jobs(
         self,
@@ -158,24 +158,24 @@ class Repository:
     ) -> tuple[list[Job], bool, int]:
         if schedule_name is not None:
             return await self._db.read(
-                ops.list_schedule_jobs, scope, schedule_name, status, job_type, first, after_id
+                reads.list_schedule_jobs, scope, schedule_name, status, job_type, first, after_id
             )
-        return await self._db.read(ops.list_jobs, scope, status, job_type, first, after_id)
+        return await self._db.read(reads.list_jobs, scope, status, job_type, first, after_id)
 
     def now(self) -> datetime:
         """The time by the database's clock, the one its writes use (queuelog/clock.py)."""
         return self._db.now()
 
     async def queue_stats(self, scope: JobScope) -> QueueStats:
-        return await self._db.read(ops.queue_stats, self.now(), scope)
+        return await self._db.read(reads.queue_stats, self.now(), scope)
 
     async def finished_per_minute(self, scope: JobScope, minutes: int) -> list[MinuteCount]:
-        return await self._db.read(ops.finished_per_minute, self.now(), scope, minutes)
+        return await self._db.read(reads.finished_per_minute, self.now(), scope, minutes)
 
     async def next_due_at(self, types: Sequence[str] | None, ready_too: bool = False) -> datetime | None:
         """When a delayed job of these types becomes due; with `ready_too`, a ready job
         (claimable now) counts as due."""
-        return await self._db.read(ops.next_due_at, types, self.now() if ready_too else None)
+        return await self._db.read(reads.next_due_at, types, self.now() if ready_too else None)
 
     async def claim(
         self,
@@ -200,14 +200,14 @@ class Repository:
         lease_seconds: int,
         wanted: Callable[[], bool] | None = None,
         key_checked: bool = False,
-    ) -> ops.Claimed:
+    ) -> claims.Claimed:
         """`claim`, also saying which types a control held back and until when."""
         claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, key_checked)
         seen = self._controls_seen
         try:
             outcome = await self._db.write(claim, last=True, lane=self._in_lane(types))
         except ClaimAbandoned:
-            return ops.Claimed([], [], None)
+            return claims.Claimed([], [], None)
         self._saw_controls(types, seen, outcome)
         return outcome
 
@@ -218,13 +218,13 @@ class Repository:
         limit: int,
         lease_seconds: int,
         wanted: Callable[[], bool] | None = None,
-    ) -> ParkedClaim[ops.Claimed]:
+    ) -> ParkedClaim[claims.Claimed]:
         """The waiting claim `claim_held(..., key_checked=True)`, run by the batches that
         release jobs of its types (group_commit.py) until `leave_claim`."""
         claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, True)
         return self._db.park(claim, types, lambda outcome: bool(outcome.jobs))
 
-    async def leave_claim(self, parked: ParkedClaim[ops.Claimed]) -> ops.Claimed | None:
+    async def leave_claim(self, parked: ParkedClaim[claims.Claimed]) -> claims.Claimed | None:
         """Stop running the parked claim; what a batch claimed for it, if any."""
         seen = self._controls_seen
         outcome = await self._db.leave(parked)
@@ -240,9 +240,11 @@ class Repository:
         lease_seconds: int,
         wanted: Callable[[], bool] | None,
         key_checked: bool,
-    ) -> Callable[[WriteTx], ops.Claimed]:
-        def claim(tx: WriteTx) -> ops.Claimed:
-            outcome = ops.claim(tx, worker, types, limit, lease_seconds, self._delay, check_key=key_checked)
+    ) -> Callable[[WriteTx], claims.Claimed]:
+        def claim(tx: WriteTx) -> claims.Claimed:
+            outcome = claims.claim(
+                tx, worker, types, limit, lease_seconds, self._delay, check_key=key_checked
+            )
             if outcome.jobs and wanted is not None and not wanted():
                 raise ClaimAbandoned()
             return outcome
@@ -256,7 +258,7 @@ class Repository:
         return flow.any_binds(seen, list(seen) if types is None else types, self.now())
 
     def _saw_controls(
-        self, types: Sequence[str] | None, seen: dict[str, TypeControl], outcome: ops.Claimed
+        self, types: Sequence[str] | None, seen: dict[str, TypeControl], outcome: claims.Claimed
     ) -> None:
         """Remember the controls a claim went by: the next claims' lane follows them."""
         if outcome.controls:
@@ -273,14 +275,14 @@ class Repository:
         types: Sequence[str] | None,
         limit: int,
         lease_seconds: int,
-    ) -> tuple[CompletionOutcome, ops.Claimed]:
+    ) -> tuple[CompletionOutcome, claims.Claimed]:
         """complete_many, then claim_held (no wait), in one operation of one transaction."""
 
-        def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, ops.Claimed]:
+        def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, claims.Claimed]:
             completed = CompletionOutcome([], [])
             if items:  # ops.run settles their dependents: the claim sees those they released
                 completed = ops.run(lambda tx: ops.complete_many(tx, worker, items), tx)
-            return completed, ops.claim(tx, worker, types, limit, lease_seconds, self._delay)
+            return completed, claims.claim(tx, worker, types, limit, lease_seconds, self._delay)
 
         seen = self._controls_seen
         lane = self._in_lane(types)
@@ -415,7 +417,7 @@ class Repository:
         )
 
     async def key_is_active(self, name: str) -> bool:
-        return await self._db.read(ops.key_is_active, name)
+        return await self._db.read(reads.key_is_active, name)
 
     def key_generation(self) -> int:
         """Goes up whenever any key is revoked or changed, by any process.

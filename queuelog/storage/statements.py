@@ -2,9 +2,9 @@
 
 Each database has one class holding its SQL under these names: `SqliteStatements`
 (sqlite_statements.py) and `PostgresStatements` (postgres_statements.py). A connection
-carries its database's class as `.sql`, so operations.py asks for `tx.sql.CLAIM_ANY` and
-never sees the text. A class that lacks a name, or adds one not declared here, fails when it
-is defined: at import.
+carries its database's class as `.sql`, so operations.py (like claims.py and reads.py) asks
+for `tx.sql.CLAIM_ANY` and never sees the text. A class that lacks a name, or adds one not
+declared here, fails when it is defined: at import.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ the epoch (exact, compact, and they compare and index as numbers); PostgreSQL ge
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,11 @@ def from_micros(value: int) -> datetime:
 def compact_json(value: Any) -> str:
     """The contract's canonical form (see jsonutil.compact); ValueError for NaN/Infinity."""
     return jsonutil.compact(value)
+
+
+def ids_json(ids: Sequence[int]) -> str:
+    """Ids as a JSON array, for statements that take a list as one parameter."""
+    return "[" + ",".join(str(int(i)) for i in ids) + "]"
 
 
 class UtcTimestamp(TypeDecorator[datetime]):
