@@ -16,15 +16,11 @@ from collections.abc import Sequence
 from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
 from queuelog.model import EventKind, Job, JobScope, JobStatus, NewJob
-from queuelog.storage.codec import JOB_COLUMNS, decode_job
+from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
 
 COMPLETED = JobStatus.COMPLETED.value
 ENDED_BADLY = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
-
-
-_TYPE = JOB_COLUMNS.index("type")
-_DELAYED = JOB_COLUMNS.index("delayed")
 
 
 def _ids(ids: Sequence[int]) -> str:
@@ -90,8 +86,8 @@ def settle(tx: WriteTx) -> None:
     if done:
         # Waiting claims wake on the COMPLETED event of a job with dependents (wakeup.py).
         released = tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": _ids(done), "now": tx.now_us}).fetchall()
-        # Jobs due now, which the batch's parked claims may take (group_commit.py).
-        tx.ready_types.update(row[_TYPE] for row in released if row[_DELAYED] == 0)
+        # Jobs due now (type, delayed), which the batch's parked claims may take (group_commit.py).
+        tx.ready_types.update(job_type for job_type, delayed in released if delayed == 0)
     for root in parents:
         if root.status is JobStatus.COMPLETED:
             continue

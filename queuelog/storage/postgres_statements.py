@@ -524,7 +524,7 @@ class PostgresStatements(Statements):
         FROM d
         WHERE jobs.id = ANY(ARRAY(SELECT job_id FROM d)) AND jobs.id = d.job_id
             AND {state_guard("jobs.status = 'pending' AND jobs.delayed = 2")}
-        RETURNING {JOB_COLUMN_LIST}"""
+        RETURNING jobs.type, jobs.delayed"""
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
             SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id

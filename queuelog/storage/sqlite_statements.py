@@ -478,7 +478,7 @@ class SqliteStatements(Statements):
         "SELECT job_id, depends_on FROM job_dependencies"
         " WHERE job_id IN (SELECT value FROM json_each(:ids)) ORDER BY job_id, depends_on"
     )
-    RELEASE_DEPENDENTS = f"""
+    RELEASE_DEPENDENTS = """
         UPDATE jobs SET waiting_for = jobs.waiting_for - d.n,
             delayed = CASE WHEN jobs.waiting_for - d.n > 0 THEN 2 WHEN jobs.run_at > :now THEN 1 ELSE 0 END,
             run_at = CASE WHEN jobs.waiting_for - d.n <= 0 AND jobs.run_at < :now
@@ -487,7 +487,7 @@ class SqliteStatements(Statements):
         FROM (SELECT job_id, count(*) AS n FROM job_dependencies
               WHERE depends_on IN (SELECT value FROM json_each(:ids)) GROUP BY job_id) AS d
         WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
-        RETURNING {JOB_COLUMN_LIST}"""
+        RETURNING jobs.type, jobs.delayed"""
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
             SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
