@@ -1,7 +1,7 @@
 """The reads of jobs, their events and the queue's stats, for a caller's scope.
 
-Each read asks read_plans.py which index to walk, from the counters, and runs that plan;
-nothing here writes.
+Pages of jobs and the oldest pending job ask read_plans.py which index to walk, from the
+counters, and run that plan. Nothing here writes.
 """
 
 from __future__ import annotations
