@@ -1,8 +1,8 @@
 """The repository: the async interface the rest of queuelog uses to reach the database.
 
-It runs the statements of `operations` (writes through the group-commit writer, reads on
-the loop) and, once a write has committed, hands its events to the listeners
-(subscriptions, metrics, the claim wake-up).
+It runs the functions of `operations` and `claims` through the group-commit writer and
+those of `reads` on a reading connection, and, once a write has committed, hands its events
+to the listeners (subscriptions, metrics, the claim wake-up).
 """
 
 from __future__ import annotations
