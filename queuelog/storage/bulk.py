@@ -32,12 +32,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from queuelog import jsonutil
 from queuelog.model import EventKind, Job, JobFilter, JobStatus
 from queuelog.storage import dependencies
 from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import to_micros
+from queuelog.storage.types import ids_json, to_micros
 
 FIRST_CHUNK = 50
 SMALLEST_CHUNK, LARGEST_CHUNK = 10, 1000
@@ -114,7 +113,7 @@ def apply(
         return 0, after, True
     before = {job_id: (status, worker) for job_id, status, worker in found}
     sql = tx.sql.CANCEL_IDS if action is EventKind.CANCELLED else tx.sql.RETRY_IDS
-    ids = jsonutil.dumps(list(before)).decode()
+    ids = ids_json(list(before))
     rows = tx.execute(sql, {"ids": ids, "now": tx.now_us}).fetchall()
     changed: list[Job] = [decode_job(row) for row in rows]
     if action is EventKind.RETRIED:

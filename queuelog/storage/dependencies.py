@@ -13,18 +13,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from queuelog import jsonutil
 from queuelog.errors import Conflict, NotFound
 from queuelog.model import EventKind, Job, JobScope, JobStatus, NewJob
 from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
+from queuelog.storage.types import ids_json
 
 COMPLETED = JobStatus.COMPLETED.value
 ENDED_BADLY = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)
-
-
-def _ids(ids: Sequence[int]) -> str:
-    return jsonutil.dumps([int(i) for i in ids]).decode()
 
 
 def lock_existing(tx: WriteTx, ids: set[int], scope: JobScope) -> dict[int, str]:
@@ -35,7 +31,7 @@ def lock_existing(tx: WriteTx, ids: set[int], scope: JobScope) -> dict[int, str]
     commits first (its status is read here) or sees `has_dependents` and the new edges."""
     if not ids:
         return {}
-    rows = tx.execute(tx.sql.MARK_DEPENDED_ON, {"ids": _ids(sorted(ids))}).fetchall()
+    rows = tx.execute(tx.sql.MARK_DEPENDED_ON, {"ids": ids_json(sorted(ids))}).fetchall()
     found = {row[0]: row for row in rows if scope.allows_owned(row[2], row[3])}
     for job_id in sorted(ids):
         if job_id not in found:
@@ -85,7 +81,7 @@ def settle(tx: WriteTx) -> None:
     done = [job.id for job in parents if job.status is JobStatus.COMPLETED]
     if done:
         # Waiting claims wake on the COMPLETED event of a job with dependents (wakeup.py).
-        released = tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": _ids(done), "now": tx.now_us}).fetchall()
+        released = tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": ids_json(done), "now": tx.now_us}).fetchall()
         # Jobs due now (type, delayed), which the batch's parked claims may take (group_commit.py).
         tx.ready_types.update(job_type for job_type, delayed in released if delayed == 0)
     for root in parents:
@@ -105,14 +101,15 @@ def restore_waiting(tx: WriteTx, retried: Sequence[Job]) -> dict[int, Job]:
     ids = [job.id for job in retried if job.dependency_count]
     if not ids:
         return {}
-    rows = tx.execute(tx.sql.RESTORE_WAITING, {"ids": _ids(ids), "now": tx.now_us}).fetchall()
+    rows = tx.execute(tx.sql.RESTORE_WAITING, {"ids": ids_json(ids), "now": tx.now_us}).fetchall()
     return {job.id: job for job in map(decode_job, rows)}
 
 
 def dependency_ids(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[int]]:
     found: dict[int, list[int]] = {}
     if job_ids:
-        for job_id, target in conn.execute(conn.sql.DEPENDENCIES_OF_JOBS, {"ids": _ids(job_ids)}).fetchall():
+        rows = conn.execute(conn.sql.DEPENDENCIES_OF_JOBS, {"ids": ids_json(job_ids)}).fetchall()
+        for job_id, target in rows:
             found.setdefault(job_id, []).append(target)
     return found
 

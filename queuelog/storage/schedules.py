@@ -33,7 +33,7 @@ from queuelog.model import (
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import compact_json, to_micros
+from queuelog.storage.types import compact_json, ids_json, to_micros
 
 DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment was down
 MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)
@@ -231,7 +231,7 @@ def _open_last_jobs(tx: WriteTx, due: Sequence[Schedule]) -> set[int]:
     ids = [s.last_job_id for s in due if s.overlap is Overlap.SKIP and s.last_job_id is not None]
     if not ids:
         return set()
-    rows = tx.execute(tx.sql.JOB_STATES, {"ids": jsonutil.dumps(ids).decode()}).fetchall()
+    rows = tx.execute(tx.sql.JOB_STATES, {"ids": ids_json(ids)}).fetchall()
     return {job_id for job_id, status in rows if status in OPEN_STATUSES}
 
 
