@@ -617,6 +617,35 @@ def test_max_running_per_key_takes_the_next_job_no_limit_forbids(flow: Flow) -> 
     assert ids(flow.claim([other], limit=10)) == [more[0]["id"], more[2]["id"], more[3]["id"]]
 
 
+def test_max_running_counts_keyed_and_unkeyed_jobs_together(flow: Flow) -> None:
+    # Keyed and unkeyed ready jobs are read from two indexes; the quota is the type's, not
+    # each index's: 12 jobs, every other one keyed, one claim of 10 under maxRunning 3.
+    job_type = flow.type()
+    flow.limits(job_type, maxRunning=3)
+    keys = ["k", None] * 6
+    jobs = flow.enqueue_many([{"type": job_type, **({"concurrencyKey": k} if k else {})} for k in keys])
+    claimed = flow.claim([job_type], limit=10)
+    assert ids(claimed) == ids(jobs[:3])
+    assert flow.claim([job_type], limit=10) == []
+    assert flow.control(job_type)["running"] == 3
+    # Two types in one claim: each within its own quota, the claim's limit over both.
+    other = flow.type()
+    flow.limits(other, maxRunning=2)
+    more = flow.enqueue_many([{"type": other, **({"concurrencyKey": k} if k else {})} for k in keys])
+    both = flow.claim([job_type, other], limit=10)
+    assert ids(both) == ids(more[:2])
+
+
+def test_a_type_wide_rate_limit_counts_keyed_and_unkeyed_claims_together(flow: Flow) -> None:
+    job_type = flow.type()
+    flow.limits(job_type, rateLimit={"limit": 2, "periodSeconds": 3600})
+    keys = ["k", None, "j", None]
+    jobs = flow.enqueue_many([{"type": job_type, **({"concurrencyKey": k} if k else {})} for k in keys])
+    assert ids(flow.claim([job_type], limit=10)) == ids(jobs[:2])
+    assert flow.claim([job_type], limit=10) == []
+    assert flow.counts(job_type)["running"] == 2
+
+
 def test_a_full_key_does_not_hold_back_other_types(flow: Flow) -> None:
     limited, free = flow.type(), flow.type()
     flow.limits(limited, maxRunningPerKey=1, maxRunning=1)

@@ -122,10 +122,24 @@ def _heads(columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock
     return " UNION ALL ".join(reads)
 
 
-def _claim_heads(wanted: str, per_type: str) -> str:
-    """Claim the first `limit` of each wanted type's first `per_type` ready jobs, in claim
-    order."""
-    heads = _heads("id, priority, created_at", wanted, per_type, per_type, True)
+def _within_quotas(columns: str) -> str:
+    """Each wanted type's first `quota` ready jobs, keyed and unkeyed together: the quota is
+    the type's, so it applies to the merge of its two index reads, not to each of them."""
+    reads = [
+        f"SELECT * FROM (SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {READY}"
+        f" AND {keyness} ORDER BY priority DESC, created_at, id LIMIT wanted.quota"
+        f" FOR UPDATE SKIP LOCKED) AS {name}"
+        for keyness, name in ((_UNKEYED, "unkeyed"), (_KEYED, "keyed"))
+    ]
+    return (
+        f"SELECT head.* FROM {_WANTED_QUOTAS} CROSS JOIN LATERAL ("
+        f"SELECT * FROM ({' UNION ALL '.join(reads)}) AS both_heads"
+        " ORDER BY priority DESC, created_at, id LIMIT wanted.quota) AS head"
+    )
+
+
+def _claim_heads(heads: str) -> str:
+    """Claim the first `limit` of `heads`, in claim order."""
     return f"""{_CLAIMED}
     WHERE id = ANY(ARRAY(
         SELECT heads.id FROM ({heads}) AS heads
@@ -135,7 +149,7 @@ def _claim_heads(wanted: str, per_type: str) -> str:
 """
 
 
-_CLAIM = _claim_heads(_WANTED, "%(limit)s")
+_CLAIM = _claim_heads(_heads("id, priority, created_at", _WANTED, "%(limit)s", "%(limit)s", True))
 _READY_HEADS = _heads(
     _CANDIDATE,
     "unnest(%(types)s::text[], %(quotas)s::int[], %(kquotas)s::int[]) AS wanted(type, quota, kquota)",
@@ -143,7 +157,7 @@ _READY_HEADS = _heads(
     "wanted.kquota",
     True,
 )
-_CLAIM_WITHIN_QUOTAS = _claim_heads(_WANTED_QUOTAS, "wanted.quota")
+_CLAIM_WITHIN_QUOTAS = _claim_heads(_within_quotas("id, priority, created_at"))
 _KEY_HEADS = f"""
     SELECT head.* FROM unnest(%(types)s::text[], %(keys)s::text[], %(quotas)s::int[])
         AS wanted(type, key, quota)

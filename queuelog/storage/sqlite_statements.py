@@ -106,10 +106,20 @@ def _heads(type_count: int, columns: str, unkeyed_limit: str, keyed_limit: str) 
     return _each_type(type_count, f"{unkeyed}) UNION ALL SELECT * FROM ({keyed}")
 
 
-def _claim_heads(type_count: int, per_type: str) -> str:
-    """Claim the first `limit` of each type's first `per_type` ready jobs, in claim order.
-    BEGIN IMMEDIATE makes it atomic."""
-    heads = _heads(type_count, "id, priority, created_at", per_type, per_type)
+def _within_quotas(type_count: int, columns: str) -> str:
+    """Each type's first `quota{i}` ready jobs, keyed and unkeyed together: the quota is the
+    type's, so it applies to the merge of its two index reads, not to each of them."""
+    unkeyed = _UNKEYED_HEAD.format(columns=columns, ready=READY, limit=":quota{i}")
+    keyed = _KEYED_HEAD.format(columns=columns, ready=READY, limit=":quota{i}")
+    return _each_type(
+        type_count,
+        f"SELECT * FROM ({unkeyed}) UNION ALL SELECT * FROM ({keyed})"
+        " ORDER BY priority DESC, created_at, id LIMIT :quota{i}",
+    )
+
+
+def _claim_heads(heads: str) -> str:
+    """Claim the first `limit` of `heads`, in claim order. BEGIN IMMEDIATE makes it atomic."""
     return f"""{_CLAIMED}
     WHERE status = 'pending' AND id IN (
         SELECT id FROM ({heads}) ORDER BY priority DESC, created_at, id LIMIT :limit)
@@ -120,12 +130,12 @@ def _claim_heads(type_count: int, per_type: str) -> str:
 # The claim of types without controls: up to `limit` of each type's heads.
 @functools.lru_cache(maxsize=64)
 def claim_statement(type_count: int) -> str:
-    return _claim_heads(type_count, ":limit")
+    return _claim_heads(_heads(type_count, "id, priority, created_at", ":limit", ":limit"))
 
 
 @functools.lru_cache(maxsize=64)
 def claim_within_quotas_statement(type_count: int) -> str:
-    return _claim_heads(type_count, ":quota{i}")
+    return _claim_heads(_within_quotas(type_count, "id, priority, created_at"))
 
 
 @functools.lru_cache(maxsize=64)
