@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import GraphQLResponse, Server, serving
+from sqlalchemy import text
 
 # Each test takes fresh types from this pool; the allowlist is deliberately not sorted.
 TYPE_POOL = [f"f{i:03d}" for i in range(400)]
@@ -644,6 +645,28 @@ def test_a_type_wide_rate_limit_counts_keyed_and_unkeyed_claims_together(flow: F
     assert ids(flow.claim([job_type], limit=10)) == ids(jobs[:2])
     assert flow.claim([job_type], limit=10) == []
     assert flow.counts(job_type)["running"] == 2
+
+
+def test_a_paused_type_among_a_claims_types_takes_no_controlled_claim_lock(flow: Flow) -> None:
+    # A worker claims every type it handles; pausing one of them must not send its claims
+    # through the lock that every server's counted claims share. The test holds that lock
+    # (PostgreSQL's advisory lock) in its own session: the claim must answer all the same.
+    if flow.server.backend != "postgresql":
+        pytest.skip("SQLite's controlled-claim lock is its write lock, which every claim takes")
+    paused, free = flow.type(), flow.type()
+    flow.pause(paused)
+    flow.enqueue(paused)
+    job = flow.enqueue(free)
+    with flow.server.engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(7160419)"))
+        thread, outcome = in_background(lambda: flow.claim([paused, free], limit=5))
+        thread.join(timeout=20)
+        answered_under_lock = not thread.is_alive()
+        holder.execute(text("SELECT pg_advisory_unlock(7160419)"))
+        holder.commit()
+    thread.join(timeout=20)
+    assert answered_under_lock, "the claim waited for the controlled-claim lock"
+    assert ids(outcome["result"]) == [job["id"]]
 
 
 def test_a_full_key_does_not_hold_back_other_types(flow: Flow) -> None:

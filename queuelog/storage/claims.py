@@ -73,10 +73,19 @@ def claim(
         return Claimed([], [], None)
     else:
         controls = expire_and_promote(tx, types, delay)
+    paused = flow.paused(controls, types, tx.now)
+    if paused:
+        # A paused type is left out, not counted: it needs no controlled-claim lock.
+        types = [t for t in types if t not in paused.held]
+        if not types:
+            _check_key(tx.execute_together(key_check) if key_check else [])
+            return Claimed([], paused.held, paused.wake_at, controls)
     if not flow.any_binds(controls, types, tx.now):
         params = _claim_params(tx, worker, lease_seconds, limit)
         params.update(per_type_params(types))
         rows = _claim_uncontrolled(tx, types, (tx.sql.claim_jobs(len(types)), params), key_check)
+        if paused:
+            return Claimed(_claimed(tx, rows), paused.held, paused.wake_at, controls)
         return Claimed(_claimed(tx, rows), [], None)
     plan = flow.lock_and_plan(tx, types, limit, controls, also=key_check)
     _check_key(plan.also)
@@ -106,6 +115,10 @@ def claim(
         rows = claim_planned(tx.sql.claim_within_quotas(len(names)), per_type_params(names, quotas))
     claimed = _claimed(tx, rows)
     flow.record_rate_claims(tx, plan, claimed)
+    if paused:
+        plan.held[:0] = paused.held
+        if paused.wake_at is not None:
+            plan.wake(paused.wake_at)
     return Claimed(claimed, plan.held, plan.wake_at, controls)
 
 
@@ -123,7 +136,7 @@ def _claim_uncontrolled(
     rows, *answers = tx.execute_together(statements)
     if recheck:
         controls = flow.read_controls(tx, answers.pop())
-        if flow.any_binds(controls, types, tx.now):
+        if flow.any_binds(controls, types, tx.now) or flow.paused(controls, types, tx.now):
             raise RunAgain()
         tx.claim_preamble.controls = controls
     _check_key(answers)

@@ -54,15 +54,27 @@ def read_controls(conn: Connection, rows: Sequence[Any] | None = None) -> dict[s
 
 
 def binds(control: TypeControl | None, now: datetime) -> bool:
-    """Whether a claim of this type must go through the controlled path."""
-    if control is None:
+    """Whether a claim of this type must go through the controlled path: it has a limit
+    that only a count made under the controlled-claim lock can keep. (A paused type is
+    left out of the claim instead: see `paused`.)"""
+    if control is None or control.paused_at(now):
         return False
-    return (
-        control.paused_at(now)
-        or control.max_running is not None
-        or control.per_key
-        or control.rate_limit is not None
-    )
+    return control.max_running is not None or control.per_key or control.rate_limit is not None
+
+
+@dataclass
+class Paused:
+    held: list[str]  # the claim's types that are paused now
+    wake_at: datetime | None  # the earliest end of a pause with `until` among them
+
+
+def paused(controls: dict[str, TypeControl], types: Sequence[str], now: datetime) -> Paused | None:
+    """The claim's types that a pause holds back, or None when none is paused."""
+    held = [t for t in types if (c := controls.get(t)) is not None and c.paused_at(now)]
+    if not held:
+        return None
+    ends = [u for t in held if (u := controls[t].paused_until) is not None]
+    return Paused(held, min(ends) if ends else None)
 
 
 def any_binds(controls: dict[str, TypeControl], types: Sequence[str], now: datetime) -> bool:
