@@ -107,7 +107,7 @@ def claim(
 
     rows = []
     if plan.per_key_types:
-        ids = flow.choose(plan, flow.candidates(tx, plan), limit)
+        ids = flow.choose_candidates(tx, plan, limit)
         if ids:
             rows = claim_planned(tx.sql.CLAIM_IDS, {"ids": ids_json(ids)})
     elif plan.types:

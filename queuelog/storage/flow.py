@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from queuelog.model import RateLimit, TypeControl
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.statements import RUNNING, per_type_params
@@ -31,6 +33,12 @@ from queuelog.storage.transaction import Connection, WriteTx
 NO_KEY = ""  # rate_claims.key of a type-wide window, or of jobs without a key
 EVERY_JOB_SCOPE = '[["*", ""]]'  # job_counts' scope of every job (counters.ALL)
 KEY_HEADS_AT_ONCE = 32  # keys whose heads one statement reads
+
+
+def keyed_walk_rows(limit: int) -> int:
+    """How many of a per-key type's keyed jobs a claim reads in claim order before it falls
+    back to reading each key's head: enough for `limit` when few keys are full."""
+    return 4 * limit + 32
 
 
 def read_controls(conn: Connection, rows: Sequence[Any] | None = None) -> dict[str, TypeControl]:
@@ -89,8 +97,12 @@ class ClaimPlan:
     types: list[tuple[str, int]] = field(default_factory=list)
     per_key_types: set[str] = field(default_factory=set)
     type_quota: dict[str, int] = field(default_factory=dict)
-    # (type, key) -> at most this many of the key's ready jobs
+    # (type, key) -> at most this many of the key's ready jobs, for the keys whose RUNNING
+    # jobs or rate window were counted (with room left); any other key of a per-key type
+    # may take default_room[type], and the keys in full[type] none
     keys: dict[tuple[str, str], int] = field(default_factory=dict)
+    default_room: dict[str, int] = field(default_factory=dict)
+    full: dict[str, list[str]] = field(default_factory=dict)
     # types whose claims go into rate_claims: type -> per key?
     rated: dict[str, bool] = field(default_factory=dict)
     # the earliest moment a held type may become claimable by time alone (a pause with
@@ -104,6 +116,12 @@ class ClaimPlan:
     # whether the plan read RUNNING counts, per type or per key (a claim is then stamped
     # after them)
     counted_running: bool = False
+
+    def room(self, job_type: str, key: str) -> int:
+        """How many of this key's ready jobs the claim may take."""
+        if key in self.full.get(job_type, ()):
+            return 0
+        return self.keys.get((job_type, key), self.default_room.get(job_type, 0))
 
     def wake(self, at: datetime) -> None:
         if self.wake_at is None or at < self.wake_at:
@@ -173,10 +191,8 @@ def lock_and_plan(
             # window is read anyway.
             reads.append((tx.sql.FORGET_RATE_CLAIMS, {"type": job_type, "since": since}))
             reads.append((tx.sql.RATE_WINDOW, {"type": job_type, "since": since}))
-        if control.per_key:
-            if control.max_running_per_key is not None:
-                reads.append((tx.sql.RUNNING_PER_KEY, {"type": job_type}))
-            reads.append((tx.sql.KEYS_WITH_READY_JOBS, {"type": job_type}))
+        if control.per_key and control.max_running_per_key is not None:
+            reads.append((tx.sql.RUNNING_PER_KEY, {"type": job_type}))
     answered = tx.execute_together([*reads, *also])
     answers = iter(answered[: len(reads)])
     (granted,) = next(answers)[0]
@@ -193,10 +209,8 @@ def lock_and_plan(
             next(answers)  # FORGET_RATE_CLAIMS
             windows[job_type] = next(answers)
             read[job_type]["window"] = rate_window(tx, job_type, windows[job_type])
-        if control.per_key:
-            if control.max_running_per_key is not None:
-                read[job_type]["running_per_key"] = dict(next(answers))
-            read[job_type]["keys"] = [key for (key,) in next(answers)]
+        if control.per_key and control.max_running_per_key is not None:
+            read[job_type]["running_per_key"] = dict(next(answers))
     plan = _plan(types, limit, controls, now, running, read)
     plan.also = answered[len(reads) :]
     return plan
@@ -285,7 +299,17 @@ def _plan(
             unkeyed = min(unkeyed, rate.limit - used)
         result.types.append((job_type, max(unkeyed, 0)))
         running_per_key = read[job_type].get("running_per_key", {})
-        for key in read[job_type]["keys"]:
+        counted = set(running_per_key)
+        if rate is not None and rate.per_key:
+            counted.update(key for key in window if key != NO_KEY)
+        default_room = quota
+        if control.max_running_per_key is not None:
+            default_room = min(default_room, control.max_running_per_key)
+        if rate is not None and rate.per_key:
+            default_room = min(default_room, rate.limit)
+        result.default_room[job_type] = default_room
+        full = result.full[job_type] = []
+        for key in sorted(counted):
             room = quota
             if control.max_running_per_key is not None:
                 room = min(room, control.max_running_per_key - running_per_key.get(key, 0))
@@ -296,21 +320,65 @@ def _plan(
                 room = min(room, rate.limit - used)
             if room > 0:
                 result.keys[(job_type, key)] = room
+            else:
+                full.append(key)
     return result
 
 
-def candidates(tx: WriteTx, claim: ClaimPlan) -> list[Any]:
-    """(id, type, key, priority, created_at) of the ready jobs the plan allows, unordered."""
+def choose_candidates(tx: WriteTx, claim: ClaimPlan, limit: int) -> list[int]:
+    """The ids of the first `limit` ready jobs in claim order within every quota.
+
+    Each per-key type's keyed jobs are read in claim order with the full keys left out
+    (KEYED_WALK, at most keyed_walk_rows): the rows it skips are those of full keys, and a
+    walk that stops short of what the claim needs is enough when the choice ends before its
+    last row. Otherwise (one key's backlog fills the walk) the claim reads the head of each
+    key instead (KEYED_HEADS: one seek per key), and then, for the chosen keys that may take
+    more than one job, their next jobs."""
+    rows = _unkeyed_and_plain_heads(tx, claim)
+    walk = keyed_walk_rows(limit)
+    walked: dict[str, list[Any]] = {}
+    for job_type in sorted(claim.per_key_types):
+        params = {"type": job_type, "full": _json_list(claim.full.get(job_type, [])), "walk": walk}
+        walked[job_type] = tx.execute(tx.sql.KEYED_WALK, params).fetchall()
+    choice = _choose([*rows, *(r for w in walked.values() for r in w)], claim, limit)
+    cut = [t for t, w in walked.items() if len(w) == walk and not choice.ends_before(t, _order(w[-1]))]
+    if not cut:
+        return choice.ids
+    for job_type in cut:
+        params = {"type": job_type, "full": _json_list(claim.full.get(job_type, []))}
+        walked[job_type] = tx.execute(tx.sql.KEYED_HEADS, params).fetchall()
+    candidates = [*rows, *(r for w in walked.values() for r in w)]
+    choice = _choose(candidates, claim, limit)
+    more = {
+        (job_type, key): room
+        for (job_type, key) in choice.keys
+        if job_type in cut and (room := claim.room(job_type, key)) > 1
+    }
+    if more:
+        known = {row[0] for row in candidates}
+        candidates += [row for row in _key_heads(tx, more) if row[0] not in known]
+        choice = _choose(candidates, claim, limit)
+    return choice.ids
+
+
+def _unkeyed_and_plain_heads(tx: WriteTx, claim: ClaimPlan) -> list[Any]:
+    """(id, type, key, priority, created_at) of each planned type's first ready jobs within
+    its quota: per-key types' unkeyed jobs only."""
+    if not claim.types:
+        return []
+    names = [t for t, _ in claim.types]
+    quotas = [q for _, q in claim.types]
+    keyed = [0 if t in claim.per_key_types else q for t, q in claim.types]
+    params = per_type_params(names, quotas, kquota=keyed)
+    return tx.execute(tx.sql.ready_heads(len(names)), params).fetchall()
+
+
+def _key_heads(tx: WriteTx, wanted: dict[tuple[str, str], int]) -> list[Any]:
+    """The first `room` ready jobs of each (type, key)."""
     rows: list[Any] = []
-    if claim.types:
-        names = [t for t, _ in claim.types]
-        quotas = [q for _, q in claim.types]
-        keyed = [0 if t in claim.per_key_types else q for t, q in claim.types]
-        params = per_type_params(names, quotas, kquota=keyed)
-        rows.extend(tx.execute(tx.sql.ready_heads(len(names)), params).fetchall())
-    wanted = list(claim.keys.items())
-    for start in range(0, len(wanted), KEY_HEADS_AT_ONCE):
-        chunk = wanted[start : start + KEY_HEADS_AT_ONCE]
+    items = sorted(wanted.items())
+    for start in range(0, len(items), KEY_HEADS_AT_ONCE):
+        chunk = items[start : start + KEY_HEADS_AT_ONCE]
         params = per_type_params(
             [t for (t, _), _ in chunk], [q for _, q in chunk], key=[k for (_, k), _ in chunk]
         )
@@ -318,24 +386,56 @@ def candidates(tx: WriteTx, claim: ClaimPlan) -> list[Any]:
     return rows
 
 
-def choose(claim: ClaimPlan, rows: list[Any], limit: int) -> list[int]:
+def _json_list(values: Sequence[str]) -> str:
+    return orjson.dumps(list(values)).decode()
+
+
+Order = tuple[int, Any, int]
+
+
+def _order(row: Any) -> Order:
+    """A candidate's place in claim order: highest priority, then oldest, then lowest id."""
+    return (-row[3], row[4], row[0])
+
+
+@dataclass
+class _Choice:
+    ids: list[int]
+    keys: set[tuple[str, str]]  # the (type, key) of the chosen keyed jobs of per-key types
+    full_at: Order | None  # where the claim took its `limit`-th job
+    type_full_at: dict[str, Order]  # where each type reached its quota
+
+    def ends_before(self, job_type: str, last: Order) -> bool:
+        """Whether rows after `last` in claim order could not change the choice for this type:
+        the claim, or the type's quota, was full by then."""
+        ends = [at for at in (self.full_at, self.type_full_at.get(job_type)) if at is not None]
+        return any(at <= last for at in ends)
+
+
+def _choose(rows: list[Any], claim: ClaimPlan, limit: int) -> _Choice:
     """The first `limit` candidates in claim order within every quota."""
-    rows.sort(key=lambda r: (-r[3], r[4], r[0]))
+    rows = sorted(rows, key=_order)
     per_type: dict[str, int] = {}
     per_key: dict[tuple[str, str], int] = {}
-    chosen: list[int] = []
-    for job_id, job_type, key, *_ in rows:
+    choice = _Choice([], set(), None, {})
+    for row in rows:
+        job_id, job_type, key, *_ = row
         if per_type.get(job_type, 0) >= claim.type_quota.get(job_type, 0):
             continue
         if key is not None and job_type in claim.per_key_types:
-            if per_key.get((job_type, key), 0) >= claim.keys.get((job_type, key), 0):
+            taken = per_key.get((job_type, key), 0)
+            if taken >= claim.room(job_type, key):
                 continue
-            per_key[(job_type, key)] = per_key.get((job_type, key), 0) + 1
+            per_key[(job_type, key)] = taken + 1
+            choice.keys.add((job_type, key))
         per_type[job_type] = per_type.get(job_type, 0) + 1
-        chosen.append(job_id)
-        if len(chosen) == limit:
+        if per_type[job_type] == claim.type_quota.get(job_type, 0):
+            choice.type_full_at[job_type] = _order(row)
+        choice.ids.append(job_id)
+        if len(choice.ids) == limit:
+            choice.full_at = _order(row)
             break
-    return chosen
+    return choice
 
 
 def record_rate_claims(tx: WriteTx, claim: ClaimPlan, claimed: Sequence[Any]) -> None:

@@ -486,6 +486,27 @@ class PostgresStatements(Statements):
             FROM ready_keys WHERE ready_keys.key IS NOT NULL)
         SELECT key FROM ready_keys WHERE key IS NOT NULL
     """
+    # Not locked: CLAIM_IDS claims only what is still PENDING once it holds the row.
+    KEYED_WALK = (
+        f"SELECT {_CANDIDATE} FROM jobs WHERE type = %(type)s AND {READY} AND {_KEYED}"
+        f" AND NOT concurrency_key = ANY(ARRAY{text_list('full')})"
+        " ORDER BY priority DESC, created_at, id LIMIT %(walk)s"
+    )
+    KEYED_HEADS = f"""
+        WITH RECURSIVE ready_keys(key) AS (
+            (SELECT concurrency_key FROM jobs
+            WHERE type = %(type)s AND {READY} AND {PER_KEY} ORDER BY concurrency_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT concurrency_key FROM jobs
+                WHERE type = %(type)s AND {READY} AND {PER_KEY} AND concurrency_key > ready_keys.key
+                ORDER BY concurrency_key LIMIT 1)
+            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
+        SELECT head.* FROM ready_keys CROSS JOIN LATERAL (
+            SELECT {_CANDIDATE} FROM jobs
+            WHERE jobs.type = %(type)s AND concurrency_key = ready_keys.key AND {READY} AND {PER_KEY}
+            ORDER BY priority DESC, created_at, id LIMIT 1) AS head
+        WHERE ready_keys.key IS NOT NULL AND NOT ready_keys.key = ANY(ARRAY{text_list("full")})
+    """
     RATE_WINDOW = (
         "SELECT key, count(*), MIN(at) FROM rate_claims"
         f" WHERE type = %(type)s AND at > {ts('since')} GROUP BY key"
@@ -736,6 +757,7 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.TYPE_CONTROLS,
         PostgresStatements.LOCK_CONTROLLED_CLAIMS,
         PostgresStatements.RATE_WINDOW,
+        PostgresStatements.KEYED_WALK,
         PostgresStatements.FORGET_RATE_CLAIMS,
         PostgresStatements.INSERT_RATE_CLAIM,
         PostgresStatements.KEY_IS_ACTIVE,

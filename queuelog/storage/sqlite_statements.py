@@ -460,6 +460,26 @@ class SqliteStatements(Statements):
             FROM ready_keys WHERE ready_keys.key IS NOT NULL)
         SELECT key FROM ready_keys WHERE key IS NOT NULL
     """
+    KEYED_WALK = (
+        f"SELECT {_CANDIDATE} FROM jobs INDEXED BY ix_jobs_ready_keyed WHERE type = :type AND {READY}"
+        " AND concurrency_key IS NOT NULL AND concurrency_key NOT IN (SELECT value FROM json_each(:full))"
+        " ORDER BY priority DESC, created_at, id LIMIT :walk"
+    )
+    KEYED_HEADS = f"""
+        WITH RECURSIVE ready_keys(key) AS (
+            SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
+            WHERE type = :type AND {READY} AND concurrency_key IS NOT NULL
+            UNION ALL
+            SELECT (SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
+                WHERE type = :type AND {READY} AND concurrency_key > ready_keys.key)
+            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
+        SELECT {_CANDIDATE} FROM jobs WHERE id IN (
+            SELECT (SELECT id FROM jobs INDEXED BY ix_jobs_ready_key
+                WHERE type = :type AND concurrency_key = ready_keys.key AND {READY}
+                ORDER BY priority DESC, created_at, id LIMIT 1)
+            FROM ready_keys
+            WHERE key IS NOT NULL AND key NOT IN (SELECT value FROM json_each(:full)))
+    """
     RATE_WINDOW = (
         "SELECT key, count(*), MIN(at) FROM rate_claims WHERE type = :type AND at > :since GROUP BY key"
     )
