@@ -19,6 +19,13 @@ rate    a rate limit of 200 claims per 1 s on one type, 3 server processes (SQLi
         (`claimJob(waitSeconds: 2)` + `completeJob`) for --flow-seconds: the busiest 1 s
         sliding window of the jobs' `claimedAt` (<= 200) and the claims within the first
         --flow-seconds from the first one (>= 95 % of 200 per second).
+keys    `claimJobs(limit: 10)` of a type with maxRunningPerKey 1 and 10,000 keys (two pending
+        jobs each, the keys of the claimed jobs still RUNNING), against the same claims of
+        the same jobs on a second server with no controls; samples alternate the servers,
+        each claim's jobs completed after it, untimed. Target p50 and p99 <= 2x.
+paused  `claimJobs(limit: 10, types: [noop, rare])` with `rare` paused (and a backlog of
+        rare jobs), against the same claims on a second server where nothing is paused;
+        samples alternate. Target: within noise (p50 <= 1.1x).
 bulk    `retryJobs(limit: 1000)` over --flow-jobs FAILED jobs until `more` is false, each
         call timed (max <= 250 ms), while a worker long-polls `claimJob(types: ["D"],
         waitSeconds: 5)` and the bench enqueues one D job 50 ms later: the dispatch latency
@@ -59,7 +66,7 @@ from bench._common import (
 from bench._context import Context
 from bench._report import Figure, ms, num, ratio, rx
 
-PARTS = ("claim", "hol", "rate", "bulk")
+PARTS = ("claim", "keys", "paused", "hol", "rate", "bulk")
 
 SET_CONTROL = (
     "mutation Set($input: TypeControlInput!) { setTypeControl(input: $input) "
@@ -189,6 +196,8 @@ def flow_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
     parts = {
         "claim": _claim_part,
+        "keys": _keys_part,
+        "paused": _paused_part,
         "hol": _hol_part,
         "rate": _rate_part,
         "bulk": _bulk_part,
@@ -364,6 +373,120 @@ async def _complete_held(url: str, workers: Sequence[str], held: list[list[dict[
             await _complete_all(api, held[index])
 
     await asyncio.gather(*(worker(i) for i in range(len(workers))))
+
+
+# --- keys / paused: a claim's cost with many keys, or one paused type among its types --------
+
+KEYS = 10_000
+KEY_SAMPLES = (100, 400)  # per server: --quick, full
+CLAIM_TEN = (
+    "mutation Claim($types: [String!]) { claimJobs(limit: 10, types: $types) { id attempt concurrencyKey } }"
+)
+
+
+def _keys_part(ctx: Context, fig: Figure) -> None:
+    keys = [f"tenant-{i:05d}" for i in range(KEYS)]
+    _paired_claims(
+        ctx,
+        fig,
+        title=f"keys: claimJobs(limit: 10) p50 / p99 ms, maxRunningPerKey 1, {KEYS:,} keys vs no controls",
+        left="per-key",
+        job_types="noop",
+        fill=lambda url, key: _enqueue(url, key, _inputs("noop", keys), 2 * KEYS),
+        control={"type": "noop", "maxRunningPerKey": 1},
+        claim_types=["noop"],
+        target=2.0,
+    )
+
+
+def _paused_part(ctx: Context, fig: Figure) -> None:
+    async def fill(url: str, key: str) -> None:
+        await _enqueue(url, key, _inputs("noop"), 20_000)
+        await _enqueue(url, key, _inputs("rare"), 2_000)
+
+    _paired_claims(
+        ctx,
+        fig,
+        title="paused: claimJobs(limit: 10, types: [noop, rare]) p50 / p99 ms, rare paused vs nothing paused",
+        left="rare paused",
+        job_types="noop,rare",
+        fill=fill,
+        control=None,
+        claim_types=["noop", "rare"],
+        target=1.1,
+        pause="rare",
+    )
+
+
+def _paired_claims(
+    ctx: Context,
+    fig: Figure,
+    *,
+    title: str,
+    left: str,
+    job_types: str,
+    fill: Callable[[str, str], Awaitable[None]],
+    control: dict[str, Any] | None,
+    claim_types: list[str],
+    target: float,
+    pause: str | None = None,
+) -> None:
+    """Claims of 10 on two servers holding the same jobs, one with a control set: samples
+    alternate the servers; each claim's jobs are completed after it, untimed."""
+    samples = KEY_SAMPLES[not ctx.settings.quick]
+    controlled = ctx.queuelog(job_types=job_types, name="controlled", wait=False)
+    plain = ctx.queuelog(job_types=job_types, name="plain")
+    queuelog_ready(controlled)
+    servers = {left: controlled, "plain": plain}
+    specs = [("pair-producer", "producer"), ("pair-worker", "worker")]
+    keys = {name: ctx.keys(server, specs) for name, server in servers.items()}
+    for server in servers.values():
+        ctx.run(fill(server.url, keys[_name(servers, server)]["pair-producer"]))
+    assert controlled.admin_key is not None
+    if control is not None:
+        ctx.run(_call(controlled.url, controlled.admin_key, SET_CONTROL, {"input": control}))
+    if pause is not None:
+        ctx.run(_call(controlled.url, controlled.admin_key, PAUSE, {"type": pause}))
+    latencies: dict[str, list[float]] = {name: [] for name in servers}
+    claimed: dict[str, int] = dict.fromkeys(servers, 0)
+
+    async def measure() -> None:
+        apis = {name: Api(server.url, keys[name]["pair-worker"]) for name, server in servers.items()}
+        try:
+            for i in range(samples + 10):
+                order = list(servers) if i % 2 == 0 else list(servers)[::-1]
+                for name in order:
+                    started = time.perf_counter()
+                    jobs = (await apis[name].call(CLAIM_TEN, {"types": claim_types}))["claimJobs"]
+                    elapsed = time.perf_counter() - started
+                    if i >= 10:  # the first 10 rounds warm up
+                        latencies[name].append(elapsed)
+                        claimed[name] += len(jobs)
+                    await _complete_all(apis[name], jobs)
+        finally:
+            for api in apis.values():
+                await api.close()
+
+    with ctx.profile(controlled):
+        ctx.run(measure())
+    a, b = latencies[left], latencies["plain"]
+    r50, r99 = ratio(percentile(a, 50), percentile(b, 50)), ratio(percentile(a, 99), percentile(b, 99))
+    fig.add(title)
+    fig.add(
+        f"  {left} (left) vs plain (right), {samples} claims each",
+        _p50_p99(a),
+        _p50_p99(b),
+        f"{rx(r50)} / {rx(r99)}",
+        f"p50 <= {target}x",
+        met=None if r50 is None else r50 <= target,
+    )
+    fig.data[left] = {
+        name: {**_sample_rows(values), "jobs": claimed[name]} for name, values in latencies.items()
+    }
+
+
+def _name(servers: dict[str, ServerProcess], server: ServerProcess) -> str:
+    return next(name for name, s in servers.items() if s is server)
 
 
 # --- hol: claims of B behind a backlog that a control holds back ----------------------------
