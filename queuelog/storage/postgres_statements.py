@@ -507,12 +507,30 @@ class PostgresStatements(Statements):
             ORDER BY priority DESC, created_at, id LIMIT 1) AS head
         WHERE ready_keys.key IS NOT NULL AND NOT ready_keys.key = ANY(ARRAY{text_list("full")})
     """
-    RATE_WINDOW = (
-        "SELECT key, count(*), MIN(at) FROM rate_claims"
-        f" WHERE type = %(type)s AND at > {ts('since')} GROUP BY key"
-    )
+    # Each key with claims in the window (a loose index scan), its count (last seq - first
+    # seq in the window + 1) and its oldest claim: two seeks a key, whatever the count.
+    RATE_WINDOW = f"""
+        WITH RECURSIVE window_keys(key) AS (
+            (SELECT key FROM rate_claims WHERE type = %(type)s ORDER BY key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT key FROM rate_claims WHERE type = %(type)s AND key > window_keys.key
+                ORDER BY key LIMIT 1)
+            FROM window_keys WHERE window_keys.key IS NOT NULL)
+        SELECT window_keys.key, last.seq - first.seq + 1, first.at FROM window_keys
+        CROSS JOIN LATERAL (SELECT seq FROM rate_claims WHERE type = %(type)s AND key = window_keys.key
+            ORDER BY at DESC, seq DESC LIMIT 1) AS last
+        CROSS JOIN LATERAL (SELECT seq, at FROM rate_claims WHERE type = %(type)s AND key = window_keys.key
+            AND at > {ts('since')} ORDER BY at, seq LIMIT 1) AS first
+        WHERE window_keys.key IS NOT NULL
+    """
     FORGET_RATE_CLAIMS = f"DELETE FROM rate_claims WHERE type = %(type)s AND at <= {ts('since')}"
-    INSERT_RATE_CLAIM = f"INSERT INTO rate_claims (type, key, at) VALUES (%(type)s, %(key)s, {ts('at')})"
+    # The key's next sequence number, at no earlier than its last claim's (see SQLite's).
+    INSERT_RATE_CLAIM = f"""
+        INSERT INTO rate_claims (type, key, at, seq)
+        SELECT %(type)s, %(key)s, GREATEST({ts('at')}, MAX(at)), COALESCE(MAX(seq), 0) + 1 FROM (
+            SELECT at, seq FROM rate_claims WHERE type = %(type)s AND key = %(key)s
+            ORDER BY at DESC, seq DESC LIMIT 1) AS last
+    """
     PUT_TYPE_CONTROL = (
         "INSERT INTO type_controls (type, paused, paused_until, max_running, max_running_per_key,"
         " rate_limit, rate_period_seconds, rate_per_key, timeout_seconds, updated_at)"

@@ -480,11 +480,35 @@ class SqliteStatements(Statements):
             FROM ready_keys
             WHERE key IS NOT NULL AND key NOT IN (SELECT value FROM json_each(:full)))
     """
-    RATE_WINDOW = (
-        "SELECT key, count(*), MIN(at) FROM rate_claims WHERE type = :type AND at > :since GROUP BY key"
-    )
+    # Each key with claims in the window (a loose index scan), its count (last seq - first
+    # seq in the window + 1) and its oldest claim: three seeks a key, whatever the count.
+    RATE_WINDOW = """
+        WITH RECURSIVE window_keys(key) AS (
+            SELECT MIN(key) FROM rate_claims INDEXED BY ix_rate_claims_window WHERE type = :type
+            UNION ALL
+            SELECT (SELECT MIN(key) FROM rate_claims INDEXED BY ix_rate_claims_window
+                WHERE type = :type AND key > window_keys.key)
+            FROM window_keys WHERE window_keys.key IS NOT NULL),
+        ends(key, last_seq, first_seq, first_at) AS (
+            SELECT key,
+                (SELECT seq FROM rate_claims INDEXED BY ix_rate_claims_window
+                    WHERE type = :type AND key = window_keys.key ORDER BY at DESC, seq DESC LIMIT 1),
+                (SELECT seq FROM rate_claims INDEXED BY ix_rate_claims_window
+                    WHERE type = :type AND key = window_keys.key AND at > :since ORDER BY at, seq LIMIT 1),
+                (SELECT at FROM rate_claims INDEXED BY ix_rate_claims_window
+                    WHERE type = :type AND key = window_keys.key AND at > :since ORDER BY at, seq LIMIT 1)
+            FROM window_keys WHERE key IS NOT NULL)
+        SELECT key, last_seq - first_seq + 1, first_at FROM ends WHERE first_seq IS NOT NULL
+    """
     FORGET_RATE_CLAIMS = "DELETE FROM rate_claims WHERE type = :type AND at <= :since"
-    INSERT_RATE_CLAIM = "INSERT INTO rate_claims (type, key, at) VALUES (:type, :key, :at)"
+    # The key's next sequence number, at no earlier than its last claim's (a clock that
+    # stepped back would otherwise break the order that RATE_WINDOW's count relies on).
+    INSERT_RATE_CLAIM = """
+        INSERT INTO rate_claims (type, key, at, seq)
+        SELECT :type, :key, MAX(:at, COALESCE(MAX(at), :at)), COALESCE(MAX(seq), 0) + 1 FROM (
+            SELECT at, seq FROM rate_claims INDEXED BY ix_rate_claims_window
+            WHERE type = :type AND key = :key ORDER BY at DESC, seq DESC LIMIT 1)
+    """
     PUT_TYPE_CONTROL = _sql(
         sqlite.insert(type_controls)
         .values({c.name: bindparam(c.name) for c in type_controls.c})

@@ -304,7 +304,9 @@ type_controls = Table(
 
 # The claims of rate-limited types inside their window (a sliding window is counted, not
 # estimated): one row per claim, `key` '' for the type as a whole or a job without a key.
-# Rows older than the type's period are pruned.
+# Rows older than the type's period are pruned. `seq` numbers each (type, key)'s claims and
+# `at` never decreases with it, so a window's count is the difference of two sequence
+# numbers, each found by one seek in ix_rate_claims_window (flow.py).
 rate_claims = Table(
     "rate_claims",
     metadata,
@@ -312,7 +314,8 @@ rate_claims = Table(
     Column("type", String(255), nullable=False),
     Column("key", String(255), nullable=False),
     Column("at", UtcTimestamp(), nullable=False),
-    Index("ix_rate_claims", "type", "key", "at"),
+    Column("seq", BigInteger),
+    Index("ix_rate_claims_window", "type", "key", "at", "seq"),
 )
 
 # One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so
