@@ -50,6 +50,7 @@ from queuelog.model import (
 from queuelog.sanitize import sanitize_error
 from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
+from queuelog.shared_reads import ControlWatch, Recent
 from queuelog.storage.claims import Claimed
 from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.repository import ClaimerRevoked, Repository
@@ -76,11 +77,14 @@ MAX_DEPENDENCIES = 100
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
-# ...and this often, while a control binds one of its types, it reads the (small) table of
-# controls: a pause lifted or a limit raised on another server is then taken within that
-# time. It claims again only when they changed; a slot freed anywhere is a job event, which
-# wakes it at once, and a rate window or a timed pause ends at its `wake_at`.
+# While a control holds back one of its types, the process reads the (small) table of
+# controls this often for all of its waiting claims together (shared_reads.ControlWatch): a
+# pause lifted or a limit raised on another server wakes them within that time. A slot freed
+# anywhere is a job event, which wakes them at once, and a rate window or a timed pause ends
+# at its `wake_at`.
 HELD_RECHECK_SECONDS = 0.1
+# Waiting claims share one read of the keys generation this recent (a revoke ends them).
+KEY_GENERATION_MAX_AGE = 0.1
 log = logging.getLogger("queuelog.queue")
 # Where `history` gets a job's events: (job id, how many) -> the events.
 HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
@@ -99,6 +103,8 @@ class JobQueue:
         self.signal = signal
         self.on_held = on_held  # told the types a control held back in each claim (metrics)
         self._allowed_types = frozenset(settings.job_types)
+        self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
+        self._key_generation = Recent(repository.refresh_key_generation, KEY_GENERATION_MAX_AGE)
         # Set when this process changes a schedule: its ticker looks again at once.
         self.schedules_changed = asyncio.Event()
 
@@ -481,39 +487,47 @@ class JobQueue:
             watched.append(parked.claimed)
         # A type held back by a control frees when a job leaves RUNNING (a job
         # event, from any process, wakes us), when a pause or rate window ends
-        # (wake_at), or when a control changes (read at each recheck).
-        recheck = HELD_RECHECK_SECONDS if outcome.controls else CROSS_PROCESS_RECHECK_SECONDS
+        # (wake_at), or when a control changes (the process's ControlWatch).
+        controls_changed = None
+        if outcome.controls:
+            controls_changed = self._control_watch.changed(outcome.controls, types)
+            watched.append(controls_changed)
         rechecking = False
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or (gone is not None and gone.done()):
-                return False
-            if parked is not None and parked.claimed.done():
-                return True
-            # Read afresh: on PostgreSQL the cached generation moves only when a
-            # request or an event arrives, and an idle queue has neither.
-            if await self.repository.refresh_key_generation() != generation:
-                if not await self.repository.key_is_active(worker):
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (gone is not None and gone.done()):
                     return False
-                generation = self.repository.key_generation()
-            # At a recheck, a ready job of a type no control holds (another
-            # process's enqueue whose event has not reached us) ends the wait too. Not
-            # right after the claim: the ready jobs it skipped are being claimed.
-            ready_too = rechecking and not outcome.controls
-            next_due = await self.repository.next_due_at(types, ready_too=ready_too)
-            if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
-                next_due = outcome.wake_at
-            until_due = remaining
-            if next_due is not None:
-                until_due = (next_due - self.repository.now()).total_seconds()
-            if until_due <= 0:
-                return True
-            pause = min(remaining, until_due + 0.001, recheck)
-            if await self.signal.wait(pause, *watched, types=types, since=mark):
-                return True  # woken: claim again
-            rechecking = True
-            if outcome.controls and await self.repository.stored_controls() != outcome.controls:
-                return True  # a control changed on some server: claim again
+                if parked is not None and parked.claimed.done():
+                    return True
+                if controls_changed is not None and controls_changed.done():
+                    return True  # a control changed on some server: claim again
+                # Read afresh (one read shared by the process's waiting claims): on
+                # PostgreSQL the cached generation moves only when a request or an event
+                # arrives, and an idle queue has neither.
+                if await self._key_generation.get() != generation:
+                    if not await self.repository.key_is_active(worker):
+                        return False
+                    generation = self.repository.key_generation()
+                # At a recheck, a ready job of a type no control holds (another
+                # process's enqueue whose event has not reached us) ends the wait too. Not
+                # right after the claim: the ready jobs it skipped are being claimed.
+                ready_too = rechecking and not outcome.controls
+                next_due = await self.repository.next_due_at(types, ready_too=ready_too)
+                if outcome.wake_at is not None and (next_due is None or outcome.wake_at < next_due):
+                    next_due = outcome.wake_at
+                until_due = remaining
+                if next_due is not None:
+                    until_due = (next_due - self.repository.now()).total_seconds()
+                if until_due <= 0:
+                    return True
+                pause = min(remaining, until_due + 0.001, CROSS_PROCESS_RECHECK_SECONDS)
+                if await self.signal.wait(pause, *watched, types=types, since=mark):
+                    return True  # woken: claim again
+                rechecking = True
+        finally:
+            if controls_changed is not None and not controls_changed.done():
+                controls_changed.cancel()
 
     def _seen(self, outcome: Claimed) -> Claimed:
         """Types held back by a control: their jobs leaving RUNNING wake waiting claims."""

@@ -520,14 +520,14 @@ class PostgresStatements(Statements):
         CROSS JOIN LATERAL (SELECT seq FROM rate_claims WHERE type = %(type)s AND key = window_keys.key
             ORDER BY at DESC, seq DESC LIMIT 1) AS last
         CROSS JOIN LATERAL (SELECT seq, at FROM rate_claims WHERE type = %(type)s AND key = window_keys.key
-            AND at > {ts('since')} ORDER BY at, seq LIMIT 1) AS first
+            AND at > {ts("since")} ORDER BY at, seq LIMIT 1) AS first
         WHERE window_keys.key IS NOT NULL
     """
     FORGET_RATE_CLAIMS = f"DELETE FROM rate_claims WHERE type = %(type)s AND at <= {ts('since')}"
     # The key's next sequence number, at no earlier than its last claim's (see SQLite's).
     INSERT_RATE_CLAIM = f"""
         INSERT INTO rate_claims (type, key, at, seq)
-        SELECT %(type)s, %(key)s, GREATEST({ts('at')}, MAX(at)), COALESCE(MAX(seq), 0) + 1 FROM (
+        SELECT %(type)s, %(key)s, GREATEST({ts("at")}, MAX(at)), COALESCE(MAX(seq), 0) + 1 FROM (
             SELECT at, seq FROM rate_claims WHERE type = %(type)s AND key = %(key)s
             ORDER BY at DESC, seq DESC LIMIT 1) AS last
     """
