@@ -30,11 +30,15 @@ Proven here:
   `error`), and nothing else; not before it holds the job, nor after;
 - `oldestPendingSeconds` leaves waiting jobs out, and counts a released one from its release.
 - a retried job none of whose dependencies is still open reads `waitingFor: 0`; a producer's
-  `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too.
+  `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too;
+- races between transactions on PostgreSQL, each interleaving forced with a lock held by the
+  test: a dependent enqueued while a cascade cancels its dependency is cancelled too (or the
+  enqueue is a CONFLICT, in the other order).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -46,7 +50,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import GraphQLResponse, Server, serving
+from conftest import GraphQLResponse, Server, http_client, serving
+
+from queuelog.storage.postgres import COUNTER_SHARDS, conninfo
 
 # Each test takes fresh types from this pool.
 TYPE_POOL = [f"d{i:03d}" for i in range(300)]
@@ -599,6 +605,129 @@ def test_retrying_a_cascaded_job_whose_dependencies_all_completed_since(deps: De
     # ... and say so.
     assert (retried["status"], retried["waitingFor"]) == ("PENDING", 0)
     assert [deps.job(j["id"])["waitingFor"] for j in (b, c)] == [0, 0]
+
+
+# --- races between servers' transactions (PostgreSQL), forced ----------------------------------
+#
+# Each test holds a counter row in a transaction of its own (`counters_held`), so that a
+# server's write batch stops at its counters, just before COMMIT, with every row lock it took
+# still held. The concurrent request is then sent, and let go once it is known to be waiting
+# on that batch, or done (`waiting_on`): the interleaving is the same on every run.
+
+
+@contextlib.contextmanager
+def counters_held(server: Server, job_type: str, status: str) -> Iterator[int]:
+    """Hold the counter rows of `job_type` in `status` (every shard) in an open transaction,
+    rolled back at the end: a batch that moves a job of that type into that status waits for
+    it. Yields this transaction's backend pid."""
+    import psycopg
+
+    with psycopg.connect(conninfo(server.database_url)) as connection:
+        try:
+            connection.execute(
+                "INSERT INTO job_counts (scope, name, type, status, shard, n)"
+                " SELECT '*', '', %s, %s, shard, 0 FROM generate_series(0, %s) AS shard"
+                " ON CONFLICT (scope, name, type, status, shard) DO UPDATE SET n = job_counts.n",
+                (job_type, status, COUNTER_SHARDS - 1),
+            )
+            row = connection.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            yield row[0]
+        finally:
+            connection.rollback()
+
+
+def waiting_on(server: Server, pid: int, done: Callable[[], bool] | None = None) -> int | None:
+    """The pid of the backend that waits for a lock `pid` holds, once there is one; None if
+    `done()` came true first (what was sent needed nothing `pid` holds, and has committed).
+    Its answer may come later: a server answers its batches in the order they began to
+    commit."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows = server.sql("SELECT pid FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))", pid=pid)
+        if rows:
+            return int(rows[0][0])
+        if done is not None and done():
+            return None
+        assert time.monotonic() < deadline, f"nothing came to wait for backend {pid}"
+        time.sleep(0.01)
+
+
+def posted(server: Server, query: str, variables: dict[str, Any], key: str) -> Callable[[], GraphQLResponse]:
+    """A request to send from another thread, on a connection of its own."""
+
+    def send() -> GraphQLResponse:
+        with http_client(60) as client:
+            response = client.post(
+                server.graphql_url,
+                json={"query": query, "variables": variables},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            return GraphQLResponse(response.status_code, response.json())
+
+    return send
+
+
+def finished(thread: threading.Thread, outcome: dict[str, Any]) -> GraphQLResponse:
+    thread.join(30)
+    assert not thread.is_alive(), "the request never came back"
+    assert "error" not in outcome, outcome
+    response: GraphQLResponse = outcome["result"]
+    return response
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_dependent_enqueued_while_its_dependency_is_cancelled_by_a_cascade_is_cancelled_too(
+    deps: Deps,
+) -> None:
+    """D1 waits for R. An enqueue of D2 waiting for D1 has locked D1 (and not committed yet)
+    when R fails on another connection: the cascade's snapshot cannot see D2, and its
+    UPDATE of D1 waits for the enqueue. Once the enqueue commits, D1 is cancelled, and D2
+    must be too: it was enqueued before D1 ended (else the enqueue would have been a
+    CONFLICT), so nothing may leave it waiting for a CANCELLED job."""
+    top, mid, rest = deps.type(), deps.type(), deps.type()
+    r = deps.enqueue(top)
+    d1 = deps.enqueue(mid, dependsOn=[r["id"]])
+    held = deps.claim_one(top)
+    with counters_held(deps.server, rest, "pending") as holder:
+        enqueue = posted(
+            deps.server, ENQUEUE, {"input": {"type": rest, "dependsOn": [d1["id"]]}}, deps.producer
+        )
+        enqueuing = in_background(enqueue)
+        enqueuer = waiting_on(deps.server, holder)  # D1 locked, D2 written, not committed
+        assert enqueuer is not None
+        variables = {"id": held["id"], "retryable": False, "attempt": held["attempt"]}
+        failing = in_background(posted(deps.server, FAIL, variables, deps.worker))
+        assert waiting_on(deps.server, enqueuer) is not None  # the cascade waits for D1
+    d2 = finished(*enqueuing).ok()["enqueueJob"]["job"]
+    assert finished(*failing).ok()["failJob"]["status"] == "FAILED"
+    cascaded(deps, d1, r, "FAILED")
+    cascaded(deps, d2, r, "FAILED")
+    assert deps.counts(rest) == {"pending": 0, "running": 0, "completed": 0, "failed": 0, "cancelled": 1}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_an_enqueue_that_waits_for_a_cascade_to_commit_is_a_conflict(deps: Deps) -> None:
+    """The other order: the cascade has cancelled D1 (not committed yet) when an enqueue
+    waiting for D1 comes; it waits for the cascade and then refuses (CONFLICT)."""
+    top, mid, rest = deps.type(), deps.type(), deps.type()
+    r = deps.enqueue(top)
+    d1 = deps.enqueue(mid, dependsOn=[r["id"]])
+    held = deps.claim_one(top)
+    with counters_held(deps.server, mid, "cancelled") as holder:
+        variables = {"id": held["id"], "retryable": False, "attempt": held["attempt"]}
+        failing = in_background(posted(deps.server, FAIL, variables, deps.worker))
+        failer = waiting_on(deps.server, holder)  # D1 cancelled, not committed
+        assert failer is not None
+        enqueue = posted(
+            deps.server, ENQUEUE, {"input": {"type": rest, "dependsOn": [d1["id"]]}}, deps.producer
+        )
+        enqueuing = in_background(enqueue)
+        assert waiting_on(deps.server, failer) is not None  # the enqueue waits for D1
+    assert finished(*failing).ok()["failJob"]["status"] == "FAILED"
+    refused(finished(*enqueuing), "CONFLICT", d1["id"], "CANCELLED")
+    cascaded(deps, d1, r, "FAILED")
+    assert deps.counts(rest)["pending"] == 0
 
 
 def test_a_released_job_whose_run_at_is_later_waits_for_it(deps: Deps) -> None:

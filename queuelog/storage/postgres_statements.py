@@ -528,7 +528,7 @@ class PostgresStatements(Statements):
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
             SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-            WHERE d.depends_on = %(root)s AND j.status = 'pending'
+            WHERE {among_ids("d.depends_on", "ids")} AND j.status = 'pending'
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')

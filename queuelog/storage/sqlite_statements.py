@@ -488,10 +488,12 @@ class SqliteStatements(Statements):
               WHERE depends_on IN (SELECT value FROM json_each(:ids)) GROUP BY job_id) AS d
         WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
         RETURNING jobs.type, jobs.delayed"""
+    # CROSS JOIN: the edges of the roots first, then their jobs by key (not every PENDING job
+    # through ix_jobs_status, as the planner would for a list of roots).
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
-            SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-            WHERE d.depends_on = :root AND j.status = 'pending'
+            SELECT d.job_id FROM job_dependencies d CROSS JOIN jobs j ON j.id = d.job_id
+            WHERE d.depends_on IN (SELECT value FROM json_each(:ids)) AND j.status = 'pending'
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')

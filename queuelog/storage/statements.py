@@ -147,7 +147,7 @@ class Statements:
     DEPENDENCIES_OF_JOBS: ClassVar[str]
     # Dependents of the COMPLETED `ids` count them done; those at 0 become ready (or delayed).
     RELEASE_DEPENDENTS: ClassVar[str]
-    # Every PENDING job downstream of `root`, transitively, CANCELLED with `error`.
+    # Every PENDING job downstream of the jobs `ids`, transitively, CANCELLED with `error`.
     CANCEL_DEPENDENTS: ClassVar[str]
     # Retried jobs `ids` wait again for their dependencies not COMPLETED.
     RESTORE_WAITING: ClassVar[str]
