@@ -33,7 +33,8 @@ Proven here:
   `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too;
 - races between transactions on PostgreSQL, each interleaving forced with a lock held by the
   test: a dependent enqueued while a cascade cancels its dependency is cancelled too (or the
-  enqueue is a CONFLICT, in the other order).
+  enqueue is a CONFLICT, in the other order); a job retried while its dependency completes
+  is released (or counts it done, in the other order), by `retryJob` and `retryJobs`.
 """
 
 from __future__ import annotations
@@ -653,6 +654,12 @@ def waiting_on(server: Server, pid: int, done: Callable[[], bool] | None = None)
         time.sleep(0.01)
 
 
+def stored_status(deps: Deps, job: Job) -> str:
+    """The job's status as committed in the database."""
+    (row,) = deps.server.sql("SELECT status FROM jobs WHERE id = :id", id=int(job["id"]))
+    return str(row[0])
+
+
 def posted(server: Server, query: str, variables: dict[str, Any], key: str) -> Callable[[], GraphQLResponse]:
     """A request to send from another thread, on a connection of its own."""
 
@@ -728,6 +735,71 @@ def test_an_enqueue_that_waits_for_a_cascade_to_commit_is_a_conflict(deps: Deps)
     refused(finished(*enqueuing), "CONFLICT", d1["id"], "CANCELLED")
     cascaded(deps, d1, r, "FAILED")
     assert deps.counts(rest)["pending"] == 0
+
+
+def cancelled_by_its_failed_dependency(deps: Deps) -> tuple[str, str, Job, Job]:
+    """(its type, the dependency's type, the dependency P RUNNING again, D): D was cancelled
+    when P failed; P has been retried and claimed since."""
+    top, rest = deps.type(), deps.type()
+    p = deps.enqueue(top)
+    d = deps.enqueue(rest, dependsOn=[p["id"]])
+    deps.fail(deps.claim_one(top))
+    cascaded(deps, d, p, "FAILED")
+    deps.retry(p["id"])
+    return rest, top, deps.claim_one(top), d
+
+
+def retry_request(deps: Deps, d: Job, job_type: str, bulk: bool) -> Callable[[], GraphQLResponse]:
+    if bulk:
+        return posted(
+            deps.server,
+            RETRY_JOBS,
+            {"filter": {"status": "CANCELLED", "type": job_type}},
+            deps.server.admin_key,
+        )
+    return posted(deps.server, RETRY, {"id": d["id"]}, deps.server.admin_key)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["retryJob", "retryJobs"])
+def test_a_job_retried_while_its_dependency_completes_is_released(deps: Deps, bulk: bool) -> None:
+    """retryJob(s) on D has counted its dependency P as not COMPLETED (and not committed)
+    when P completes on another connection: the completion must wait for the retry and then
+    release D, or D waits for a COMPLETED job forever."""
+    rest, top, p, d = cancelled_by_its_failed_dependency(deps)
+    with counters_held(deps.server, rest, "pending") as holder:
+        retrying = in_background(retry_request(deps, d, rest, bulk))
+        retrier = waiting_on(deps.server, holder)  # D waits again, not committed
+        assert retrier is not None
+        variables = {"id": p["id"], "result": None, "attempt": p["attempt"]}
+        completing = in_background(posted(deps.server, COMPLETE, variables, deps.worker))
+        # It waits for the retry, or has committed without it.
+        waiting_on(deps.server, retrier, done=lambda: stored_status(deps, p) == "completed")
+    finished(*retrying).ok()
+    assert finished(*completing).ok()["completeJob"]["status"] == "COMPLETED"
+    assert deps.job(d["id"])["waitingFor"] == 0
+    assert ids(deps.claim([rest])) == [d["id"]], "released by its dependency's completion"
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["retryJob", "retryJobs"])
+def test_a_job_retried_while_its_dependency_is_completing_counts_it_done(deps: Deps, bulk: bool) -> None:
+    """The other order: P's completion has released its dependents (D, still CANCELLED, was
+    not one) and not committed when retryJob(s) on D comes: the retry must wait for it and
+    count P as COMPLETED."""
+    rest, top, p, d = cancelled_by_its_failed_dependency(deps)
+    with counters_held(deps.server, top, "completed") as holder:
+        variables = {"id": p["id"], "result": None, "attempt": p["attempt"]}
+        completing = in_background(posted(deps.server, COMPLETE, variables, deps.worker))
+        completer = waiting_on(deps.server, holder)  # P completed, not committed
+        assert completer is not None
+        retrying = in_background(retry_request(deps, d, rest, bulk))
+        # It waits for P, or has committed without it.
+        waiting_on(deps.server, completer, done=lambda: stored_status(deps, d) == "pending")
+    assert finished(*completing).ok()["completeJob"]["status"] == "COMPLETED"
+    finished(*retrying).ok()
+    assert deps.job(d["id"])["waitingFor"] == 0
+    assert ids(deps.claim([rest])) == [d["id"]], "nothing left to wait for"
 
 
 def test_a_released_job_whose_run_at_is_later_waits_for_it(deps: Deps) -> None:

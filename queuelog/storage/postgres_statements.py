@@ -535,12 +535,25 @@ class PostgresStatements(Statements):
         UPDATE jobs SET status = 'cancelled', error = %(error)s, finished_at = {NOW}, updated_at = {NOW}
         WHERE id IN (SELECT id FROM down) AND status = 'pending'
         RETURNING {JOB_COLUMN_LIST}"""
+    # The dependencies not COMPLETED are locked (FOR SHARE) as they are counted, as an enqueue
+    # locks what it waits for (MARK_DEPENDED_ON): a completion or failure of one of them on
+    # another connection either committed first (the lock waits for it, then reads the row
+    # again and counts it or not), or waits for this retry and then sees it waiting, to
+    # release or cancel it. Read without a lock, a dependency completing meanwhile was
+    # counted open, and its completion did not release the job, still CANCELLED in its
+    # snapshot: PENDING forever.
     RESTORE_WAITING = f"""
+        WITH edges AS MATERIALIZED (
+            SELECT job_id, depends_on FROM job_dependencies WHERE {among_ids("job_id", "ids")}),
+        open AS MATERIALIZED (
+            SELECT id FROM jobs WHERE id = ANY(ARRAY(SELECT depends_on FROM edges))
+                AND {state_guard("status <> 'completed'")}
+            ORDER BY id FOR SHARE),
+        w AS (
+            SELECT edges.job_id, count(*) AS n FROM edges JOIN open ON open.id = edges.depends_on
+            GROUP BY edges.job_id)
         UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = {NOW}
-        FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on
-              WHERE {among_ids("d.job_id", "ids")} AND j.status <> 'completed'
-              GROUP BY d.job_id) AS w
-        WHERE jobs.id = w.job_id AND jobs.status = 'pending'
+        FROM w WHERE jobs.id = w.job_id AND {IS_PENDING}
         RETURNING {JOB_COLUMN_LIST}"""
     DEPENDENCY_OF_HELD = (
         "SELECT 1 FROM job_dependencies d JOIN jobs j ON j.id = d.job_id"
