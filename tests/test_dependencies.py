@@ -34,7 +34,9 @@ Proven here:
 - races between transactions on PostgreSQL, each interleaving forced with a lock held by the
   test: a dependent enqueued while a cascade cancels its dependency is cancelled too (or the
   enqueue is a CONFLICT, in the other order); a job retried while its dependency completes
-  is released (or counts it done, in the other order), by `retryJob` and `retryJobs`.
+  is released (or counts it done, in the other order), by `retryJob` and `retryJobs`;
+- the retention pruner keeps a FAILED job that a retried dependent waits for, and prunes it
+  once nothing does.
 """
 
 from __future__ import annotations
@@ -227,7 +229,10 @@ def in_background(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, 
 
 @pytest.fixture(scope="module")
 def deps_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(backend, tmp_path_factory, job_types=",".join(ALLOWLIST)) as running:
+    # The pruner runs every second; it only ever meets the jobs a test dates back on purpose.
+    with serving(
+        backend, tmp_path_factory, job_types=",".join(ALLOWLIST), prune_interval_seconds=1
+    ) as running:
         yield running
 
 
@@ -800,6 +805,52 @@ def test_a_job_retried_while_its_dependency_is_completing_counts_it_done(deps: D
     finished(*retrying).ok()
     assert deps.job(d["id"])["waitingFor"] == 0
     assert ids(deps.claim([rest])) == [d["id"]], "nothing left to wait for"
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+def pruned(deps: Deps, job: Job) -> bool:
+    return deps.gql("query($id: ID!) { job(id: $id) { id } }", {"id": job["id"]})["job"] is None
+
+
+def dated_back(deps: Deps, job: Job, days: float) -> None:
+    """Make `job` look finished `days` ago, past the retention."""
+    moment = datetime.now(UTC) - timedelta(days=days)
+    deps.server.sql(
+        "UPDATE jobs SET finished_at = :t WHERE id = :id", t=deps.server.timestamp(moment), id=int(job["id"])
+    )
+
+
+def wait_pruned(deps: Deps, job: Job) -> None:
+    deadline = time.monotonic() + 30
+    while not pruned(deps, job):
+        assert time.monotonic() < deadline, f"job {job['id']} was never pruned"
+        time.sleep(0.1)
+
+
+def test_the_pruner_keeps_a_failed_dependency_that_a_retried_job_waits_for(deps: Deps) -> None:
+    """A retried dependent waits again for its FAILED dependency P (API.md section 10): P
+    must outlive the retention as long as it does, or the dependent waits forever."""
+    top, rest, other = deps.type(), deps.type(), deps.type()
+    p = deps.enqueue(top)
+    d = deps.enqueue(rest, dependsOn=[p["id"]])
+    deps.fail(deps.claim_one(top))
+    cascaded(deps, d, p, "FAILED")
+    assert deps.retry(d["id"])["waitingFor"] == 1
+    # A job finished after P, both past the retention: once the pruner has taken it, it has
+    # passed P too.
+    marker = deps.enqueue(other)
+    deps.cancel(marker["id"], key=deps.producer)
+    dated_back(deps, p, days=30)
+    dated_back(deps, marker, days=29)
+    wait_pruned(deps, marker)
+    assert deps.job(p["id"])["status"] == "FAILED", "d still waits for it"
+    assert deps.job(d["id"])["waitingFor"] == 1
+    # Once nothing waits for it, it goes.
+    deps.cancel(d["id"], key=deps.producer)
+    wait_pruned(deps, p)
+    assert deps.job(d["id"])["status"] == "CANCELLED", "finished now: within the retention"
 
 
 def test_a_released_job_whose_run_at_is_later_waits_for_it(deps: Deps) -> None:

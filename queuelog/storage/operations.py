@@ -459,8 +459,12 @@ def retry(tx: WriteTx, job_id: int) -> Job:
 
 
 def prune(tx: WriteTx, finished_before: datetime) -> int:
-    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events."""
-    rows = tx.execute(tx.sql.PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
+    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events,
+    but none that a PENDING job waits for (a retried dependent may wait for a FAILED job)."""
+    found = tx.execute(tx.sql.PRUNABLE, {"cutoff": to_micros(finished_before)}).fetchall()
+    if not found:
+        return 0
+    rows = tx.execute(tx.sql.PRUNE, {"ids": ids_json([r[0] for r in found])}).fetchall()
     if rows:
         tx.execute(tx.sql.DELETE_EVENTS_OF, {"ids": ids_json([r[0] for r in rows])})
         tx.execute(tx.sql.DELETE_DEPENDENCIES_OF, {"ids": ids_json([r[0] for r in rows])})

@@ -243,6 +243,16 @@ _FAILURE = (
 _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
 
 
+# A finished job that no PENDING job waits for (API.md section 10: a job retried after its
+# dependency failed waits for it again). Only a job with dependents that did not complete can
+# be waited for, so the common finished job costs no read; for the others, each edge to it
+# (ix_job_dependencies_on), then its dependent by key. Written as scalar subqueries so that
+# this is the only plan: as EXISTS over a join, PostgreSQL hashed every edge and waiting job
+# once per statement, or (the dependent's state guarded) scanned the jobs for each edge.
+_UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR (
+    SELECT 1 FROM job_dependencies AS d WHERE d.depends_on = jobs.id
+        AND (SELECT w.status = 'pending' AND w.delayed = 2 FROM jobs AS w WHERE w.id = d.job_id)
+    LIMIT 1) IS NULL)"""
 _RETRIED = (
     f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, waiting_for = 0, worker_id = NULL,"
     f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
@@ -379,12 +389,19 @@ class PostgresStatements(Statements):
         f"UPDATE jobs SET {_RETRIED} WHERE {among_ids('id', 'ids')} AND {IS_RETRIABLE}"
         f" RETURNING {JOB_COLUMN_LIST}"
     )
+    # Two statements: the second asks again whether anything waits for a job, in a snapshot
+    # taken once the first holds the job's lock. A retry that made a job wait for one of
+    # them either still held that job's row (FOR SHARE: RESTORE_WAITING) when the first
+    # came to it, which skips it, or had committed before, which the second sees; one that
+    # comes after waits for the pruner, and then finds the job gone.
+    PRUNABLE = f"""
+        SELECT id FROM jobs
+        WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL} AND {_UNAWAITED}
+        ORDER BY finished_at LIMIT {PRUNE_BATCH}
+        FOR UPDATE SKIP LOCKED
+    """
     PRUNE = f"""
-        DELETE FROM jobs WHERE id IN (
-            SELECT id FROM jobs
-            WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL}
-            LIMIT {PRUNE_BATCH}
-            FOR UPDATE SKIP LOCKED)
+        DELETE FROM jobs WHERE {among_ids("id", "ids")} AND {_UNAWAITED}
         RETURNING id, type, status, created_by, worker_id
     """
 

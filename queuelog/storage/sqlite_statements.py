@@ -228,6 +228,13 @@ _RETRIED_VALUES = {
     "finished_at": lit(None),
     "updated_at": bindparam("now"),
 }
+# A finished job that no PENDING job waits for (API.md section 10: a job retried after its
+# dependency failed waits for it again). Only a job with dependents that did not complete can
+# be waited for, so the common finished job costs no read; for the others, their dependents
+# are looked up by key.
+_UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR NOT EXISTS (
+    SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+    WHERE d.depends_on = jobs.id AND w.status = 'pending' AND w.delayed = 2))"""
 _SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
 
 
@@ -369,10 +376,12 @@ class SqliteStatements(Statements):
         .values(_RETRIED_VALUES)
         .returning(*jobs.c)
     )
+    PRUNABLE = f"""
+        SELECT id FROM jobs INDEXED BY ix_jobs_finished
+        WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} AND {_UNAWAITED} LIMIT {PRUNE_BATCH}
+    """
     PRUNE = f"""
-        DELETE FROM jobs WHERE id IN (
-            SELECT id FROM jobs INDEXED BY ix_jobs_finished
-            WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} LIMIT {PRUNE_BATCH})
+        DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND {_UNAWAITED}
         RETURNING id, type, status, created_by, worker_id
     """
 

@@ -96,6 +96,10 @@ class Statements:
     # jobs: producer and admin actions
     CANCEL_PENDING: ClassVar[str]
     RETRY_FINISHED: ClassVar[str]
+    # Pruning: PRUNABLE reads (and on PostgreSQL locks) the ids of up to PRUNE_BATCH jobs
+    # finished before `cutoff` that nothing waits for; PRUNE deletes those of `ids` that
+    # still nothing waits for, returning (id, type, status, created_by, worker_id).
+    PRUNABLE: ClassVar[str]
     PRUNE: ClassVar[str]
     # jobs: reads
     # `next_due(n)`: the earliest run_at of a delayed job of n types (maybe already past).
