@@ -43,6 +43,7 @@ from queuelog.storage.statements import (
     COL_LEASE,
     COL_RESULT,
     COL_STATUS,
+    COL_TIMEOUT,
     COL_UPDATED,
     COL_WORKER,
     KIND_TEXT,
@@ -311,7 +312,7 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
             params.append({"id": row[COL_ID], "attempt": row[COL_ATTEMPT], "result": result, "now": now_us})
             done = list(row)
             done[COL_STATUS], done[COL_RESULT], done[COL_FINISHED] = "completed", result, now_us
-            done[COL_LEASE], done[COL_UPDATED] = None, now_us
+            done[COL_LEASE], done[COL_TIMEOUT], done[COL_UPDATED] = None, None, now_us
             job = decode_job(done)
             tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
             completed.append(job)

@@ -255,7 +255,7 @@ _UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR (
     LIMIT 1) IS NULL)"""
 _RETRIED = (
     f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, waiting_for = 0, worker_id = NULL,"
-    f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
+    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {NOW}"
 )
 
 
@@ -361,16 +361,26 @@ class PostgresStatements(Statements):
     # statistics had the planner walk every running job through ix_jobs_status (migration
     # 0008). The status is checked after the LIMIT, where it cannot steer the plan: a guard
     # the planner believes rare made it read all that is overdue and sort it.
+    # Every way out of RUNNING clears both columns; a finished job that still has one (left
+    # by an older queuelog, or copied from one) is cleared here, the first time the probe
+    # meets it, so that it is met once: left alone, the oldest of them filled every batch
+    # and hid the jobs that really were overdue.
     OVERDUE = f"""
-        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'lease' FROM jobs
-            WHERE lease_expires_at < {NOW}
-            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS expired
-        WHERE status = 'running'
+        WITH expired AS MATERIALIZED (
+            SELECT {JOB_COLUMN_LIST}, 'lease' AS why FROM jobs WHERE lease_expires_at < {NOW}
+            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED),
+        late AS MATERIALIZED (
+            SELECT {JOB_COLUMN_LIST}, 'timeout' AS why FROM jobs WHERE timeout_at < {NOW}
+            ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED),
+        stale AS (
+            UPDATE jobs SET lease_expires_at = NULL, timeout_at = NULL
+            WHERE id = ANY(ARRAY(
+                SELECT id FROM expired WHERE status <> 'running'
+                UNION ALL SELECT id FROM late WHERE status <> 'running'))
+            AND {state_guard("status <> 'running'")})
+        SELECT * FROM expired WHERE status = 'running'
         UNION ALL
-        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'timeout' FROM jobs
-            WHERE timeout_at < {NOW}
-            ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS late
-        WHERE status = 'running'
+        SELECT * FROM late WHERE status = 'running'
     """
 
     CANCEL_PENDING = (

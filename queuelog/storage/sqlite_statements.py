@@ -203,6 +203,7 @@ _COMPLETED_VALUES = {
     "result": bindparam("result"),
     "finished_at": bindparam("now"),
     "lease_expires_at": lit(None),
+    "timeout_at": lit(None),
     "updated_at": bindparam("now"),
 }
 _FAILURE_VALUES = {
@@ -225,6 +226,7 @@ _RETRIED_VALUES = {
     "waiting_for": lit(0),  # dependencies.restore_waiting counts those still open
     "worker_id": lit(None),
     "lease_expires_at": lit(None),
+    "timeout_at": lit(None),
     "finished_at": lit(None),
     "updated_at": bindparam("now"),
 }

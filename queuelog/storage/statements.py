@@ -47,8 +47,8 @@ COL_ID, COL_STATUS, COL_WORKER, COL_ATTEMPT = (
     COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt")
 )
 COL_PRIORITY, COL_CREATED = COLUMN_INDEX["priority"], COLUMN_INDEX["created_at"]
-COL_RESULT, COL_FINISHED, COL_LEASE, COL_UPDATED = (
-    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
+COL_RESULT, COL_FINISHED, COL_LEASE, COL_TIMEOUT, COL_UPDATED = (
+    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "timeout_at", "updated_at")
 )
 
 
