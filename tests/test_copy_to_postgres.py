@@ -16,6 +16,8 @@ Proven:
 - new jobs, events and keys get ids above the old ones (also above a pruned job's id), and an
   idempotent replay of an old key returns the old job;
 - the source is not written (its file is byte for byte the same);
+- a finished job's timeout and lease, which older versions left set, are not copied (a
+  RUNNING job's are): the copied RUNNING job times out on PostgreSQL;
 - a target that holds keys or jobs is refused (`--replace` empties it, in the transaction),
   and a copy that fails midway leaves the target exactly as it was, sequences included;
 - a bad URL, an unreachable database, a missing source file: one stderr line, exit 1, no
@@ -473,6 +475,63 @@ def test_pruned_ids_waiting_jobs_and_schedules_carry_over(
 
 
 SEQUENCES = "SELECT last_value, is_called FROM {}"
+
+
+def test_a_running_job_times_out_on_the_copy_whatever_finished_jobs_kept(
+    new_database: Callable[[], str], tmp_path: Path
+) -> None:
+    """Older versions left the timeout set on the jobs they completed on SQLite. Copied as
+    they were, more of them than PostgreSQL's overdue probe reads at a time, all overdue
+    before the held job, hid it: it never timed out. The copy carries the lease and timeout
+    of a RUNNING job only, and the held job times out on PostgreSQL."""
+    path = tmp_path / "timeouts.db"
+    server = launch_server(tmp_path, database_url=f"sqlite:///{path}")
+    try:
+        producer = Key("p", server.make_key("p", "producer"))
+        worker = Key("w", server.make_key("w", "worker"))
+        many = "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { created } }"
+        gql(server, many, {"inputs": [{"type": "email", "timeoutSeconds": 1}] * 600}, key=producer)
+        claim_many = 'mutation { claimJobs(limit: 100, types: ["email"]) { id attempt } }'
+        complete_many = """mutation($items: [CompleteJobInput!]!) {
+          completeJobs(items: $items) { rejected } }"""
+        for _ in range(6):
+            items = gql(server, claim_many, key=worker)["claimJobs"]
+            assert gql(server, complete_many, {"items": items}, key=worker)["completeJobs"]["rejected"] == []
+        held = enqueue(server, producer, type="report", timeoutSeconds=1, maxRetries=0)
+        claim(server, worker, "report", held["id"])
+        admin = server.admin_key
+    finally:
+        server.stop()
+    with closing(sqlite3.connect(path)) as source:  # as an older version left them
+        source.execute("UPDATE jobs SET timeout_at = claimed_at + 1000000 WHERE status = 'completed'")
+        source.commit()
+    running = "SELECT id, lease_expires_at, timeout_at FROM jobs WHERE status = 'running'"
+    (source_running,) = sqlite_rows(path, running)
+    assert source_running[0] == int(held["id"]) and None not in source_running
+
+    target = new_database()
+    result = copy_command(f"sqlite:///{path}", target, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert pg_rows(
+        target,
+        "SELECT count(*) FROM jobs WHERE status <> 'running'"
+        " AND (timeout_at IS NOT NULL OR lease_expires_at IS NOT NULL)",
+    ) == [(0,)]
+    ((job_id, lease, timeout),) = pg_rows(target, running)
+    assert (job_id, to_micros(lease), to_micros(timeout)) == source_running, "a RUNNING job keeps both"
+
+    home = tmp_path / "new"
+    home.mkdir()
+    server = launch_server(home, database_url=target, admin_key=admin)
+    try:
+        job = "query($id: ID!) { job(id: $id) { status error } }"
+        deadline = time.monotonic() + 30
+        while (seen := gql(server, job, {"id": held["id"]})["job"])["status"] == "RUNNING":
+            assert time.monotonic() < deadline, "the copied RUNNING job never timed out"
+            time.sleep(0.2)
+        assert seen == {"status": "FAILED", "error": "timed out"}
+    finally:
+        server.stop()
 
 
 def sequences(url: str) -> list[tuple[Any, ...]]:

@@ -30,11 +30,18 @@ Proven here:
   `error`), and nothing else; not before it holds the job, nor after;
 - `oldestPendingSeconds` leaves waiting jobs out, and counts a released one from its release.
 - a retried job none of whose dependencies is still open reads `waitingFor: 0`; a producer's
-  `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too.
+  `oldestPendingSeconds` leaves its waiting jobs out when read among its own jobs too;
+- races between transactions on PostgreSQL, each interleaving forced with a lock held by the
+  test: a dependent enqueued while a cascade cancels its dependency is cancelled too (or the
+  enqueue is a CONFLICT, in the other order); a job retried while its dependency completes
+  is released (or counts it done, in the other order), by `retryJob` and `retryJobs`;
+- the retention pruner keeps a FAILED job that a retried dependent waits for, and prunes it
+  once nothing does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import threading
@@ -46,7 +53,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import GraphQLResponse, Server, serving
+from conftest import GraphQLResponse, Server, http_client, serving
+
+from queuelog.storage.postgres import COUNTER_SHARDS, conninfo
 
 # Each test takes fresh types from this pool.
 TYPE_POOL = [f"d{i:03d}" for i in range(300)]
@@ -220,7 +229,10 @@ def in_background(call: Callable[[], Any]) -> tuple[threading.Thread, dict[str, 
 
 @pytest.fixture(scope="module")
 def deps_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(backend, tmp_path_factory, job_types=",".join(ALLOWLIST)) as running:
+    # The pruner runs every second; it only ever meets the jobs a test dates back on purpose.
+    with serving(
+        backend, tmp_path_factory, job_types=",".join(ALLOWLIST), prune_interval_seconds=1
+    ) as running:
         yield running
 
 
@@ -599,6 +611,246 @@ def test_retrying_a_cascaded_job_whose_dependencies_all_completed_since(deps: De
     # ... and say so.
     assert (retried["status"], retried["waitingFor"]) == ("PENDING", 0)
     assert [deps.job(j["id"])["waitingFor"] for j in (b, c)] == [0, 0]
+
+
+# --- races between servers' transactions (PostgreSQL), forced ----------------------------------
+#
+# Each test holds a counter row in a transaction of its own (`counters_held`), so that a
+# server's write batch stops at its counters, just before COMMIT, with every row lock it took
+# still held. The concurrent request is then sent, and let go once it is known to be waiting
+# on that batch, or done (`waiting_on`): the interleaving is the same on every run.
+
+
+@contextlib.contextmanager
+def counters_held(server: Server, job_type: str, status: str) -> Iterator[int]:
+    """Hold the counter rows of `job_type` in `status` (every shard) in an open transaction,
+    rolled back at the end: a batch that moves a job of that type into that status waits for
+    it. Yields this transaction's backend pid."""
+    import psycopg
+
+    with psycopg.connect(conninfo(server.database_url)) as connection:
+        try:
+            connection.execute(
+                "INSERT INTO job_counts (scope, name, type, status, shard, n)"
+                " SELECT '*', '', %s, %s, shard, 0 FROM generate_series(0, %s) AS shard"
+                " ON CONFLICT (scope, name, type, status, shard) DO UPDATE SET n = job_counts.n",
+                (job_type, status, COUNTER_SHARDS - 1),
+            )
+            row = connection.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            yield row[0]
+        finally:
+            connection.rollback()
+
+
+def waiting_on(server: Server, pid: int, done: Callable[[], bool] | None = None) -> int | None:
+    """The pid of the backend that waits for a lock `pid` holds, once there is one; None if
+    `done()` came true first (what was sent needed nothing `pid` holds, and has committed).
+    Its answer may come later: a server answers its batches in the order they began to
+    commit."""
+    deadline = time.monotonic() + 30
+    while True:
+        rows = server.sql("SELECT pid FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))", pid=pid)
+        if rows:
+            return int(rows[0][0])
+        if done is not None and done():
+            return None
+        assert time.monotonic() < deadline, f"nothing came to wait for backend {pid}"
+        time.sleep(0.01)
+
+
+def stored_status(deps: Deps, job: Job) -> str:
+    """The job's status as committed in the database."""
+    (row,) = deps.server.sql("SELECT status FROM jobs WHERE id = :id", id=int(job["id"]))
+    return str(row[0])
+
+
+def posted(server: Server, query: str, variables: dict[str, Any], key: str) -> Callable[[], GraphQLResponse]:
+    """A request to send from another thread, on a connection of its own."""
+
+    def send() -> GraphQLResponse:
+        with http_client(60) as client:
+            response = client.post(
+                server.graphql_url,
+                json={"query": query, "variables": variables},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            return GraphQLResponse(response.status_code, response.json())
+
+    return send
+
+
+def finished(thread: threading.Thread, outcome: dict[str, Any]) -> GraphQLResponse:
+    thread.join(30)
+    assert not thread.is_alive(), "the request never came back"
+    assert "error" not in outcome, outcome
+    response: GraphQLResponse = outcome["result"]
+    return response
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_dependent_enqueued_while_its_dependency_is_cancelled_by_a_cascade_is_cancelled_too(
+    deps: Deps,
+) -> None:
+    """D1 waits for R. An enqueue of D2 waiting for D1 has locked D1 (and not committed yet)
+    when R fails on another connection: the cascade's snapshot cannot see D2, and its
+    UPDATE of D1 waits for the enqueue. Once the enqueue commits, D1 is cancelled, and D2
+    must be too: it was enqueued before D1 ended (else the enqueue would have been a
+    CONFLICT), so nothing may leave it waiting for a CANCELLED job."""
+    top, mid, rest = deps.type(), deps.type(), deps.type()
+    r = deps.enqueue(top)
+    d1 = deps.enqueue(mid, dependsOn=[r["id"]])
+    held = deps.claim_one(top)
+    with counters_held(deps.server, rest, "pending") as holder:
+        enqueue = posted(
+            deps.server, ENQUEUE, {"input": {"type": rest, "dependsOn": [d1["id"]]}}, deps.producer
+        )
+        enqueuing = in_background(enqueue)
+        enqueuer = waiting_on(deps.server, holder)  # D1 locked, D2 written, not committed
+        assert enqueuer is not None
+        variables = {"id": held["id"], "retryable": False, "attempt": held["attempt"]}
+        failing = in_background(posted(deps.server, FAIL, variables, deps.worker))
+        assert waiting_on(deps.server, enqueuer) is not None  # the cascade waits for D1
+    d2 = finished(*enqueuing).ok()["enqueueJob"]["job"]
+    assert finished(*failing).ok()["failJob"]["status"] == "FAILED"
+    cascaded(deps, d1, r, "FAILED")
+    cascaded(deps, d2, r, "FAILED")
+    assert deps.counts(rest) == {"pending": 0, "running": 0, "completed": 0, "failed": 0, "cancelled": 1}
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_an_enqueue_that_waits_for_a_cascade_to_commit_is_a_conflict(deps: Deps) -> None:
+    """The other order: the cascade has cancelled D1 (not committed yet) when an enqueue
+    waiting for D1 comes; it waits for the cascade and then refuses (CONFLICT)."""
+    top, mid, rest = deps.type(), deps.type(), deps.type()
+    r = deps.enqueue(top)
+    d1 = deps.enqueue(mid, dependsOn=[r["id"]])
+    held = deps.claim_one(top)
+    with counters_held(deps.server, mid, "cancelled") as holder:
+        variables = {"id": held["id"], "retryable": False, "attempt": held["attempt"]}
+        failing = in_background(posted(deps.server, FAIL, variables, deps.worker))
+        failer = waiting_on(deps.server, holder)  # D1 cancelled, not committed
+        assert failer is not None
+        enqueue = posted(
+            deps.server, ENQUEUE, {"input": {"type": rest, "dependsOn": [d1["id"]]}}, deps.producer
+        )
+        enqueuing = in_background(enqueue)
+        assert waiting_on(deps.server, failer) is not None  # the enqueue waits for D1
+    assert finished(*failing).ok()["failJob"]["status"] == "FAILED"
+    refused(finished(*enqueuing), "CONFLICT", d1["id"], "CANCELLED")
+    cascaded(deps, d1, r, "FAILED")
+    assert deps.counts(rest)["pending"] == 0
+
+
+def cancelled_by_its_failed_dependency(deps: Deps) -> tuple[str, str, Job, Job]:
+    """(its type, the dependency's type, the dependency P RUNNING again, D): D was cancelled
+    when P failed; P has been retried and claimed since."""
+    top, rest = deps.type(), deps.type()
+    p = deps.enqueue(top)
+    d = deps.enqueue(rest, dependsOn=[p["id"]])
+    deps.fail(deps.claim_one(top))
+    cascaded(deps, d, p, "FAILED")
+    deps.retry(p["id"])
+    return rest, top, deps.claim_one(top), d
+
+
+def retry_request(deps: Deps, d: Job, job_type: str, bulk: bool) -> Callable[[], GraphQLResponse]:
+    if bulk:
+        return posted(
+            deps.server,
+            RETRY_JOBS,
+            {"filter": {"status": "CANCELLED", "type": job_type}},
+            deps.server.admin_key,
+        )
+    return posted(deps.server, RETRY, {"id": d["id"]}, deps.server.admin_key)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["retryJob", "retryJobs"])
+def test_a_job_retried_while_its_dependency_completes_is_released(deps: Deps, bulk: bool) -> None:
+    """retryJob(s) on D has counted its dependency P as not COMPLETED (and not committed)
+    when P completes on another connection: the completion must wait for the retry and then
+    release D, or D waits for a COMPLETED job forever."""
+    rest, top, p, d = cancelled_by_its_failed_dependency(deps)
+    with counters_held(deps.server, rest, "pending") as holder:
+        retrying = in_background(retry_request(deps, d, rest, bulk))
+        retrier = waiting_on(deps.server, holder)  # D waits again, not committed
+        assert retrier is not None
+        variables = {"id": p["id"], "result": None, "attempt": p["attempt"]}
+        completing = in_background(posted(deps.server, COMPLETE, variables, deps.worker))
+        # It waits for the retry, or has committed without it.
+        waiting_on(deps.server, retrier, done=lambda: stored_status(deps, p) == "completed")
+    finished(*retrying).ok()
+    assert finished(*completing).ok()["completeJob"]["status"] == "COMPLETED"
+    assert deps.job(d["id"])["waitingFor"] == 0
+    assert ids(deps.claim([rest])) == [d["id"]], "released by its dependency's completion"
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("bulk", [False, True], ids=["retryJob", "retryJobs"])
+def test_a_job_retried_while_its_dependency_is_completing_counts_it_done(deps: Deps, bulk: bool) -> None:
+    """The other order: P's completion has released its dependents (D, still CANCELLED, was
+    not one) and not committed when retryJob(s) on D comes: the retry must wait for it and
+    count P as COMPLETED."""
+    rest, top, p, d = cancelled_by_its_failed_dependency(deps)
+    with counters_held(deps.server, top, "completed") as holder:
+        variables = {"id": p["id"], "result": None, "attempt": p["attempt"]}
+        completing = in_background(posted(deps.server, COMPLETE, variables, deps.worker))
+        completer = waiting_on(deps.server, holder)  # P completed, not committed
+        assert completer is not None
+        retrying = in_background(retry_request(deps, d, rest, bulk))
+        # It waits for P, or has committed without it.
+        waiting_on(deps.server, completer, done=lambda: stored_status(deps, d) == "pending")
+    assert finished(*completing).ok()["completeJob"]["status"] == "COMPLETED"
+    finished(*retrying).ok()
+    assert deps.job(d["id"])["waitingFor"] == 0
+    assert ids(deps.claim([rest])) == [d["id"]], "nothing left to wait for"
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+def pruned(deps: Deps, job: Job) -> bool:
+    return deps.gql("query($id: ID!) { job(id: $id) { id } }", {"id": job["id"]})["job"] is None
+
+
+def dated_back(deps: Deps, job: Job, days: float) -> None:
+    """Make `job` look finished `days` ago, past the retention."""
+    moment = datetime.now(UTC) - timedelta(days=days)
+    deps.server.sql(
+        "UPDATE jobs SET finished_at = :t WHERE id = :id", t=deps.server.timestamp(moment), id=int(job["id"])
+    )
+
+
+def wait_pruned(deps: Deps, job: Job) -> None:
+    deadline = time.monotonic() + 30
+    while not pruned(deps, job):
+        assert time.monotonic() < deadline, f"job {job['id']} was never pruned"
+        time.sleep(0.1)
+
+
+def test_the_pruner_keeps_a_failed_dependency_that_a_retried_job_waits_for(deps: Deps) -> None:
+    """A retried dependent waits again for its FAILED dependency P (API.md section 10): P
+    must outlive the retention as long as it does, or the dependent waits forever."""
+    top, rest, other = deps.type(), deps.type(), deps.type()
+    p = deps.enqueue(top)
+    d = deps.enqueue(rest, dependsOn=[p["id"]])
+    deps.fail(deps.claim_one(top))
+    cascaded(deps, d, p, "FAILED")
+    assert deps.retry(d["id"])["waitingFor"] == 1
+    # A job finished after P, both past the retention: once the pruner has taken it, it has
+    # passed P too.
+    marker = deps.enqueue(other)
+    deps.cancel(marker["id"], key=deps.producer)
+    dated_back(deps, p, days=30)
+    dated_back(deps, marker, days=29)
+    wait_pruned(deps, marker)
+    assert deps.job(p["id"])["status"] == "FAILED", "d still waits for it"
+    assert deps.job(d["id"])["waitingFor"] == 1
+    # Once nothing waits for it, it goes.
+    deps.cancel(d["id"], key=deps.producer)
+    wait_pruned(deps, p)
+    assert deps.job(d["id"])["status"] == "CANCELLED", "finished now: within the retention"
 
 
 def test_a_released_job_whose_run_at_is_later_waits_for_it(deps: Deps) -> None:

@@ -21,6 +21,8 @@ Proven here:
   below the RUNNING count (nothing is interrupted);
 - timeouts (the job's own, else the type's) fail a heartbeating job with `timed out` within
   about a second of the deadline, with the retry rules of failJob, and fence the holder off;
+  every way out of RUNNING clears the job's timeout and lease, and finished jobs that kept
+  theirs (an older version's) do not hide the jobs that really are overdue;
 - `cancelJobs` / `retryJobs`: filter and limit checks, oldest first, exact counts, `more`,
   one event per job, filters by type / concurrencyKey / createdBefore, a PRODUCER's reach;
 - `oldestPendingSeconds` leaves out a paused type's jobs.
@@ -74,6 +76,8 @@ FAIL = """mutation($id: ID!, $retryable: Boolean!, $in: Int, $attempt: Int) {
   failJob(id: $id, error: "boom", retryable: $retryable, retryInSeconds: $in, attempt: $attempt) {
     id status retryCount } }"""
 CANCEL = "mutation($id: ID!) { cancelJob(id: $id) { id status } }"
+COMPLETE_MANY = """mutation($items: [CompleteJobInput!]!) {
+  completeJobs(items: $items) { completed { id } rejected } }"""
 ADMIN_JOB = f"query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} error events(last: 100) {{ kind status }} }} }}"
 JOBS_OF_TYPE = """query($type: String!, $status: JobStatus, $after: String) {
   jobs(type: $type, status: $status, first: 100, after: $after) {
@@ -764,6 +768,68 @@ def test_the_types_timeout_applies_to_jobs_without_their_own_with_retries(flow: 
     assert flow.job(own["id"])["status"] == "RUNNING"
     flow.complete(claimed[1]).ok()
     assert flow.control(job_type)["running"] == 0
+
+
+def wait_for_ending(flow: Flow, job: Job, status: str, error: str) -> None:
+    deadline = time.monotonic() + 30
+    while (found := flow.job(job["id"]))["status"] != status:
+        assert time.monotonic() < deadline, f"job {job['id']} never became {status}: {found}"
+        time.sleep(0.1)
+    assert found["error"] == error, found
+
+
+def left_set(flow: Flow, job_types: list[str]) -> list[tuple[Any, ...]]:
+    """(id, status) of the jobs of these types whose timeout or lease is still set."""
+    return flow.server.sql(
+        "SELECT id, status FROM jobs WHERE type IN :types"
+        " AND (timeout_at IS NOT NULL OR lease_expires_at IS NOT NULL) ORDER BY id",
+        types=job_types,
+    )
+
+
+def test_every_way_out_of_running_clears_the_timeout_and_the_lease(flow: Flow) -> None:
+    """A job's timeout and lease belong to its RUNNING attempt: whichever way the attempt
+    ends, both are cleared (a copy of the database, or an older probe, would otherwise take
+    finished jobs for overdue ones)."""
+    one, many, fails, expires, times_out = (flow.type() for _ in range(5))
+    flow.enqueue(one, timeoutSeconds=60)
+    flow.complete(flow.claim([one])[0]).ok()
+    flow.enqueue_many([{"type": many, "timeoutSeconds": 60}] * 3)
+    items = [{"id": j["id"], "attempt": j["attempt"]} for j in flow.claim([many], limit=3)]
+    assert flow.gql(COMPLETE_MANY, {"items": items}, key=flow.worker)["completeJobs"]["rejected"] == []
+    flow.enqueue(fails, timeoutSeconds=60, maxRetries=1)
+    assert (
+        flow.fail(flow.claim([fails])[0], retryable=True, retry_in=3600).ok()["failJob"]["status"]
+        == "PENDING"
+    )
+    flow.enqueue(fails, timeoutSeconds=60, maxRetries=0)
+    assert flow.fail(flow.claim([fails])[0], retryable=False).ok()["failJob"]["status"] == "FAILED"
+    expired = flow.enqueue(expires, timeoutSeconds=60, maxRetries=0)
+    flow.claim([expires], lease=1)
+    timed = flow.enqueue(times_out, timeoutSeconds=1, maxRetries=0)
+    flow.claim([times_out], lease=60)
+    wait_for_ending(flow, expired, "FAILED", "lease expired")
+    wait_for_ending(flow, timed, "FAILED", "timed out")
+    assert left_set(flow, [one, many, fails, expires, times_out]) == []
+
+
+def test_timeouts_and_leases_fire_whatever_finished_jobs_left_behind(flow: Flow) -> None:
+    """Finished jobs whose timeout and lease were left set (by an older queuelog, or copied
+    from one), more of them than the overdue probe reads at a time and all overdue first,
+    must not hide the jobs that really are overdue."""
+    old, live = flow.type(), flow.type()
+    flow.enqueue_many([{"type": old}] * 600)
+    assert flow.cancel_jobs(type=old, status="PENDING")["count"] == 600
+    hour_ago = flow.server.timestamp(datetime.now(UTC) - timedelta(hours=1))
+    flow.server.sql(
+        "UPDATE jobs SET timeout_at = :t, lease_expires_at = :t WHERE type = :type", t=hour_ago, type=old
+    )
+    timed = flow.enqueue(live, timeoutSeconds=1, maxRetries=0)
+    flow.claim([live], lease=60)
+    expired = flow.enqueue(live, maxRetries=0)
+    flow.claim([live], lease=1)
+    wait_for_ending(flow, timed, "FAILED", "timed out")
+    wait_for_ending(flow, expired, "FAILED", "lease expired")
 
 
 # --- bulk cancel and retry -------------------------------------------------------------------

@@ -12,8 +12,9 @@ transaction that first locks its tables against other writers: a failure anywher
 it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is not).
 
 api_keys, jobs, job_events, job_dependencies and schedules are copied row for row (with
-their ids), streamed (a large queue is never held in memory) into PostgreSQL's binary
-COPY, SQLAlchemy Core having no COPY:
+their ids; a job's lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a
+large queue is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having
+no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
 (postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
@@ -40,6 +41,7 @@ from sqlalchemy import (
     Engine,
     Table,
     Text,
+    case,
     delete,
     func,
     insert,
@@ -52,6 +54,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import ColumnElement
 
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
+from queuelog.model import JobStatus
 from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of, protect_sqlite_file
 from queuelog.storage.postgres_statements import (
@@ -80,6 +83,9 @@ COPIED = (api_keys, jobs, job_events)
 # (without them a waiting job would wait forever) and the schedules.
 COPIED_TOO = (job_dependencies, schedules)
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
+# Columns of a RUNNING attempt, copied as NULL for any other job: older versions left the
+# timeout set on completed jobs, and PostgreSQL's overdue probe reads these columns' indexes.
+RUNNING_ONLY = frozenset({jobs.c.lease_expires_at.name, jobs.c.timeout_at.name})
 
 
 class CopyFailed(QueuelogError):
@@ -158,7 +164,10 @@ def _empty_target(write: Connection, replace: bool) -> None:
 def _as_sent(column: Column[Any]) -> ColumnElement[Any]:
     """A source column as COPY takes it: JSON as its text, timestamps as binary timestamptz."""
     if isinstance(column.type, UtcTimestamp):
-        return (type_coerce(column, BigInteger()) - PG_EPOCH_US).label(column.name)
+        sent = type_coerce(column, BigInteger()) - PG_EPOCH_US
+        if column.table is jobs and column.name in RUNNING_ONLY:
+            sent = case((jobs.c.status == JobStatus.RUNNING.value, sent))
+        return sent.label(column.name)
     if isinstance(column.type, JsonDocument):
         return type_coerce(column, Text()).label(column.name)
     return column

@@ -85,14 +85,31 @@ def settle(tx: WriteTx) -> None:
         # Jobs due now (type, delayed), which the batch's parked claims may take (group_commit.py).
         tx.ready_types.update(job_type for job_type, delayed in released if delayed == 0)
     for root in parents:
-        if root.status is JobStatus.COMPLETED:
-            continue
-        error = f"dependency {root.id} {root.status.name}"
-        params = {"root": root.id, "error": error, "now": tx.now_us}
+        if root.status is not JobStatus.COMPLETED:
+            _cancel_downstream(tx, root)
+    tx.parents.clear()  # the cascade's own jobs were cancelled with it: nothing more to do
+
+
+def _cancel_downstream(tx: WriteTx, root: Job) -> None:
+    """Cancel every PENDING job downstream of `root`, each with `root`'s error.
+
+    One statement cancels what its snapshot shows downstream. On PostgreSQL an enqueue may
+    have locked a job of the cascade (MARK_DEPENDED_ON) and written a new dependent of it
+    after that snapshot: the cascade's UPDATE waits for the enqueue to commit, and so a
+    statement begun after it sees the new dependent. Hence the cascade goes on from the jobs
+    it cancelled that have dependents until a pass cancels none that has (one statement more
+    when it cancelled any). An enqueue that comes to such a job after the cascade locked it
+    waits for it, then finds it CANCELLED (a CONFLICT)."""
+    error = f"dependency {root.id} {root.status.name}"
+    reached = [root.id]
+    while reached:
+        params = {"ids": ids_json(reached), "error": error, "now": tx.now_us}
+        reached = []
         for row in tx.execute(tx.sql.CANCEL_DEPENDENTS, params).fetchall():
             cancelled = decode_job(row)
             tx.record_from(EventKind.CANCELLED, JobStatus.PENDING.value, None, cancelled)
-    tx.parents.clear()  # the cascade's own jobs were cancelled with it: nothing more to do
+            if cancelled.has_dependents:
+                reached.append(cancelled.id)
 
 
 def restore_waiting(tx: WriteTx, retried: Sequence[Job]) -> dict[int, Job]:

@@ -43,6 +43,7 @@ from queuelog.storage.statements import (
     COL_LEASE,
     COL_RESULT,
     COL_STATUS,
+    COL_TIMEOUT,
     COL_UPDATED,
     COL_WORKER,
     KIND_TEXT,
@@ -311,7 +312,7 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
             params.append({"id": row[COL_ID], "attempt": row[COL_ATTEMPT], "result": result, "now": now_us})
             done = list(row)
             done[COL_STATUS], done[COL_RESULT], done[COL_FINISHED] = "completed", result, now_us
-            done[COL_LEASE], done[COL_UPDATED] = None, now_us
+            done[COL_LEASE], done[COL_TIMEOUT], done[COL_UPDATED] = None, None, now_us
             job = decode_job(done)
             tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
             completed.append(job)
@@ -459,8 +460,12 @@ def retry(tx: WriteTx, job_id: int) -> Job:
 
 
 def prune(tx: WriteTx, finished_before: datetime) -> int:
-    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events."""
-    rows = tx.execute(tx.sql.PRUNE, {"cutoff": to_micros(finished_before)}).fetchall()
+    """Delete up to PRUNE_BATCH terminal jobs finished before the cutoff, with their events,
+    but none that a PENDING job waits for (a retried dependent may wait for a FAILED job)."""
+    found = tx.execute(tx.sql.PRUNABLE, {"cutoff": to_micros(finished_before)}).fetchall()
+    if not found:
+        return 0
+    rows = tx.execute(tx.sql.PRUNE, {"ids": ids_json([r[0] for r in found])}).fetchall()
     if rows:
         tx.execute(tx.sql.DELETE_EVENTS_OF, {"ids": ids_json([r[0] for r in rows])})
         tx.execute(tx.sql.DELETE_DEPENDENCIES_OF, {"ids": ids_json([r[0] for r in rows])})

@@ -257,9 +257,19 @@ _FAILURE = (
 _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
 
 
+# A finished job that no PENDING job waits for (API.md section 10: a job retried after its
+# dependency failed waits for it again). Only a job with dependents that did not complete can
+# be waited for, so the common finished job costs no read; for the others, each edge to it
+# (ix_job_dependencies_on), then its dependent by key. Written as scalar subqueries so that
+# this is the only plan: as EXISTS over a join, PostgreSQL hashed every edge and waiting job
+# once per statement, or (the dependent's state guarded) scanned the jobs for each edge.
+_UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR (
+    SELECT 1 FROM job_dependencies AS d WHERE d.depends_on = jobs.id
+        AND (SELECT w.status = 'pending' AND w.delayed = 2 FROM jobs AS w WHERE w.id = d.job_id)
+    LIMIT 1) IS NULL)"""
 _RETRIED = (
     f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, waiting_for = 0, worker_id = NULL,"
-    f" lease_expires_at = NULL, finished_at = NULL, updated_at = {NOW}"
+    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {NOW}"
 )
 
 
@@ -365,16 +375,26 @@ class PostgresStatements(Statements):
     # statistics had the planner walk every running job through ix_jobs_status (migration
     # 0008). The status is checked after the LIMIT, where it cannot steer the plan: a guard
     # the planner believes rare made it read all that is overdue and sort it.
+    # Every way out of RUNNING clears both columns; a finished job that still has one (left
+    # by an older queuelog, or copied from one) is cleared here, the first time the probe
+    # meets it, so that it is met once: left alone, the oldest of them filled every batch
+    # and hid the jobs that really were overdue.
     OVERDUE = f"""
-        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'lease' FROM jobs
-            WHERE lease_expires_at < {NOW}
-            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS expired
-        WHERE status = 'running'
+        WITH expired AS MATERIALIZED (
+            SELECT {JOB_COLUMN_LIST}, 'lease' AS why FROM jobs WHERE lease_expires_at < {NOW}
+            ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED),
+        late AS MATERIALIZED (
+            SELECT {JOB_COLUMN_LIST}, 'timeout' AS why FROM jobs WHERE timeout_at < {NOW}
+            ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED),
+        stale AS (
+            UPDATE jobs SET lease_expires_at = NULL, timeout_at = NULL
+            WHERE id = ANY(ARRAY(
+                SELECT id FROM expired WHERE status <> 'running'
+                UNION ALL SELECT id FROM late WHERE status <> 'running'))
+            AND {state_guard("status <> 'running'")})
+        SELECT * FROM expired WHERE status = 'running'
         UNION ALL
-        SELECT * FROM (SELECT {JOB_COLUMN_LIST}, 'timeout' FROM jobs
-            WHERE timeout_at < {NOW}
-            ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED) AS late
-        WHERE status = 'running'
+        SELECT * FROM late WHERE status = 'running'
     """
 
     CANCEL_PENDING = (
@@ -393,12 +413,19 @@ class PostgresStatements(Statements):
         f"UPDATE jobs SET {_RETRIED} WHERE {among_ids('id', 'ids')} AND {IS_RETRIABLE}"
         f" RETURNING {JOB_COLUMN_LIST}"
     )
+    # Two statements: the second asks again whether anything waits for a job, in a snapshot
+    # taken once the first holds the job's lock. A retry that made a job wait for one of
+    # them either still held that job's row (FOR SHARE: RESTORE_WAITING) when the first
+    # came to it, which skips it, or had committed before, which the second sees; one that
+    # comes after waits for the pruner, and then finds the job gone.
+    PRUNABLE = f"""
+        SELECT id FROM jobs
+        WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL} AND {_UNAWAITED}
+        ORDER BY finished_at LIMIT {PRUNE_BATCH}
+        FOR UPDATE SKIP LOCKED
+    """
     PRUNE = f"""
-        DELETE FROM jobs WHERE id IN (
-            SELECT id FROM jobs
-            WHERE finished_at < {ts("cutoff")} AND status IN {TERMINAL_SQL}
-            LIMIT {PRUNE_BATCH}
-            FOR UPDATE SKIP LOCKED)
+        DELETE FROM jobs WHERE {among_ids("id", "ids")} AND {_UNAWAITED}
         RETURNING id, type, status, created_by, worker_id
     """
 
@@ -581,19 +608,32 @@ class PostgresStatements(Statements):
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
             SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-            WHERE d.depends_on = %(root)s AND j.status = 'pending'
+            WHERE {among_ids("d.depends_on", "ids")} AND j.status = 'pending'
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')
         UPDATE jobs SET status = 'cancelled', error = %(error)s, finished_at = {NOW}, updated_at = {NOW}
         WHERE id IN (SELECT id FROM down) AND status = 'pending'
         RETURNING {JOB_COLUMN_LIST}"""
+    # The dependencies not COMPLETED are locked (FOR SHARE) as they are counted, as an enqueue
+    # locks what it waits for (MARK_DEPENDED_ON): a completion or failure of one of them on
+    # another connection either committed first (the lock waits for it, then reads the row
+    # again and counts it or not), or waits for this retry and then sees it waiting, to
+    # release or cancel it. Read without a lock, a dependency completing meanwhile was
+    # counted open, and its completion did not release the job, still CANCELLED in its
+    # snapshot: PENDING forever.
     RESTORE_WAITING = f"""
+        WITH edges AS MATERIALIZED (
+            SELECT job_id, depends_on FROM job_dependencies WHERE {among_ids("job_id", "ids")}),
+        open AS MATERIALIZED (
+            SELECT id FROM jobs WHERE id = ANY(ARRAY(SELECT depends_on FROM edges))
+                AND {state_guard("status <> 'completed'")}
+            ORDER BY id FOR SHARE),
+        w AS (
+            SELECT edges.job_id, count(*) AS n FROM edges JOIN open ON open.id = edges.depends_on
+            GROUP BY edges.job_id)
         UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = {NOW}
-        FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on
-              WHERE {among_ids("d.job_id", "ids")} AND j.status <> 'completed'
-              GROUP BY d.job_id) AS w
-        WHERE jobs.id = w.job_id AND jobs.status = 'pending'
+        FROM w WHERE jobs.id = w.job_id AND {IS_PENDING}
         RETURNING {JOB_COLUMN_LIST}"""
     DEPENDENCY_OF_HELD = (
         "SELECT 1 FROM job_dependencies d JOIN jobs j ON j.id = d.job_id"

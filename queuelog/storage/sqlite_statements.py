@@ -213,6 +213,7 @@ _COMPLETED_VALUES = {
     "result": bindparam("result"),
     "finished_at": bindparam("now"),
     "lease_expires_at": lit(None),
+    "timeout_at": lit(None),
     "updated_at": bindparam("now"),
 }
 _FAILURE_VALUES = {
@@ -235,9 +236,17 @@ _RETRIED_VALUES = {
     "waiting_for": lit(0),  # dependencies.restore_waiting counts those still open
     "worker_id": lit(None),
     "lease_expires_at": lit(None),
+    "timeout_at": lit(None),
     "finished_at": lit(None),
     "updated_at": bindparam("now"),
 }
+# A finished job that no PENDING job waits for (API.md section 10: a job retried after its
+# dependency failed waits for it again). Only a job with dependents that did not complete can
+# be waited for, so the common finished job costs no read; for the others, their dependents
+# are looked up by key.
+_UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR NOT EXISTS (
+    SELECT 1 FROM job_dependencies AS d JOIN jobs AS w ON w.id = d.job_id
+    WHERE d.depends_on = jobs.id AND w.status = 'pending' AND w.delayed = 2))"""
 _SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
 
 
@@ -379,10 +388,12 @@ class SqliteStatements(Statements):
         .values(_RETRIED_VALUES)
         .returning(*jobs.c)
     )
+    PRUNABLE = f"""
+        SELECT id FROM jobs INDEXED BY ix_jobs_finished
+        WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} AND {_UNAWAITED} LIMIT {PRUNE_BATCH}
+    """
     PRUNE = f"""
-        DELETE FROM jobs WHERE id IN (
-            SELECT id FROM jobs INDEXED BY ix_jobs_finished
-            WHERE finished_at < :cutoff AND status IN {TERMINAL_SQL} LIMIT {PRUNE_BATCH})
+        DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND {_UNAWAITED}
         RETURNING id, type, status, created_by, worker_id
     """
 
@@ -542,10 +553,12 @@ class SqliteStatements(Statements):
               WHERE depends_on IN (SELECT value FROM json_each(:ids)) GROUP BY job_id) AS d
         WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
         RETURNING jobs.type, jobs.delayed"""
+    # CROSS JOIN: the edges of the roots first, then their jobs by key (not every PENDING job
+    # through ix_jobs_status, as the planner would for a list of roots).
     CANCEL_DEPENDENTS = f"""
         WITH RECURSIVE down(id) AS (
-            SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-            WHERE d.depends_on = :root AND j.status = 'pending'
+            SELECT d.job_id FROM job_dependencies d CROSS JOIN jobs j ON j.id = d.job_id
+            WHERE d.depends_on IN (SELECT value FROM json_each(:ids)) AND j.status = 'pending'
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')

@@ -47,8 +47,8 @@ COL_ID, COL_STATUS, COL_WORKER, COL_ATTEMPT = (
     COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt")
 )
 COL_PRIORITY, COL_CREATED = COLUMN_INDEX["priority"], COLUMN_INDEX["created_at"]
-COL_RESULT, COL_FINISHED, COL_LEASE, COL_UPDATED = (
-    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "updated_at")
+COL_RESULT, COL_FINISHED, COL_LEASE, COL_TIMEOUT, COL_UPDATED = (
+    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "timeout_at", "updated_at")
 )
 
 
@@ -96,6 +96,10 @@ class Statements:
     # jobs: producer and admin actions
     CANCEL_PENDING: ClassVar[str]
     RETRY_FINISHED: ClassVar[str]
+    # Pruning: PRUNABLE reads (and on PostgreSQL locks) the ids of up to PRUNE_BATCH jobs
+    # finished before `cutoff` that nothing waits for; PRUNE deletes those of `ids` that
+    # still nothing waits for, returning (id, type, status, created_by, worker_id).
+    PRUNABLE: ClassVar[str]
     PRUNE: ClassVar[str]
     # jobs: reads
     # `next_due(n)`: the earliest run_at of a delayed job of n types (maybe already past).
@@ -152,7 +156,7 @@ class Statements:
     DEPENDENCIES_OF_JOBS: ClassVar[str]
     # Dependents of the COMPLETED `ids` count them done; those at 0 become ready (or delayed).
     RELEASE_DEPENDENTS: ClassVar[str]
-    # Every PENDING job downstream of `root`, transitively, CANCELLED with `error`.
+    # Every PENDING job downstream of the jobs `ids`, transitively, CANCELLED with `error`.
     CANCEL_DEPENDENTS: ClassVar[str]
     # Retried jobs `ids` wait again for their dependencies not COMPLETED.
     RESTORE_WAITING: ClassVar[str]
