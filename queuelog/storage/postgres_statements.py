@@ -36,7 +36,9 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
+    TYPE_CONTROL_COLUMN_LIST,
     Statements,
+    put_type_control,
 )
 from queuelog.storage.tables import jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
@@ -152,10 +154,7 @@ _KEY_HEADS = f"""
         WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY} AND {PER_KEY}
         ORDER BY priority DESC, created_at, id LIMIT wanted.quota FOR UPDATE SKIP LOCKED) AS head
 """
-_TYPE_CONTROLS = (
-    "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
-    " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
-)
+_TYPE_CONTROLS = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
 
 
 def _promote(wanted: str) -> str:
@@ -478,17 +477,9 @@ class PostgresStatements(Statements):
     )
     FORGET_RATE_CLAIMS = f"DELETE FROM rate_claims WHERE type = %(type)s AND at <= {ts('since')}"
     INSERT_RATE_CLAIM = f"INSERT INTO rate_claims (type, key, at) VALUES (%(type)s, %(key)s, {ts('at')})"
-    PUT_TYPE_CONTROL = (
-        "INSERT INTO type_controls (type, paused, paused_until, max_running, max_running_per_key,"
-        " rate_limit, rate_period_seconds, rate_per_key, timeout_seconds, updated_at)"
-        " VALUES (%(type)s, %(paused)s, " + as_timestamp("%(paused_until)s::bigint") + ", %(max_running)s,"
-        " %(max_running_per_key)s, %(rate_limit)s, %(rate_period_seconds)s, %(rate_per_key)s,"
-        f" %(timeout_seconds)s, {ts('updated_at')})"
-        " ON CONFLICT (type) DO UPDATE SET paused = excluded.paused, paused_until = excluded.paused_until,"
-        " max_running = excluded.max_running, max_running_per_key = excluded.max_running_per_key,"
-        " rate_limit = excluded.rate_limit, rate_period_seconds = excluded.rate_period_seconds,"
-        " rate_per_key = excluded.rate_per_key, timeout_seconds = excluded.timeout_seconds,"
-        " updated_at = excluded.updated_at"
+    PUT_TYPE_CONTROL = put_type_control(
+        lambda name: f"%({name})s",
+        lambda column: ts(column) if column in ("paused_until", "updated_at") else f"%({column})s",
     )
 
     SCHEDULE_JOBS = (

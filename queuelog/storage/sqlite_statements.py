@@ -28,9 +28,11 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
+    TYPE_CONTROL_COLUMN_LIST,
     Statements,
+    put_type_control,
 )
-from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs, type_controls
+from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -425,10 +427,7 @@ class SqliteStatements(Statements):
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
 
-    TYPE_CONTROLS = (
-        "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
-        " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
-    )
+    TYPE_CONTROLS = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
     PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
     PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read
     # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
@@ -455,14 +454,7 @@ class SqliteStatements(Statements):
     )
     FORGET_RATE_CLAIMS = "DELETE FROM rate_claims WHERE type = :type AND at <= :since"
     INSERT_RATE_CLAIM = "INSERT INTO rate_claims (type, key, at) VALUES (:type, :key, :at)"
-    PUT_TYPE_CONTROL = _sql(
-        sqlite.insert(type_controls)
-        .values({c.name: bindparam(c.name) for c in type_controls.c})
-        .on_conflict_do_update(
-            index_elements=["type"],
-            set_={c.name: literal_column(f"excluded.{c.name}") for c in type_controls.c if c.name != "type"},
-        )
-    )
+    PUT_TYPE_CONTROL = put_type_control(lambda name: f":{name}", lambda column: f":{column}")
 
     SCHEDULE_JOBS = (
         f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
