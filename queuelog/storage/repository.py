@@ -349,9 +349,19 @@ class Repository:
     async def mark_schedules_alive(self) -> None:
         await self._db.write(schedules.mark_alive)
 
-    async def fire_schedules(self, running_since: datetime | None = None) -> int:
-        """Enqueue the jobs of every due tick (on any server: exactly once per tick)."""
-        return await self._db.write(lambda tx: schedules.fire_due(tx, running_since))
+    async def fire_schedules(self, started: float | None = None) -> int:
+        """Enqueue the jobs of every due tick (on any server: exactly once per tick).
+        `started`: when this server's ticker started, a `time.monotonic()` reading. It is
+        put on the database's clock in the transaction (its `now` less the time since),
+        which holds whatever this server's own clock says."""
+
+        def fire(tx: WriteTx) -> int:
+            running_since = None
+            if started is not None:
+                running_since = tx.now - timedelta(seconds=time.monotonic() - started)
+            return schedules.fire_due(tx, running_since)
+
+        return await self._db.write(fire)
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))
