@@ -28,6 +28,7 @@ from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
 
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
+    BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
     PENDING_TYPES_SQL,
@@ -563,6 +564,7 @@ class PostgresStatements(Statements):
         WHERE paused = 0 AND next_run_at <= {NOW} ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}
         FOR UPDATE SKIP LOCKED"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules WHERE paused = 0"
+    BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
     SCHEDULE_FIRED = f"""
         UPDATE schedules SET next_run_at = {as_timestamp("%(next_run_at)s::bigint")},
             last_run_at = coalesce({as_timestamp("%(last_run_at)s::bigint")}, last_run_at),

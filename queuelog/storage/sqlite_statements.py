@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import BindParameter
 from queuelog.model import JobStatus
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
+    BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
     PENDING,
@@ -525,6 +526,7 @@ class SqliteStatements(Statements):
         SELECT {SCHEDULE_COLUMN_LIST} FROM schedules INDEXED BY ix_schedules_due
         WHERE paused = 0 AND next_run_at <= :now ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules INDEXED BY ix_schedules_due WHERE paused = 0"
+    BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
     SCHEDULE_FIRED = """
         UPDATE schedules SET next_run_at = :next_run_at, last_run_at = coalesce(:last_run_at, last_run_at),
             last_job_id = coalesce(:last_job_id, last_job_id), updated_at = :now

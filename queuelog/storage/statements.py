@@ -75,6 +75,7 @@ PENDING_TYPES_SQL = (
     f"SELECT type FROM job_counts WHERE scope = '{counters.ALL}' AND name = '' AND status = '{PENDING}'"
     " GROUP BY type HAVING SUM(n) > 0"
 )
+BROKEN_SCHEDULES_SQL = "SELECT count(*) FROM schedules WHERE paused = 0 AND next_run_at IS NULL"
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
 # Positions of columns in a row of JOB_COLUMN_LIST, for checks made before decoding.
@@ -200,6 +201,9 @@ class Statements:
     DUE_SCHEDULES: ClassVar[str]
     NEXT_SCHEDULE_AT: ClassVar[str]
     SCHEDULE_FIRED: ClassVar[str]
+    # How many schedules are stopped because they no longer parse (schedules.fire_due):
+    # running (not paused) but with no next tick.
+    BROKEN_SCHEDULES: ClassVar[str]
     # (created_by, idempotency_key) of the `pairs` (a JSON list of both) that exist.
     EXISTING_KEYS: ClassVar[str]
     # (id, status) of the jobs `ids`.
