@@ -199,9 +199,10 @@ class GraphQLView(GraphQL[RequestContext, None]):
     async def on_ws_connect(self, context: RequestContext) -> dict[str, object] | None:
         authorization = _authorization_param(context.connection_params)
         principal = None
+        generation = None
         if authorization is not None:
             try:
-                principal = await self.services.principal_for(authorization)
+                principal, generation = await self.services.authenticator.authenticate(authorization)
             except DatabaseUnavailable as exc:
                 log.warning("websocket refused: %s", exc.message)
                 raise ConnectionRejectionError() from None
@@ -211,7 +212,8 @@ class GraphQLView(GraphQL[RequestContext, None]):
         context.reauthenticate = lambda: self.services.principal_for(authorization)
         context.key_generation = self.services.authenticator.generation
         context.read_key_generation = self.services.authenticator.refresh
-        context.checked_generation = self.services.authenticator.generation()
+        # As of before the lookup: a key revoked while it ran is checked again at once.
+        context.checked_generation = generation
         return None
 
 
@@ -268,8 +270,9 @@ class State:
 
 async def end_revoked_sockets_forever(services: Services) -> None:
     """Websockets whose key was revoked (by any process) end even when idle: the keys
-    generation is read every KEY_WATCH_SECONDS, and each open socket checked when it moves."""
-    generation: int | None = None
+    generation is read every KEY_WATCH_SECONDS, and each open socket whose key was last
+    checked at another generation is checked again (a socket opened while a key changed
+    included)."""
     outage = maintenance.OutageLog("checking open websockets for revoked keys")
     while True:
         await asyncio.sleep(KEY_WATCH_SECONDS)
@@ -277,9 +280,8 @@ async def end_revoked_sockets_forever(services: Services) -> None:
             continue  # nothing to end: no read (a socket opened later checks its key itself)
         try:
             current = await services.authenticator.refresh()
-            if current != generation:
-                generation = current
-                for socket in list(services.sockets):
+            for socket in list(services.sockets):
+                if socket.context.checked_generation != current:
                     await socket.end_if_key_revoked()
             outage.succeeded()
         except DatabaseUnavailable as exc:

@@ -134,6 +134,11 @@ class Metrics:
             "oldest_pending_seconds",
             "The type's queue lag: how long its longest-waiting claimable job has been due; 0 when none",
         )
+        self.schedules_broken = Gauge(
+            "queuelog_schedules_broken",
+            "Schedules stopped because their cron expression or time zone no longer parses",
+            registry=self.registry,
+        )
         self.database_up = Gauge(
             "queuelog_database_up",
             "1 when this scrape's reads of the database succeeded, 0 when the database was unavailable",
@@ -231,6 +236,7 @@ class Metrics:
         try:
             stats = await repository.queue_stats(ALL_JOBS)
             controls = await repository.type_controls(types) if types else []
+            broken_schedules = await repository.broken_schedules()
         except DatabaseUnavailable as exc:
             log.warning("metrics: %s", exc.message)
             self._database_unavailable()
@@ -241,6 +247,7 @@ class Metrics:
             self.database_up.set(1)
             self._set_stats(stats, types)
             self._set_type_controls(controls, repository.now())
+            self.schedules_broken.set(broken_schedules)
         return generate_latest(self.registry)
 
     def _database_unavailable(self) -> None:
@@ -248,7 +255,9 @@ class Metrics:
         read = (self.by_status, self.type_jobs, self.type_oldest_pending, self.type_paused, self.type_running)
         for gauge in (*read, *self.type_limits.values()):
             gauge.clear()
-        self.oldest_pending.set(float("nan"))  # unknown (an unlabelled gauge always has a sample)
+        # unknown (an unlabelled gauge always has a sample)
+        self.oldest_pending.set(float("nan"))
+        self.schedules_broken.set(float("nan"))
 
     def _set_stats(self, stats: QueueStats, types: Sequence[str]) -> None:
         for status in JobStatus:

@@ -4,7 +4,8 @@ Principals are cached in memory by key hash, so most requests cost no key lookup
 cache is dropped whenever the database's keys generation moves (a trigger bumps it on
 every revoke or change of a key, whichever process or tool made it), and that generation
 is read on every request: one indexed single-row read, so a revoke takes effect on the
-very next request on every server process.
+very next request on every server process. A lookup is cached only if the generation has
+not moved while it ran (it may have read the key as it was before a revoke).
 """
 
 from __future__ import annotations
@@ -36,18 +37,28 @@ class Authenticator:
         return generation
 
     async def principal_for(self, authorization: str | None) -> Principal | None:
+        principal, _ = await self.authenticate(authorization)
+        return principal
+
+    async def authenticate(self, authorization: str | None) -> tuple[Principal | None, int]:
+        """The principal behind `authorization` (None without a valid key), and the keys
+        generation read before its key was looked up: the answer holds as of that generation,
+        so a check against any later one must look the key up again."""
         token = bearer_token(authorization)
         if token is None:
-            return None
-        await self.refresh()
+            return None, self._generation or 0
+        generation = await self.refresh()
         key_hash = hash_key(token)
         principal = self._principals.get(key_hash)
         if principal is None:
             key = await self._repository.find_active_key(key_hash)
             if key is None:
-                return None  # unknown keys are not cached: they cost one lookup each
+                return None, generation  # unknown keys are not cached: they cost one lookup each
             principal = Principal.from_key(key)
-            if len(self._principals) >= MAX_CACHED_PRINCIPALS:
-                self._principals.clear()
-            self._principals[key_hash] = principal
-        return principal
+            # A key changed while it was looked up (the generation moved) may have been read
+            # as it was before: cached, that answer would outlive a revoke.
+            if self._generation == generation:
+                if len(self._principals) >= MAX_CACHED_PRINCIPALS:
+                    self._principals.clear()
+                self._principals[key_hash] = principal
+        return principal, generation

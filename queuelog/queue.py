@@ -163,7 +163,7 @@ class JobQueue:
             priority=priority,
             max_retries=max_retries,
             idempotency_key=idempotency_key,
-            run_at=as_utc(run_at) if run_at is not None else None,
+            run_at=as_utc(run_at, "runAt") if run_at is not None else None,
             concurrency_key=concurrency_key,
             timeout_seconds=timeout_seconds,
             depends_on=tuple(sorted(set(depends_on))),
@@ -292,7 +292,7 @@ class JobQueue:
 
     async def pause_type(self, principal: Principal, job_type: str, until: datetime | None) -> TypeControl:
         self._check_controlled_type(job_type)
-        until = as_utc(until) if until is not None else None
+        until = as_utc(until, "until") if until is not None else None
         control = await self.repository.update_type_control(job_type, paused=True, paused_until=until)
         log.info(
             "type %r paused by %s%s", job_type, principal.name, f" until {until.isoformat()}" if until else ""
@@ -340,19 +340,20 @@ class JobQueue:
 
     async def cancel_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
         """ADMIN: any matching job; PRODUCER: its own (the role check came first)."""
-        self._check_bulk(job_filter, limit)
+        job_filter = self._check_bulk(job_filter, limit)
         created_by = None if Role.ADMIN in principal.roles else principal.name
         outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit)
         log.info("cancelJobs by %s: %d cancelled (%s)", principal.name, outcome.count, _described(job_filter))
         return outcome
 
     async def retry_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
-        self._check_bulk(job_filter, limit)
+        job_filter = self._check_bulk(job_filter, limit)
         outcome = await self.repository.bulk(EventKind.RETRIED, job_filter, None, limit)
         log.info("retryJobs by %s: %d retried (%s)", principal.name, outcome.count, _described(job_filter))
         return outcome
 
-    def _check_bulk(self, job_filter: JobFilter, limit: int) -> None:
+    def _check_bulk(self, job_filter: JobFilter, limit: int) -> JobFilter:
+        """The filter, checked; a `createdBefore` without an offset is UTC, as `runAt` is."""
         if not 1 <= limit <= MAX_BULK:
             raise BadInput(f"limit must be between 1 and {MAX_BULK}")
         if job_filter.status is None and job_filter.type is None:
@@ -361,6 +362,10 @@ class JobQueue:
             check_storable(job_filter.type, "filter.type")
         if job_filter.concurrency_key is not None:
             check_concurrency_key(job_filter.concurrency_key)
+        before = job_filter.created_before
+        if before is not None and before.tzinfo is None:
+            job_filter = dataclasses.replace(job_filter, created_before=before.replace(tzinfo=UTC))
+        return job_filter
 
     def _check_controlled_type(self, job_type: str) -> None:
         check_storable(job_type, "type")
@@ -609,12 +614,12 @@ def _described(job_filter: JobFilter) -> str:
     return ", ".join(f"{name}={value}" for name, value in fields.items() if value is not None)
 
 
-def as_utc(value: datetime) -> datetime:
+def as_utc(value: datetime, what: str) -> datetime:
     """A time without an offset is taken as UTC (the API speaks UTC), not server-local."""
     try:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:
-        raise BadInput("runAt cannot be expressed in UTC") from None
+        raise BadInput(f"{what} cannot be expressed in UTC") from None
 
 
 def check_no_nul(text: str, what: str) -> None:

@@ -28,7 +28,10 @@ ALIVE_EVERY_SECONDS = 1.0
 async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
     outage = OutageLog("schedules")
     marked = 0.0
-    running_since = repository.now()  # no tick after this is missed while no server ran
+    # No tick after this is missed while no server ran. A monotonic reading, not this
+    # server's clock: before its first write the server does not know how far that is from
+    # the database's, which the ticks' times are on.
+    started = time.monotonic()
     while True:
         pause = LOOK_AGAIN_SECONDS
         try:
@@ -36,10 +39,18 @@ async def tick_forever(repository: Repository, changed: asyncio.Event) -> None:
             if due is not None:
                 until = (due - repository.now()).total_seconds()
                 if until <= 0:
-                    enqueued = await repository.fire_schedules(running_since)
+                    fired = await repository.fire_schedules(started)
+                    for name, why in fired.stopped:
+                        log.error(
+                            "schedule %r stopped: it no longer parses (%s). It enqueues nothing until it"
+                            " is put again with a valid cron and time zone (or, once it parses again,"
+                            " paused and resumed); the other schedules run on",
+                            name,
+                            why,
+                        )
                     # Nothing fired: another server did, or this clock runs ahead of the
                     # database's. Either way, look again in a moment, not at once.
-                    pause = 0.0 if enqueued else 0.05
+                    pause = 0.0 if fired.enqueued or fired.stopped else 0.05
                     marked = time.monotonic()
                 else:
                     pause = min(pause, until)

@@ -1,8 +1,9 @@
-"""Type controls (API.md section 9): read with their RUNNING counts, and written whole.
+"""Type controls (API.md section 9): read with their RUNNING counts, and written field by field.
 
 A type's row in type_controls holds its pause and its limits; a type without a row has
-none. Writes replace the row (upsert) in the write transaction, so every server's next
-claim reads them.
+none. A write changes only the fields it names, in one statement that locks the row
+(PUT_TYPE_CONTROL), so that writes of different fields on different servers at once all
+stay (a pause and a change of limits, say); every server's next claim reads them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,20 @@ from datetime import datetime
 
 from queuelog.model import TypeControl
 from queuelog.storage.flow import read_controls, running_counts
+from queuelog.storage.statements import TYPE_CONTROL_FLAGS
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import to_micros
+
+# The fields of TypeControl a write may change, and the flag of PUT_TYPE_CONTROL of each.
+WRITABLE = {
+    "paused": "set_paused",
+    "paused_until": "set_paused_until",
+    "max_running": "set_max_running",
+    "max_running_per_key": "set_max_running_per_key",
+    "rate_limit": "set_rate_limit",
+    "timeout_seconds": "set_timeout_seconds",
+}
+assert set(WRITABLE.values()) == set(TYPE_CONTROL_FLAGS.values())
 
 
 def type_controls(conn: Connection, types: Sequence[str], now: datetime) -> list[TypeControl]:
@@ -32,24 +45,29 @@ def as_of(control: TypeControl, now: datetime, running: int) -> TypeControl:
 
 
 def update(tx: WriteTx, job_type: str, **changes: object) -> TypeControl:
-    """Change some of a type's controls (the others stay) and store the row."""
-    current = read_controls(tx).get(job_type) or TypeControl(type=job_type)
-    control = dataclasses.replace(current, **changes)  # type: ignore[arg-type]
-    rate = control.rate_limit
-    tx.execute(
+    """Change the given fields of a type's controls (named as in TypeControl); the others
+    keep what they hold as the row is changed. The type's controls afterwards."""
+    unknown = set(changes) - WRITABLE.keys()
+    if unknown:
+        raise TypeError(f"not a writable type control: {', '.join(sorted(unknown))}")
+    given = dataclasses.replace(TypeControl(type=job_type), **changes)  # type: ignore[arg-type]
+    rate = given.rate_limit
+    row = tx.execute(
         tx.sql.PUT_TYPE_CONTROL,
         {
             "type": job_type,
-            "paused": int(control.paused),
-            "paused_until": to_micros(control.paused_until) if control.paused_until is not None else None,
-            "max_running": control.max_running,
-            "max_running_per_key": control.max_running_per_key,
+            "paused": int(given.paused),
+            "paused_until": to_micros(given.paused_until) if given.paused_until is not None else None,
+            "max_running": given.max_running,
+            "max_running_per_key": given.max_running_per_key,
             "rate_limit": rate.limit if rate is not None else None,
             "rate_period_seconds": rate.period_seconds if rate is not None else None,
             "rate_per_key": int(rate.per_key) if rate is not None else 0,
-            "timeout_seconds": control.timeout_seconds,
+            "timeout_seconds": given.timeout_seconds,
             "updated_at": tx.now_us,
+            **{flag: field in changes for field, flag in WRITABLE.items()},
         },
-    )
+    ).fetchone()
     tx.claim_preamble.controls = None  # claims later in this transaction read them again
+    control = read_controls(tx, [row])[job_type]
     return as_of(control, tx.now, running_counts(tx).get(job_type, 0))

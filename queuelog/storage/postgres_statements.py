@@ -28,6 +28,7 @@ from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
 
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
+    BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
     PENDING_TYPES_SQL,
@@ -36,7 +37,9 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
+    TYPE_CONTROL_COLUMN_LIST,
     Statements,
+    put_type_control,
 )
 from queuelog.storage.tables import jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
@@ -166,10 +169,7 @@ _KEY_HEADS = f"""
         WHERE jobs.type = wanted.type AND concurrency_key = wanted.key AND {READY} AND {PER_KEY}
         ORDER BY priority DESC, created_at, id LIMIT wanted.quota FOR UPDATE SKIP LOCKED) AS head
 """
-_TYPE_CONTROLS = (
-    "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
-    " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
-)
+_TYPE_CONTROLS = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
 
 
 def _promote(wanted: str) -> str:
@@ -558,17 +558,9 @@ class PostgresStatements(Statements):
             SELECT at, seq FROM rate_claims WHERE type = %(type)s AND key = %(key)s
             ORDER BY at DESC, seq DESC LIMIT 1) AS last
     """
-    PUT_TYPE_CONTROL = (
-        "INSERT INTO type_controls (type, paused, paused_until, max_running, max_running_per_key,"
-        " rate_limit, rate_period_seconds, rate_per_key, timeout_seconds, updated_at)"
-        " VALUES (%(type)s, %(paused)s, " + as_timestamp("%(paused_until)s::bigint") + ", %(max_running)s,"
-        " %(max_running_per_key)s, %(rate_limit)s, %(rate_period_seconds)s, %(rate_per_key)s,"
-        f" %(timeout_seconds)s, {ts('updated_at')})"
-        " ON CONFLICT (type) DO UPDATE SET paused = excluded.paused, paused_until = excluded.paused_until,"
-        " max_running = excluded.max_running, max_running_per_key = excluded.max_running_per_key,"
-        " rate_limit = excluded.rate_limit, rate_period_seconds = excluded.rate_period_seconds,"
-        " rate_per_key = excluded.rate_per_key, timeout_seconds = excluded.timeout_seconds,"
-        " updated_at = excluded.updated_at"
+    PUT_TYPE_CONTROL = put_type_control(
+        lambda name: f"%({name})s",
+        lambda column: ts(column) if column in ("paused_until", "updated_at") else f"%({column})s",
     )
 
     SCHEDULE_JOBS = (
@@ -665,6 +657,7 @@ class PostgresStatements(Statements):
         WHERE paused = 0 AND next_run_at <= {NOW} ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}
         FOR UPDATE SKIP LOCKED"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules WHERE paused = 0"
+    BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
     SCHEDULE_FIRED = f"""
         UPDATE schedules SET next_run_at = {as_timestamp("%(next_run_at)s::bigint")},
             last_run_at = coalesce({as_timestamp("%(last_run_at)s::bigint")}, last_run_at),

@@ -46,6 +46,7 @@ from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.event_tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
+from queuelog.storage.schedules import Fired
 from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
@@ -349,9 +350,23 @@ class Repository:
     async def mark_schedules_alive(self) -> None:
         await self._db.write(schedules.mark_alive)
 
-    async def fire_schedules(self, running_since: datetime | None = None) -> int:
-        """Enqueue the jobs of every due tick (on any server: exactly once per tick)."""
-        return await self._db.write(lambda tx: schedules.fire_due(tx, running_since))
+    async def broken_schedules(self) -> int:
+        """How many schedules are stopped because they no longer parse (schedules.py)."""
+        return await self._db.read(schedules.broken_count)
+
+    async def fire_schedules(self, started: float | None = None) -> Fired:
+        """Enqueue the jobs of every due tick (on any server: exactly once per tick).
+        `started`: when this server's ticker started, a `time.monotonic()` reading. It is
+        put on the database's clock in the transaction (its `now` less the time since),
+        which holds whatever this server's own clock says."""
+
+        def fire(tx: WriteTx) -> Fired:
+            running_since = None
+            if started is not None:
+                running_since = tx.now - timedelta(seconds=time.monotonic() - started)
+            return schedules.fire_due(tx, running_since)
+
+        return await self._db.write(fire)
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
         return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))

@@ -11,15 +11,22 @@ Misfire: `schedule_clock.alive_at` says when a ticker last ran anywhere. A tick 
 than MISFIRE_GRACE old is "missed while no server ran" only when no ticker had run for
 DOWN_AFTER seconds before this one; then `misfire` decides (SKIP: none, RUN_ONCE: one job for
 the newest). A deployment that was up but slow still enqueues every tick.
+
+A due schedule that no longer parses (its time zone gone after a tzdata upgrade, say) is
+stopped: it gets no next tick, so it is neither due nor read again, and the others fire as
+usual. `fire_due` names it once, in the transaction that stopped it; BROKEN_SCHEDULES counts
+the stopped ones. Put again (or paused and resumed once it parses), it runs again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from queuelog import cron, jsonutil
+from queuelog.errors import Conflict
 from queuelog.model import (
     EventKind,
     JobStatus,
@@ -39,6 +46,15 @@ DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment
 MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)
 MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule enqueued in one pass (the rest: missed)
 OPEN_STATUSES = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
+
+
+@dataclass
+class Fired:
+    """What one `fire_due` did: how many jobs it enqueued, and the schedules it stopped
+    because they no longer parse (name, why)."""
+
+    enqueued: int = 0
+    stopped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def creator(name: str) -> str:
@@ -108,7 +124,14 @@ def set_paused(tx: WriteTx, name: str, paused: bool) -> Schedule | None:
     if row is None:
         return None
     schedule = decode(row)
-    next_tick = None if paused else cron.parse(schedule.cron, schedule.timezone).next_after(tx.now)
+    next_tick = None
+    if not paused:
+        try:
+            next_tick = cron.parse(schedule.cron, schedule.timezone).next_after(tx.now)
+        except cron.CronError as error:
+            raise Conflict(
+                f"schedule {name!r} no longer parses ({error}): put it again with a valid cron and time zone"
+            ) from None
     params = {
         "name": name,
         "paused": int(paused),
@@ -116,6 +139,12 @@ def set_paused(tx: WriteTx, name: str, paused: bool) -> Schedule | None:
         "now": tx.now_us,
     }
     return decode(tx.execute(tx.sql.SET_SCHEDULE_PAUSED, params).fetchone())
+
+
+def broken_count(conn: Connection) -> int:
+    """How many schedules are stopped because they no longer parse."""
+    row = conn.execute(conn.sql.BROKEN_SCHEDULES).fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def next_due(conn: Connection) -> datetime | None:
@@ -129,8 +158,9 @@ def mark_alive(tx: WriteTx) -> None:
     tx.execute(tx.sql.MARK_SCHEDULE_CLOCK, {"now": tx.now_us})
 
 
-def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
-    """Enqueue the jobs of every due tick; returns how many were enqueued. `running_since`:
+def fire_due(tx: WriteTx, running_since: datetime | None = None) -> Fired:
+    """Enqueue the jobs of every due tick, and stop the due schedules that no longer parse.
+    `running_since`:
     since when this server's ticker has run (no tick after it was missed while no server
     ran, however long the database stalled since).
 
@@ -148,12 +178,17 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
         cutoff = min(cutoff, running_since)
     due = [decode(r) for r in tx.execute(tx.sql.DUE_SCHEDULES, {"now": tx.now_us}).fetchall()]
     if not due:
-        return 0
+        return Fired()
     still_open = _open_last_jobs(tx, due)
     fired: list[tuple[Schedule, cron.Cron, list[datetime]]] = []
+    outcome = Fired()
     for schedule in due:
         assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
-        expression = cron.parse(schedule.cron, schedule.timezone)
+        try:
+            expression = cron.parse(schedule.cron, schedule.timezone)
+        except cron.CronError as error:
+            outcome.stopped.append((schedule.name, str(error)))
+            continue
         ticks = _due_ticks(
             expression, schedule.next_run_at, tx.now, cutoff if was_down else None, schedule.misfire
         )
@@ -161,10 +196,13 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
             # The first tick's job is PENDING when the next one comes: one job at most.
             ticks = [] if schedule.last_job_id in still_open else ticks[:1]
         fired.append((schedule, expression, ticks))
-    newest, enqueued = _enqueue_ticks(
+    newest, outcome.enqueued = _enqueue_ticks(
         tx, [(schedule, tick) for schedule, _, ticks in fired for tick in ticks]
     )
-    moves = []
+    moves: list[dict[str, object]] = [
+        {"name": name, "next_run_at": None, "last_run_at": None, "last_job_id": None, "now": tx.now_us}
+        for name, _ in outcome.stopped
+    ]
     for schedule, expression, _ in fired:
         last = newest.get(schedule.name)
         moves.append(
@@ -177,7 +215,7 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> int:
             }
         )
     tx.executemany(tx.sql.SCHEDULE_FIRED, moves)
-    return enqueued
+    return outcome
 
 
 def _due_ticks(

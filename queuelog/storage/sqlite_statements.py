@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import BindParameter
 from queuelog.model import JobStatus
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
 from queuelog.storage.statements import (
+    BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
     PENDING,
@@ -28,9 +29,11 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
+    TYPE_CONTROL_COLUMN_LIST,
     Statements,
+    put_type_control,
 )
-from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs, type_controls
+from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 
@@ -446,10 +449,7 @@ class SqliteStatements(Statements):
     )
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
 
-    TYPE_CONTROLS = (
-        "SELECT type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
-        " rate_period_seconds, rate_per_key, timeout_seconds FROM type_controls ORDER BY type"
-    )
+    TYPE_CONTROLS = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
     PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
     PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read
     # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
@@ -520,14 +520,7 @@ class SqliteStatements(Statements):
             SELECT at, seq FROM rate_claims INDEXED BY ix_rate_claims_window
             WHERE type = :type AND key = :key ORDER BY at DESC, seq DESC LIMIT 1)
     """
-    PUT_TYPE_CONTROL = _sql(
-        sqlite.insert(type_controls)
-        .values({c.name: bindparam(c.name) for c in type_controls.c})
-        .on_conflict_do_update(
-            index_elements=["type"],
-            set_={c.name: literal_column(f"excluded.{c.name}") for c in type_controls.c if c.name != "type"},
-        )
-    )
+    PUT_TYPE_CONTROL = put_type_control(lambda name: f":{name}", lambda column: f":{column}")
 
     SCHEDULE_JOBS = (
         f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
@@ -600,6 +593,7 @@ class SqliteStatements(Statements):
         SELECT {SCHEDULE_COLUMN_LIST} FROM schedules INDEXED BY ix_schedules_due
         WHERE paused = 0 AND next_run_at <= :now ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules INDEXED BY ix_schedules_due WHERE paused = 0"
+    BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
     SCHEDULE_FIRED = """
         UPDATE schedules SET next_run_at = :next_run_at, last_run_at = coalesce(:last_run_at, last_run_at),
             last_job_id = coalesce(:last_job_id, last_job_id), updated_at = :now

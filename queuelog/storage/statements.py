@@ -31,6 +31,41 @@ PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
 PROMOTE_BATCH = 1000  # delayed jobs made ready per type by one claim
 
+# type_controls as TYPE_CONTROLS and PUT_TYPE_CONTROL answer it (flow.read_controls decodes).
+TYPE_CONTROL_COLUMN_LIST = (
+    "type, paused, paused_until, max_running, max_running_per_key, rate_limit,"
+    " rate_period_seconds, rate_per_key, timeout_seconds"
+)
+# PUT_TYPE_CONTROL's parameter that says whether it changes the column: a column whose flag
+# is false keeps its stored value (the row is locked, so no concurrent write of another
+# column is lost); a new row takes every value given.
+TYPE_CONTROL_FLAGS = {
+    "paused": "set_paused",
+    "paused_until": "set_paused_until",
+    "max_running": "set_max_running",
+    "max_running_per_key": "set_max_running_per_key",
+    "rate_limit": "set_rate_limit",
+    "rate_period_seconds": "set_rate_limit",
+    "rate_per_key": "set_rate_limit",
+    "timeout_seconds": "set_timeout_seconds",
+}
+
+
+def put_type_control(parameter: Callable[[str], str], value: Callable[[str], str]) -> str:
+    """PUT_TYPE_CONTROL in a database's parameter style (`parameter(name)`; `value(column)`
+    is the value inserted into a column)."""
+    columns = ["type", *TYPE_CONTROL_FLAGS, "updated_at"]
+    changes = ", ".join(
+        f"{column} = CASE WHEN {parameter(flag)} THEN excluded.{column} ELSE type_controls.{column} END"
+        for column, flag in TYPE_CONTROL_FLAGS.items()
+    )
+    return (
+        f"INSERT INTO type_controls ({', '.join(columns)}) VALUES ({', '.join(map(value, columns))})"
+        f" ON CONFLICT (type) DO UPDATE SET {changes}, updated_at = excluded.updated_at"
+        f" RETURNING {TYPE_CONTROL_COLUMN_LIST}"
+    )
+
+
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
 
@@ -40,6 +75,7 @@ PENDING_TYPES_SQL = (
     f"SELECT type FROM job_counts WHERE scope = '{counters.ALL}' AND name = '' AND status = '{PENDING}'"
     " GROUP BY type HAVING SUM(n) > 0"
 )
+BROKEN_SCHEDULES_SQL = "SELECT count(*) FROM schedules WHERE paused = 0 AND next_run_at IS NULL"
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
 # Positions of columns in a row of JOB_COLUMN_LIST, for checks made before decoding.
@@ -145,6 +181,8 @@ class Statements:
     RATE_WINDOW: ClassVar[str]
     FORGET_RATE_CLAIMS: ClassVar[str]
     INSERT_RATE_CLAIM: ClassVar[str]
+    # PUT_TYPE_CONTROL (put_type_control): insert a type's row or change the columns whose
+    # TYPE_CONTROL_FLAGS are set, in one statement; the row as TYPE_CONTROLS reads it.
     PUT_TYPE_CONTROL: ClassVar[str]
     # `jobs(scheduleName:)`: a schedule's jobs newest first (ix_jobs_schedule), and how many.
     SCHEDULE_JOBS: ClassVar[str]
@@ -172,6 +210,9 @@ class Statements:
     DUE_SCHEDULES: ClassVar[str]
     NEXT_SCHEDULE_AT: ClassVar[str]
     SCHEDULE_FIRED: ClassVar[str]
+    # How many schedules are stopped because they no longer parse (schedules.fire_due):
+    # running (not paused) but with no next tick.
+    BROKEN_SCHEDULES: ClassVar[str]
     # (created_by, idempotency_key) of the `pairs` (a JSON list of both) that exist.
     EXISTING_KEYS: ClassVar[str]
     # (id, status) of the jobs `ids`.
