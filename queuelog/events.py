@@ -52,6 +52,8 @@ class Subscription:
         if self._overflowed or not self._accepts(event):
             return
         if self._latest_only:
+            if self._pending and self._pending[-1].newest.revision > event.newest.revision:
+                return  # an older state of the job, read back late (another server's event)
             self._pending.clear()  # the newer event carries the newer state: merge into it
         elif len(self._pending) >= self._backlog:
             self._overflow()
@@ -104,8 +106,9 @@ class EventBus:
         backlog: int = SUBSCRIBER_BACKLOG,
         latest_only: bool = False,
     ) -> Subscription:
-        """`latest_only`: only the newest accepted event waits (one job's updates merge, so a
-        slow reader still gets its latest state, terminal included, and never overflows)."""
+        """`latest_only`: only the event with the newest state of the job waits (one job's
+        updates merge, by `Job.revision`, so a slow reader still gets its latest state,
+        terminal included, and never overflows)."""
         subscription = Subscription(self, accepts, backlog, latest_only)
         self._subscriptions.add(subscription)
         return subscription

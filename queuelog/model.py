@@ -79,6 +79,9 @@ class Job:
     dependency_count: int = 0  # internal: how many jobs it depends on
     has_dependents: int = 0  # internal: 1 once a job depends on it
     schedule_name: str | None = None
+    # Internal: how many times the job's row was updated; grows in the order its changes
+    # commit (storage/tables.py). A higher revision is a later state of the job.
+    revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,15 @@ class JobEvent:
     kind: EventKind
     job: Job
     at: datetime
+    # The newest state of the job known when the event was delivered, where `job` is not the
+    # job as of the event: an event of another server process, whose job is read back later
+    # and given the status it had as of the event (storage/event_tail.py). None: `job` is.
+    latest: Job | None = None
+
+    @property
+    def newest(self) -> Job:
+        """The newest state of the job this event tells of (what jobUpdated follows)."""
+        return self.job if self.latest is None else self.latest
 
 
 @dataclass(frozen=True, slots=True)

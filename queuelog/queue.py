@@ -90,6 +90,17 @@ log = logging.getLogger("queuelog.queue")
 HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
 
 
+def _caller_still_there() -> Callable[[], bool]:
+    """Whether the task running this claim still wants its answer: not once it has been
+    cancelled, as a websocket's operation is when its socket closes or the client stops it
+    (an HTTP request's task is not: `client_gone` tells of that). Read from the writer's
+    thread, inside the claim's transaction."""
+    task = asyncio.current_task()
+    if task is None:  # pragma: no cover - claims run in a task
+        return lambda: True
+    return lambda: not (task.cancelling() or task.done())
+
+
 class JobQueue:
     def __init__(
         self,
@@ -390,7 +401,7 @@ class JobQueue:
             raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
         claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
         if not wait:
-            return self._seen(await claim()).jobs
+            return self._seen(await claim(wanted=_caller_still_there())).jobs
         park = functools.partial(self.repository.park_claim, principal.name, type_list, limit, lease)
         return await self._claim_waiting(
             functools.partial(claim, key_checked=True), park, principal.name, type_list, wait, client_gone
@@ -432,10 +443,14 @@ class JobQueue:
         """
         deadline = time.monotonic() + wait
         gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
-        # Read from the writer thread right before commit: a client that has gone away by
-        # then claims nothing (the claim rolls back) instead of stranding jobs until
-        # their lease expires.
-        wanted = (lambda: not gone.done()) if gone is not None else None
+        there = _caller_still_there()
+
+        def wanted() -> bool:
+            # Read from the writer thread right before commit: a client that has gone away by
+            # then claims nothing (the claim rolls back) instead of stranding jobs until
+            # their lease expires.
+            return there() and (gone is None or not gone.done())
+
         try:
             while True:
                 if gone is not None and gone.done():

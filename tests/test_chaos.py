@@ -642,12 +642,15 @@ CLAIM_REPORT = 'mutation { claimJob(types: ["report"]) { id } }'
 class Partition:
     """A TCP proxy between one server and PostgreSQL, on a thread of its own: `cut()` drops
     every connection through it and refuses new ones (a network partition between that
-    server and the database), `heal()` lets connections through again."""
+    server and the database), `heal()` lets connections through again. `hold(port)` keeps
+    back what PostgreSQL sends on one connection (named by the port it comes from, as
+    pg_stat_activity.client_port shows it) until `release(port)`."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.open = True
         self._streams: set[asyncio.StreamWriter] = set()
+        self._gates: dict[int, asyncio.Event] = {}  # upstream local port -> set while flowing
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="partition", daemon=True)
         self._thread.start()
@@ -668,10 +671,17 @@ class Partition:
             return
         pair = {writer, upstream_writer}
         self._streams |= pair
+        port = upstream_writer.get_extra_info("sockname")[1]
+        gate = self._gates[port] = asyncio.Event()
+        gate.set()
 
-        async def pipe(source: asyncio.StreamReader, target: asyncio.StreamWriter) -> None:
+        async def pipe(
+            source: asyncio.StreamReader, target: asyncio.StreamWriter, gate: asyncio.Event | None
+        ) -> None:
             try:
                 while data := await source.read(65536):
+                    if gate is not None:
+                        await gate.wait()
                     target.write(data)
                     await target.drain()
             except (OSError, RuntimeError):
@@ -680,8 +690,31 @@ class Partition:
                 for stream in pair:
                     stream.transport.abort()
 
-        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        await asyncio.gather(pipe(reader, upstream_writer, None), pipe(upstream_reader, writer, gate))
         self._streams -= pair
+        self._gates.pop(port, None)
+
+    async def _ports(self) -> list[int]:
+        return list(self._gates)
+
+    def ports(self) -> list[int]:
+        """The local ports of the connections to PostgreSQL open through the proxy."""
+        return self._call(self._ports())
+
+    async def _gate(self, port: int, flowing: bool) -> None:
+        gate = self._gates[port]
+        if flowing:
+            gate.set()
+        else:
+            gate.clear()
+
+    def hold(self, port: int) -> None:
+        """Keep back what PostgreSQL sends on the connection from `port` from now on."""
+        self._call(self._gate(port, False))
+
+    def release(self, port: int) -> None:
+        """Let through what was held back on the connection from `port`, and what follows."""
+        self._call(self._gate(port, True))
 
     async def _cut(self) -> int:
         self.open = False

@@ -28,15 +28,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from conftest import Databases, Server, launch_server
 from websockets.asyncio.client import ClientConnection, connect
 
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
+from queuelog.storage import claims, event_tail
 from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.event_tail import EventTail, OwnEvents
+from queuelog.storage.listener import Checkpoints
 from queuelog.storage.migrate import upgrade_to_head
+from queuelog.storage.postgres import PostgresDatabase
 from queuelog.storage.sqlite import SqliteDatabase
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
@@ -217,6 +221,38 @@ def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_pa
     asyncio.run(scenario())
 
 
+def test_an_event_read_back_after_its_job_changed_carries_the_newest_state_apart(tmp_path: Path) -> None:
+    """Another process enqueues a job and claims it before this tail reads either event: the
+    ENQUEUED event is delivered with the status as of the event (PENDING) but its `latest` is
+    the job as read back (RUNNING, one revision later): never a job that was RUNNING in all
+    but its status. The CLAIMED event is exact."""
+
+    async def scenario() -> None:
+        delivered: list[JobEvent] = []
+        url = migrated(tmp_path / "q.db")
+        db = SqliteDatabase(url, lambda events: None)
+        other = SqliteDatabase(url, lambda events: None)
+        db.own_events = own = OwnEvents()
+        tail = EventTail(db, own, delivered.extend, None, db.others_wrote)
+        await tail.start()
+        await tail.close()
+        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        (outcome,) = await other.write(lambda tx: ops.enqueue(tx, [job], "p"))
+        claimed = await other.write(lambda tx: claims.claim(tx, "w", ["email"], 1, 60, lambda *_: None).jobs)
+        assert [j.id for j in claimed] == [outcome.job.id]
+        await tail.poll()
+        enqueued, claim = delivered
+        assert (enqueued.kind, enqueued.job.status) == (EventKind.ENQUEUED, JobStatus.PENDING)
+        assert enqueued.latest is not None
+        assert (enqueued.latest.status, enqueued.latest.revision) == (JobStatus.RUNNING, 1)
+        assert (enqueued.newest.worker_id, claim.newest.worker_id) == ("w", "w")
+        assert (claim.kind, claim.job.status, claim.latest) == (EventKind.CLAIMED, JobStatus.RUNNING, None)
+        await db.close()
+        await other.close()
+
+    asyncio.run(scenario())
+
+
 def test_the_sqlite_tail_reads_again_after_a_failed_read(tmp_path: Path) -> None:
     """A read that fails after data_version has moved is tried again at the next poll, though
     data_version does not move again."""
@@ -240,6 +276,74 @@ def test_the_sqlite_tail_reads_again_after_a_failed_read(tmp_path: Path) -> None
         await other.close()
 
     asyncio.run(scenario())
+
+
+def insert_pg_job_and_event(connection: psycopg.Connection[Any]) -> int:
+    """Write as another server would: a job and its event row (the id from the sequence).
+    The job's id, once `connection` commits."""
+    row = connection.execute(
+        "INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt,"
+        " run_at, created_by, created_at, updated_at)"
+        " VALUES ('email', '{}', 10, 'pending', 0, 3, 0, now(), 'p', now(), now()) RETURNING id"
+    ).fetchone()
+    assert row is not None
+    connection.execute(
+        "INSERT INTO job_events (job_id, kind, status, at) VALUES (%s, 'ENQUEUED', 'pending', now())",
+        (row[0],),
+    )
+    return int(row[0])
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_the_postgresql_tail_delivers_an_event_committed_long_after_its_id_was_taken(
+    databases: Databases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction takes an event id and commits only after a higher id has been read, and
+    after HOLE_SECONDS (shortened here): the tail must still deliver its event. It was read
+    again for HOLE_SECONDS, then given up as rolled back."""
+    monkeypatch.setattr(event_tail, "HOLE_SECONDS", 0.1)
+    url = databases.fresh()
+
+    async def scenario() -> None:
+        delivered: list[int] = []
+        db = PostgresDatabase(url, lambda events: None)
+        db.own_events = own = OwnEvents()
+        tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
+        await tail.start()
+        await tail.close()  # drive poll() by hand below
+        with psycopg.connect(url) as slow, psycopg.connect(url, autocommit=True) as quick:
+            late = insert_pg_job_and_event(slow)  # not committed: its event id is taken
+            early = insert_pg_job_and_event(quick)  # a higher id, committed
+            await tail.poll()
+            assert delivered == [early]
+            await asyncio.sleep(0.2)  # longer than HOLE_SECONDS
+            await tail.poll()
+            slow.commit()
+            await tail.poll()
+            assert delivered == [early, late]
+            await tail.poll()
+            assert delivered == [early, late]  # once
+        await db.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_listener_checkpoint_is_safe_once_every_transaction_running_then_has_ended() -> None:
+    """(newest id, xmin, xmax) per checkpoint. A checkpoint's newest id becomes the safe point
+    once a checkpoint's xmin has passed its xmax, as told by the checkpoint after that one
+    (so that the notifications of transactions that ended just before have arrived)."""
+    checkpoints = Checkpoints()
+    checkpoints.add(10, 100, 105)
+    checkpoints.safe = 10  # the first connection: what committed before is history
+    checkpoints.add(20, 103, 110)  # 103 < 105: transactions running at the first still run
+    checkpoints.add(30, 105, 112)  # they have ended (105 >= 105), but this one only tells it
+    assert checkpoints.safe == 10
+    checkpoints.add(40, 112, 115)  # the previous one's xmin (105) confirms the first
+    assert checkpoints.safe == 10
+    checkpoints.add(50, 120, 121)  # 112 confirms the second (110) and the third (112)
+    assert checkpoints.safe == 30
+    checkpoints.add(60, 121, 125)  # 120 confirms the fourth (115)
+    assert checkpoints.safe == 40
 
 
 def test_own_event_ids_are_forgotten_once_passed() -> None:

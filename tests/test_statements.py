@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.postgres_statements import AT_ONCE, PostgresStatements, PostgresWriterStatements
 from queuelog.storage.sqlite_statements import SqliteStatements
 from queuelog.storage.statements import Statements, statement_names
 
@@ -50,6 +50,8 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert isinstance(statement, bool)
         elif name == "PROMOTE_PENDING":  # optional: where the database promotes in one round trip
             assert statement is None or statement.strip(), name
+        elif name == "EVENT_HORIZON":  # where event ids may commit out of order
+            assert (statement is None) is (database is SqliteStatements), name
         else:
             assert isinstance(statement, str) and statement.strip(), name
 
@@ -73,6 +75,10 @@ def test_both_databases_take_the_same_parameters() -> None:
             assert PostgresStatements.PROMOTE_PENDING is not None
             assert set(POSTGRES_PARAMETER.findall(PostgresStatements.PROMOTE_PENDING)) == {"now"}
             continue
+        elif name == "EVENT_HORIZON":  # PostgreSQL's only, and it takes none
+            assert PostgresStatements.EVENT_HORIZON is not None
+            assert not POSTGRES_PARAMETER.findall(PostgresStatements.EVENT_HORIZON)
+            continue
         else:
             pairs = [(getattr(SqliteStatements, name), getattr(PostgresStatements, name))]
         for sqlite, postgres in pairs:
@@ -91,3 +97,35 @@ def test_a_statement_no_database_declares_fails_when_it_is_defined() -> None:
 
         class Extra(SqliteStatements):
             CLAIM_EVERYTHING = "UPDATE jobs SET status = 'running'"
+
+
+def _texts(database: type[Statements]) -> list[tuple[str, str]]:
+    """(name, SQL) of every statement of `database`, in each of its shapes."""
+    texts = []
+    for name in statement_names():
+        statement = getattr(database, name)
+        if name == "list_jobs":
+            texts += [(name, statement(*shape)) for shape in LIST_SHAPES]
+        elif name == "match_jobs":
+            texts += [(name, statement(*shape)) for shape in MATCH_SHAPES]
+        elif name in PER_TYPE:
+            texts += [(name, statement(n)) for n in (1, 3)]
+        elif isinstance(statement, str):
+            texts.append((name, statement))
+    return texts
+
+
+UPDATE_OF_JOBS = re.compile(r"\bUPDATE\s+jobs\s+SET\b(.*?)(\bWHERE\b|$)", re.IGNORECASE | re.DOTALL)
+
+
+@pytest.mark.parametrize("database", DATABASES, ids=lambda d: d.__name__)
+def test_every_update_of_a_job_adds_one_to_its_revision(database: type[Statements]) -> None:
+    """Subscriptions order a job's states by `revision`: an UPDATE that left it alone would
+    make two states of one job look alike (jobUpdated would drop the later one)."""
+    texts = _texts(database)
+    if database is PostgresStatements:  # executemany's one-statement forms
+        texts += [(f"{form.sql[:30]}... (at once)", form.sql) for form in AT_ONCE.values()]
+    updates = [(name, m.group(1)) for name, sql in texts for m in UPDATE_OF_JOBS.finditer(sql)]
+    assert len(updates) >= 15
+    for name, assignments in updates:
+        assert re.search(r"\brevision\s*=\s*\(?\s*(jobs\.)?revision\s*\+\s*1\b", assignments), name

@@ -681,7 +681,7 @@ def test_an_idle_socket_of_a_revoked_key_is_ended_within_a_second(
 EVENTS_SELECTION = "subscription { jobEvents { kind at job { id status type payload } } }"
 
 
-def make_event(job_id: int, status: JobStatus = JobStatus.PENDING) -> JobEventRecord:
+def make_event(job_id: int, status: JobStatus = JobStatus.PENDING, revision: int = 0) -> JobEventRecord:
     now = datetime.now(UTC)
     values: dict[str, Any] = {
         "id": job_id,
@@ -696,6 +696,7 @@ def make_event(job_id: int, status: JobStatus = JobStatus.PENDING) -> JobEventRe
         "created_by": "admin",
         "created_at": now,
         "updated_at": now,
+        "revision": revision,
     }
     job = JobRecord(**{f.name: values.get(f.name) for f in dataclasses.fields(JobRecord)})
     return JobEventRecord(EventKind.ENQUEUED, job, now)
@@ -816,14 +817,32 @@ def test_a_slow_job_updated_reader_gets_the_newest_state_and_never_overflows() -
         bus = EventBus()
         with bus.subscribe(lambda event: event.job.id == 7, latest_only=True) as subscription:
             statuses = [JobStatus.RUNNING, JobStatus.PENDING] * (SUBSCRIBER_BACKLOG * 2)
-            for status in statuses:  # far more changes than any backlog, none read yet
-                bus.publish([make_event(7, status), make_event(8, status)])
-            bus.publish([make_event(7, JobStatus.COMPLETED)])
+            for revision, status in enumerate(statuses):  # far more changes than any backlog
+                bus.publish([make_event(7, status, revision), make_event(8, status, revision)])
+            bus.publish([make_event(7, JobStatus.COMPLETED, len(statuses))])
             assert subscription.waiting == 1 and bus.subscriber_count == 1
             received = []
             async for event in subscription:
                 received.append((event.job.id, event.job.status))
                 break
             assert received == [(7, JobStatus.COMPLETED)]
+
+    run(scenario())
+
+
+def test_a_job_updated_backlog_keeps_the_newest_state_whatever_order_it_arrives_in() -> None:
+    """Another server's event is read back late: it may reach the bus after a newer state of
+    its job (this server's own event). The newer state must stay the one that waits."""
+
+    async def scenario() -> None:
+        bus = EventBus()
+        with bus.subscribe(lambda event: event.job.id == 7, latest_only=True) as subscription:
+            bus.publish([make_event(7, JobStatus.COMPLETED, revision=3)])
+            bus.publish([make_event(7, JobStatus.RUNNING, revision=2)])  # older, read back late
+            received = []
+            async for event in subscription:
+                received.append((event.job.status, event.job.revision))
+                break
+            assert received == [(JobStatus.COMPLETED, 3)]
 
     run(scenario())

@@ -39,6 +39,8 @@ async def _claim(
     info: Ctx, limit: int, types: list[str] | None, lease_seconds: int | None, wait_seconds: int | None
 ) -> list[Job]:
     context = info.context
+    # Over a websocket, the operation's task is cancelled when the socket closes or the
+    # client stops the operation: the queue sees that itself (JobQueue.claim).
     gone = context.client_gone if context.request.scope["type"] == "http" else None
     claimed = await queue(info).claim(
         caller(info),

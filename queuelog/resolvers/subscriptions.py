@@ -24,7 +24,9 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
     scope = principal.scope
     # Subscribe before reading, so no change between the read and the first event is lost.
     # Changes that come faster than the client reads merge into the newest (API.md 3): the
-    # terminal state always arrives.
+    # terminal state always arrives. States are ordered by the job's revision, which grows
+    # in the order its changes commit: an event's job may be older than the state already
+    # delivered (committed before our read, or another server's event read back late).
     with info.context.bus.subscribe(lambda e: e.job.id == job_id, latest_only=True) as updates:
         current = await queue(info).get(principal, job_id)
         if current is None:
@@ -33,11 +35,12 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         if current.status.is_terminal:
             return
         async for event in updates:
-            if event.job.updated_at < current.updated_at or event.job == current:
-                continue  # committed before our read, or a state already delivered
-            if not scope.allows(event.job):
+            job = event.newest
+            if job.revision <= current.revision:
+                continue  # a state already delivered, or an older one
+            if not scope.allows(job):
                 return
-            current = event.job
+            current = job
             await info.context.ensure_key_still_valid()
             yield current
             if current.status.is_terminal:

@@ -15,9 +15,18 @@ past them without reading: a server alone on its file pays a few microseconds pe
 whatever its write rate.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
-PostgreSQL a lower id may commit after a higher one: ids skipped over are kept as holes
-and read again until they appear or HOLE_SECONDS pass (a rolled-back transaction leaves
-a hole forever), so no committed event is missed.
+PostgreSQL a lower id may commit after a higher one, however long after: ids skipped over
+are kept as holes and read again at every poll until they appear, or until PostgreSQL says
+that no transaction that may still write them is running (a rolled-back transaction leaves a
+hole forever): a hole found in a snapshot belongs to a transaction below that snapshot's
+xmax, so once a later snapshot's xmin has passed it and the hole is still not there, it never
+will be (reads.events_since reads the holes and that horizon in one snapshot). No committed
+event is missed. This relies on two things PostgreSQL does: an event's id is taken from its
+sequence (one id at a time, no per-session cache) by a transaction that already has its
+transaction id (it wrote its jobs first). The tail starts once every transaction running
+when it starts has ended (at most STARTUP_SETTLE_SECONDS): what committed before is history.
+(SQLite's holes, which only a copied or hand-written id can make, are read again for
+HOLE_SECONDS.)
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from typing import Any
 
 from queuelog.model import EventKind, Job, JobEvent, JobStatus
 from queuelog.storage import reads
+from queuelog.storage.reads import Horizon
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 log = logging.getLogger("queuelog.storage")
@@ -52,7 +62,9 @@ def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
 
 def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobEvent]:
     """Events for these items, each with its job as read back but with the status it had as
-    of the event (API.md: jobEvents(statuses:) filters on that). A job gone since (pruned)
+    of the event (API.md: jobEvents(statuses:) filters on that). Where that status is not
+    the job's now, the job as read back is the event's `latest`: a state of the job that
+    happened, which jobUpdated follows, never the mix of the two. A job gone since (pruned)
     has no event."""
     by_id = {job.id: job for job in jobs}
     events = []
@@ -60,14 +72,48 @@ def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobE
         job = by_id.get(job_id)
         if job is None:
             continue
-        if job.status is not status:
-            job = dataclasses.replace(job, status=status)
-        events.append(JobEvent(kind, job, job.updated_at))
+        if job.status is status:
+            events.append(JobEvent(kind, job, job.updated_at))
+        else:
+            events.append(JobEvent(kind, dataclasses.replace(job, status=status), job.updated_at, job))
     return events
 
 
 EVENT_POLL_SECONDS = 0.05
 HOLE_SECONDS = 30.0
+STARTUP_SETTLE_SECONDS = 2.0
+SETTLE_POLL_SECONDS = 0.01
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hole:
+    """An event id skipped over: when it was first missed, and (PostgreSQL) the xmax of the
+    snapshot it was missed in."""
+
+    since: float
+    xmax: int | None
+
+    def settled(self, now: float, horizon: Horizon | None) -> bool:
+        """Whether it can no longer appear, by a read (that did not find it) whose snapshot
+        had `horizon`."""
+        if self.xmax is None or horizon is None:
+            return now - self.since > HOLE_SECONDS
+        return horizon[0] >= self.xmax
+
+
+async def settle_running_transactions(db: Any) -> None:
+    """Until every transaction running now has ended (PostgreSQL; at most
+    STARTUP_SETTLE_SECONDS): a feed that starts after that has seen every event id below
+    the newest one that will ever commit."""
+    horizon = await db.read(reads.event_horizon)
+    if horizon is None:
+        return
+    deadline = time.monotonic() + STARTUP_SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+        now = await db.read(reads.event_horizon)
+        if now is None or now[0] >= horizon[1]:
+            return
 
 
 class OwnEvents:
@@ -140,11 +186,12 @@ class EventTail:
         self._others_wrote = others_wrote
         self._high = 0  # the highest event id handled
         self._behind = False  # the last read failed or took a whole batch: more may wait
-        self._holes: dict[int, float] = {}  # lower ids not seen yet -> when first missed
+        self._holes: dict[int, Hole] = {}  # lower ids not seen yet
         self._undelivered: list[RemoteEvent] = []  # read, but their jobs' read-back failed
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        await settle_running_transactions(self._db)
         self._high = await self._db.read(reads.last_event_id)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -174,24 +221,22 @@ class EventTail:
             self._own.forget_through(self._high)
             return 0
         self._behind = True
-        rows: list[tuple[int, int, str, str]] = await self._db.read(reads.events_after, self._high)
+        rows, late, horizon = await self._db.read(reads.events_since, self._high, sorted(self._holes))
         self._behind = len(rows) >= EVENT_TAIL_BATCH
-        late: list[tuple[int, int, str, str]] = []
-        if self._holes:
-            late = await self._db.read(reads.events_with_ids, sorted(self._holes))
         now = time.monotonic()
+        hole = Hole(now, horizon[1] if horizon is not None else None)
         items: list[RemoteEvent] = []
         for event_id, job_id, kind, status in late + rows:
             if event_id > self._high:
                 for missing in range(self._high + 1, event_id):
-                    self._holes[missing] = now
+                    self._holes[missing] = hole
                 self._high = event_id
             else:
                 self._holes.pop(event_id, None)
             event = None if event_id in self._own else remote_event(kind, job_id, status)
             if event is not None:
                 items.append(event)
-        for event_id in [i for i, since in self._holes.items() if now - since > HOLE_SECONDS]:
+        for event_id in [i for i, missing in self._holes.items() if missing.settled(now, horizon)]:
             del self._holes[event_id]
         self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
         # Held until delivered: `_high` has passed them, so a failed read below would lose them.

@@ -3,7 +3,7 @@
 `write(operation)` queues an operation and waits. The backend takes everything queued as one
 batch (`_take`), runs it in one transaction, each operation in its own SAVEPOINT, and hands
 back one outcome per operation plus the job events of those that were kept; `_settle`
-answers every caller, only then publishes the events, and looks for the next batch. An
+answers every caller, then publishes the events, and looks for the next batch. An
 acknowledged write has therefore always been committed.
 
 Backends say when a batch runs (`_schedule`) and whether one is under way (`_working`).
@@ -177,6 +177,12 @@ class GroupCommit:
         return _live(queued)
 
     def _settle(self, outcomes: list[Outcome], events: list[JobEvent]) -> None:
+        self._answer(outcomes)
+        self._publish(events)
+        self._look_again()
+
+    @staticmethod
+    def _answer(outcomes: list[Outcome]) -> None:
         for future, value, exc in outcomes:
             if future.done():
                 continue
@@ -184,8 +190,13 @@ class GroupCommit:
                 future.set_result(value)
             else:
                 future.set_exception(exc)
+
+    def _publish(self, events: list[JobEvent]) -> None:
         if events:
             self._on_commit(events)
+
+    def _look_again(self) -> None:
+        """The next batch, if operations wait; idle, if none is under way."""
         self._schedule()
         if not self._working():
             self._idle.set()

@@ -9,10 +9,20 @@ of a job is never missed.
 
 While the connection is down (PostgreSQL restarting, a network cut) the listener reconnects
 with a short back-off. Notifications sent meanwhile are lost, so once it LISTENs again it
-catches up from `job_events`: every event after the last id it knew of while connected
-(read every CHECKPOINT_SECONDS) is read and delivered like a notified one. Around an outage
-a subscriber may thus get an event twice (one it had already had, or one of this server's
-own); it never misses one. Long-polling claims also re-check the database on their own timer.
+catches up from `job_events`: every event after its safe point is read and delivered like a
+notified one. The safe point is not simply the newest id it knew of while connected: a lower
+id may commit after a higher one, and a transaction that took its id before the newest
+committed may commit while the listener is away. So every CHECKPOINT_SECONDS the listener
+reads the newest id with its snapshot's horizon (xmin, xmax: `Checkpoints`); the newest id
+of a checkpoint becomes safe once a later checkpoint's xmin has passed that checkpoint's
+xmax (every transaction running then, which may hold a lower id, has ended while this
+connection listened) - a checkpoint later still, so that their notifications have arrived.
+At start, it listens only once every transaction running then has ended (at most
+event_tail.STARTUP_SETTLE_SECONDS): what committed before is history. Around an outage a
+subscriber may thus get an event twice (one it had already had, or one of this server's own);
+it never misses one. A transaction left open for long elsewhere holds the safe point back,
+and a catch-up after it delivers more events twice. Long-polling claims also re-check the
+database on their own timer.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,9 +39,15 @@ import psycopg
 
 from queuelog.model import JobEvent
 from queuelog.storage import reads
-from queuelog.storage.event_tail import RemoteEvent, events_as_of, remote_event
+from queuelog.storage.event_tail import (
+    SETTLE_POLL_SECONDS,
+    STARTUP_SETTLE_SECONDS,
+    RemoteEvent,
+    events_as_of,
+    remote_event,
+)
 from queuelog.storage.postgres import PostgresDatabase, connect
-from queuelog.storage.postgres_statements import LISTEN, PostgresStatements
+from queuelog.storage.postgres_statements import LISTEN, LISTENER_CHECKPOINT
 
 log = logging.getLogger("queuelog.storage")
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)
@@ -43,9 +60,34 @@ def retry_delay(failures: int) -> float:
     return RECONNECT_SECONDS[min(failures, len(RECONNECT_SECONDS) - 1)]
 
 
-def _newest_event_id(connection: psycopg.Connection[Any]) -> int:
-    row = connection.execute(PostgresStatements.MAX_EVENT_ID).fetchone()
-    return row[0] if row is not None and row[0] is not None else 0
+class Checkpoints:
+    """The listener's checkpoints: the newest event id committed, with its snapshot's horizon.
+
+    `safe`: every event whose id is at most this has reached the listener, or never will
+    commit (None until the first connection). `add` takes each checkpoint in order; one
+    confirms the checkpoints before it whose xmax the previous checkpoint's xmin has passed."""
+
+    def __init__(self) -> None:
+        self.safe: int | None = None
+        self._unconfirmed: deque[tuple[int, int]] = deque()  # (newest id, xmax), oldest first
+        self._confirm_with: int | None = None  # the xmin of the checkpoint before the last
+
+    def add(self, newest: int, xmin: int, xmax: int) -> None:
+        if self._confirm_with is not None:
+            while self._unconfirmed and self._unconfirmed[0][1] <= self._confirm_with:
+                confirmed, _ = self._unconfirmed.popleft()
+                if self.safe is not None and confirmed > self.safe:
+                    self.safe = confirmed
+        self._unconfirmed.append((newest, xmax))
+        self._confirm_with = xmin
+
+
+def _checkpoint(connection: psycopg.Connection[Any]) -> tuple[int, int, int]:
+    """(newest event id or 0, xmin, xmax), from one snapshot."""
+    row = connection.execute(LISTENER_CHECKPOINT).fetchone()
+    assert row is not None
+    newest, xmin, xmax = row
+    return newest or 0, xmin, xmax
 
 
 def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
@@ -76,7 +118,7 @@ class PostgresListener:
         self._reading: asyncio.Task[None] | None = None
         self._stop = threading.Event()
         self._listening = threading.Event()
-        self._checkpoint: int | None = None  # the newest event id known while connected
+        self._checkpoints = Checkpoints()
         self._thread = threading.Thread(target=self._listen_forever, name="queuelog-pg-listen", daemon=True)
         self._thread.start()
 
@@ -91,10 +133,17 @@ class PostgresListener:
             try:
                 with connect(self._db.url, autocommit=True) as connection:
                     connection.execute(LISTEN)
-                    latest = _newest_event_id(connection)
-                    if self._checkpoint is not None and latest > self._checkpoint:
-                        self._loop.call_soon_threadsafe(self._catch_up, self._checkpoint, latest)
-                    self._checkpoint = latest
+                    checkpoints = self._checkpoints
+                    if checkpoints.safe is None:
+                        self._settle(connection)
+                    latest, xmin, xmax = _checkpoint(connection)
+                    if checkpoints.safe is None:
+                        checkpoints.safe = latest  # before: history
+                    elif latest > checkpoints.safe:
+                        # From the safe point as it was: the checkpoint taken now confirms
+                        # those before the drop, whose notifications may have been lost.
+                        self._loop.call_soon_threadsafe(self._catch_up, checkpoints.safe, latest)
+                    checkpoints.add(latest, xmin, xmax)
                     self._listening.set()
                     failures = 0
                     self._receive(connection)
@@ -108,6 +157,15 @@ class PostgresListener:
                     log.warning("event listener lost PostgreSQL (%s); reconnecting", type(exc).__name__)
                 self._stop.wait(delay)
 
+    def _settle(self, connection: psycopg.Connection[Any]) -> None:
+        """At the first connection, until every transaction running once it LISTENs has
+        ended (at most STARTUP_SETTLE_SECONDS): they notify it, or committed before."""
+        _, _, xmax = _checkpoint(connection)
+        deadline = time.monotonic() + STARTUP_SETTLE_SECONDS
+        while time.monotonic() < deadline and not self._stop.wait(SETTLE_POLL_SECONDS):
+            if _checkpoint(connection)[1] >= xmax:
+                return
+
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
         checked = time.monotonic()
         while not self._stop.is_set():
@@ -116,7 +174,7 @@ class PostgresListener:
                 if origin != self._db.origin and pairs:
                     self._loop.call_soon_threadsafe(self._received, pairs)
             if time.monotonic() - checked >= CHECKPOINT_SECONDS:
-                self._checkpoint = _newest_event_id(connection)
+                self._checkpoints.add(*_checkpoint(connection))
                 checked = time.monotonic()
 
     # --- on the event loop ------------------------------------------------------------------

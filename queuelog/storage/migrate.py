@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 MIGRATION_LOCK = 0x71756575  # "queu": the advisory lock that serialises migrations
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest migration's revision (tests/test_migrations.py checks it is alembic's head).
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 
 
 def alembic_config() -> Config:

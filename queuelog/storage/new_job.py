@@ -37,6 +37,7 @@ ENQUEUED = {
     "created_by": ("created_by", "created_by"),
     "created_at": ("now_us", "now"),
     "updated_at": ("now_us", "now"),
+    "revision": ("0", "0"),
 }
 _NEW_JOB_FIELDS = {field.name for field in dataclasses.fields(NewJob)}
 RowValues = Callable[[NewJob, str, int], dict[str, Any]]

@@ -42,6 +42,7 @@ from queuelog.storage.statements import (
     COL_ID,
     COL_LEASE,
     COL_RESULT,
+    COL_REVISION,
     COL_STATUS,
     COL_TIMEOUT,
     COL_UPDATED,
@@ -310,9 +311,12 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
             if item.result is not None and result is None:
                 result = compact_json(item.result)
             params.append({"id": row[COL_ID], "attempt": row[COL_ATTEMPT], "result": result, "now": now_us})
+            # What the UPDATE writes (statements: the stamp is never before the row's own).
+            stamp = max(now_us, row[COL_UPDATED])
             done = list(row)
-            done[COL_STATUS], done[COL_RESULT], done[COL_FINISHED] = "completed", result, now_us
-            done[COL_LEASE], done[COL_TIMEOUT], done[COL_UPDATED] = None, None, now_us
+            done[COL_STATUS], done[COL_RESULT], done[COL_FINISHED] = "completed", result, stamp
+            done[COL_LEASE], done[COL_TIMEOUT], done[COL_UPDATED] = None, None, stamp
+            done[COL_REVISION] = row[COL_REVISION] + 1
             job = decode_job(done)
             tx.record_from(EventKind.COMPLETED, RUNNING, job.worker_id, job)
             completed.append(job)
@@ -322,6 +326,9 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
 
 
 def _failure_params(job: Job, now: datetime, error: str, delay: float | None) -> dict[str, Any]:
+    """The failure's values for a job read under its row's lock: stamped at `now`, or at the
+    job's own last stamp when that is later (as the statements do)."""
+    now = max(now, job.updated_at)
     now_us = to_micros(now)
     if delay is not None:
         return {
@@ -397,19 +404,19 @@ def expire_overdue(tx: WriteTx, rows: Sequence[Any], delay: RetryDecision) -> in
         if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
             raise Conflict("leases changed while being expired; nothing was applied")
         for job, values in zip(stale, params, strict=True):
-            tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values, tx.now))
+            tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values))
     if late:
         params = [_failure_params(job, tx.now, TIMED_OUT_ERROR, delay(job, True, None)) for job in late]
         if tx.executemany(tx.sql.TIME_OUT_RUNNING, params).rowcount != len(late):  # pragma: no cover
             raise Conflict("timeouts changed while being applied; nothing was applied")
         for job, values in zip(late, params, strict=True):
-            after = _after_failure(job, values, tx.now)
+            after = _after_failure(job, values)
             kind = EventKind.RETRYING if after.status is JobStatus.PENDING else EventKind.FAILED
             tx.record(kind, job, after)
     return len(stale) + len(late)
 
 
-def _after_failure(job: Job, values: dict[str, Any], now: datetime) -> Job:
+def _after_failure(job: Job, values: dict[str, Any]) -> Job:
     """The job as `_failure_params` leave it (what RETURNING would have read back)."""
     return dataclasses.replace(
         job,
@@ -422,7 +429,8 @@ def _after_failure(job: Job, values: dict[str, Any], now: datetime) -> Job:
         timeout_at=None,
         finished_at=micros_to_datetime(values["finished_at"]),
         error=values["error"],
-        updated_at=now,
+        updated_at=micros_to_datetime(values["now"]),
+        revision=job.revision + 1,
     )
 
 
@@ -487,8 +495,14 @@ def write_side_effects(tx: WriteTx) -> None:
     """The events and counter changes of a group commit's successful operations."""
     now = tx.now_us
     if tx.events:
+        # Each event is stamped as its job was (never before the job's previous stamp).
         rows = [
-            dict(job_id=e.job.id, kind=KIND_TEXT[e.kind], status=STATUS_TEXT[e.job.status], at=now)
+            {
+                "job_id": e.job.id,
+                "kind": KIND_TEXT[e.kind],
+                "status": STATUS_TEXT[e.job.status],
+                "at": to_micros(e.at),
+            }
             for e in tx.events
         ]
         if tx.event_ids is None:

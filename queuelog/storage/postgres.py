@@ -4,8 +4,9 @@ Writes are grouped as on SQLite: operations queued meanwhile are run in one tran
 each in its own SAVEPOINT, and answered after COMMIT. Up to WRITE_CONNECTIONS batches run at
 once, each on a writer connection and a thread of its own (psycopg's sync API: a network
 round trip must not hold the event loop): while one waits for its COMMIT to reach the disk,
-the next one runs. Batches are settled (answered, their events published) in the order
-their COMMITs began, so a job's events reach subscribers in the order they happened.
+the next one runs. Each batch is answered once its COMMIT is done; its events are published
+in the order the COMMITs began, so a job's events reach subscribers in the order they
+happened.
 
 Many server processes write at once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED`
 claims and unique constraints keep them apart (postgres_statements.py), as they keep this
@@ -300,11 +301,11 @@ class PostgresDatabase(GroupCommit):
         self._writers_lock = threading.Lock()
         self._running = 0  # write batches under way
         self._lane_running = False  # one of them is the controlled lane's
-        # Each COMMIT takes a ticket as it begins; batches are settled in ticket order.
+        # Each COMMIT takes a ticket as it begins; events are published in ticket order.
         self._tickets = itertools.count()
         self._tickets_lock = threading.Lock()
         self._next_ticket = 0
-        self._in_commit_order: dict[int, tuple[list[Outcome], list[JobEvent]]] = {}
+        self._in_commit_order: dict[int, list[JobEvent]] = {}  # events waiting for earlier ones
         self._write_threads = ThreadPoolExecutor(WRITE_CONNECTIONS, thread_name_prefix="queuelog-pg-writer")
         self._read_threads = ThreadPoolExecutor(READ_CONNECTIONS, thread_name_prefix="queuelog-pg-reader")
         self._readers = threading.local()
@@ -346,25 +347,24 @@ class PostgresDatabase(GroupCommit):
         return self._running > 0
 
     def _batch_done(self, lane: bool, done: asyncio.Future[Committed]) -> None:
-        """Settle batches in the order their COMMITs began. A batch that waited for a row
-        another batch had locked began its COMMIT after that one ended, so subscribers hear
-        of a job's changes in the order they were made."""
+        """Answer the batch's callers at once: its COMMIT is done, whatever other batches
+        still wait for (a COMMIT stalled on a disk or a replica holds back no other answer).
+        Publish its events once those of every batch whose COMMIT began before its own are:
+        a batch that waited for a row another batch had locked began its COMMIT after that
+        one ended, so subscribers hear of a job's changes in the order they were made."""
         self._running -= 1
         if lane:
             self._lane_running = False
         outcomes, events, tickets = done.result()  # _commit catches everything
-        if not tickets:  # nothing reached COMMIT
-            self._settle(outcomes, events)
-            return
+        self._answer(outcomes)
         for ticket in tickets[:-1]:  # attempts that were rolled back
-            self._in_commit_order[ticket] = ([], [])
-        self._in_commit_order[tickets[-1]] = (outcomes, events)
-        if self._next_ticket not in self._in_commit_order:
-            self._schedule()  # an earlier batch is still committing; this one waits for it
+            self._in_commit_order[ticket] = []
+        if tickets:  # else nothing reached COMMIT: nothing to publish
+            self._in_commit_order[tickets[-1]] = events
         while self._next_ticket in self._in_commit_order:
-            outcomes, events = self._in_commit_order.pop(self._next_ticket)
+            self._publish(self._in_commit_order.pop(self._next_ticket))
             self._next_ticket += 1
-            self._settle(outcomes, events)
+        self._look_again()
 
     def _check_out_writer(self) -> psycopg.Connection[Any]:
         with self._writers_lock:

@@ -78,6 +78,14 @@ def among_texts(column: str, name: str) -> str:
 
 
 NOW = ts("now")
+# A job's stamp for the change being made: the batch's clock, or the job's own last stamp when
+# that is later (a write that waited for the row's lock, behind a change from a transaction
+# that began after this one), so that a job's recorded times never run backwards. In an
+# UPDATE's SET, `updated_at` is the row as it was (the latest committed version: row locks
+# serialise the changes of one job).
+STAMP = f"GREATEST({NOW}, jobs.updated_at)"
+# Every UPDATE of a job adds one: under the row's lock, so revisions grow in commit order.
+NEXT_REVISION = "revision = jobs.revision + 1"
 
 
 def _job_value(column: str) -> str:
@@ -106,9 +114,11 @@ _TIMEOUT_AT = (
 )
 # claimed_at is never before run_at: a job a dependency released in a transaction that began
 # after this one (another writer connection; its clock was read later) became due then.
+_CLAIM_STAMP = f"GREATEST({NOW}, jobs.run_at, jobs.updated_at)"
 _CLAIMED = f"""
-    UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = GREATEST({NOW}, run_at),
-        attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {NOW}, {_TIMEOUT_AT}
+    UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {_CLAIM_STAMP},
+        attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {_CLAIM_STAMP},
+        {NEXT_REVISION}, {_TIMEOUT_AT}
 """
 
 
@@ -176,7 +186,7 @@ def _promote(wanted: str) -> str:
     """Make the due delayed jobs of the `wanted` types ready, then read the controls (a
     data-modifying WITH runs whatever the query reads)."""
     return f"""
-    WITH promoted AS (UPDATE jobs SET delayed = 0 WHERE id = ANY(ARRAY(
+    WITH promoted AS (UPDATE jobs SET delayed = 0, {NEXT_REVISION} WHERE id = ANY(ARRAY(
         SELECT due.id FROM {wanted} CROSS JOIN LATERAL (
             SELECT id FROM jobs WHERE jobs.type = wanted.type AND {DELAYED} AND run_at <= {NOW}
             ORDER BY run_at LIMIT {PROMOTE_BATCH} FOR UPDATE SKIP LOCKED) AS due)))
@@ -240,10 +250,11 @@ _HOLDER_GUARD = (
 
 
 def _completed(now: str, result: str) -> str:
+    stamp = f"GREATEST({now}, jobs.updated_at)"
     return (
-        f"status = 'completed', lease_expires_at = NULL, timeout_at = NULL, finished_at = {now},"
+        f"status = 'completed', lease_expires_at = NULL, timeout_at = NULL, finished_at = {stamp},"
         f" result = {result},"
-        f" updated_at = {now}"
+        f" updated_at = {stamp}, {NEXT_REVISION}"
     )
 
 
@@ -252,7 +263,7 @@ _FAILURE = (
     "status = %(status)s, retry_count = %(retry_count)s, worker_id = %(worker_id)s,"
     f" lease_expires_at = NULL, run_at = {ts('run_at')}, delayed = %(delayed)s, timeout_at = NULL,"
     f" finished_at = {ts('finished_at')},"
-    f" error = %(error)s, updated_at = {NOW}"
+    f" error = %(error)s, updated_at = {STAMP}, {NEXT_REVISION}"
 )
 _SEEN_RUNNING = f"id = %(id)s AND {IS_RUNNING} AND attempt = %(attempt)s"
 
@@ -268,9 +279,10 @@ _UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR (
         AND (SELECT w.status = 'pending' AND w.delayed = 2 FROM jobs AS w WHERE w.id = d.job_id)
     LIMIT 1) IS NULL)"""
 _RETRIED = (
-    f"status = 'pending', retry_count = 0, run_at = {NOW}, delayed = 0, waiting_for = 0, worker_id = NULL,"
-    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {NOW}"
+    f"status = 'pending', retry_count = 0, run_at = {STAMP}, delayed = 0, waiting_for = 0, worker_id = NULL,"
+    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {STAMP}, {NEXT_REVISION}"
 )
+_CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 
 
 @functools.cache
@@ -360,7 +372,7 @@ class PostgresStatements(Statements):
     CLAIM_IDS = f"{_CLAIMED} WHERE {among_ids('id', 'ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
     TIME_OUT_RUNNING = f"UPDATE jobs SET {_FAILURE} WHERE {_SEEN_RUNNING} AND timeout_at < {NOW}"
     HEARTBEAT = (
-        f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {NOW}"
+        f"UPDATE jobs SET lease_expires_at = {ts('lease')}, updated_at = {STAMP}, {NEXT_REVISION}"
         f" WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
     )
     COMPLETE_HELD = f"UPDATE jobs SET {_COMPLETED} WHERE {_HOLDER_GUARD} RETURNING {JOB_COLUMN_LIST}"
@@ -398,15 +410,14 @@ class PostgresStatements(Statements):
     """
 
     CANCEL_PENDING = (
-        f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
-        f" WHERE id = %(id)s AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
+        f"UPDATE jobs SET {_CANCELLED} WHERE id = %(id)s AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
     )
     RETRY_FINISHED = (
         f"UPDATE jobs SET {_RETRIED} WHERE id = %(id)s AND {IS_RETRIABLE} RETURNING {JOB_COLUMN_LIST}"
     )
     match_jobs = staticmethod(match_statement)
     CANCEL_IDS = (
-        f"UPDATE jobs SET status = 'cancelled', finished_at = {NOW}, updated_at = {NOW}"
+        f"UPDATE jobs SET {_CANCELLED}"
         f" WHERE {among_ids('id', 'ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
     )
     RETRY_IDS = (
@@ -445,6 +456,10 @@ class PostgresStatements(Statements):
     )
     DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE {among_ids('job_id', 'ids')}"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
+    EVENT_HORIZON = (
+        "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint"
+        " FROM pg_current_snapshot() AS s"
+    )
     EVENTS_WITH_IDS = (
         f"SELECT id, job_id, kind, status FROM job_events WHERE {among_ids('id', 'ids')} ORDER BY id"
     )
@@ -569,7 +584,7 @@ class PostgresStatements(Statements):
     )
     COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs WHERE {_OF_SCHEDULE}"
     MARK_DEPENDED_ON = (
-        f"UPDATE jobs SET has_dependents = 1 WHERE {among_ids('id', 'ids')}"
+        f"UPDATE jobs SET has_dependents = 1, {NEXT_REVISION} WHERE {among_ids('id', 'ids')}"
         " RETURNING id, status, created_by, worker_id"
     )
     INSERT_DEPENDENCY = (
@@ -592,7 +607,7 @@ class PostgresStatements(Statements):
             delayed = CASE WHEN jobs.waiting_for - d.n > 0 THEN 2 WHEN jobs.run_at > {NOW} THEN 1 ELSE 0 END,
             run_at = CASE WHEN jobs.waiting_for - d.n <= 0 AND jobs.run_at < {NOW}
                 THEN {NOW} ELSE jobs.run_at END,
-            updated_at = {NOW}
+            updated_at = {STAMP}, {NEXT_REVISION}
         FROM d
         WHERE jobs.id = ANY(ARRAY(SELECT job_id FROM d)) AND jobs.id = d.job_id
             AND {state_guard("jobs.status = 'pending' AND jobs.delayed = 2")}
@@ -604,7 +619,7 @@ class PostgresStatements(Statements):
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')
-        UPDATE jobs SET status = 'cancelled', error = %(error)s, finished_at = {NOW}, updated_at = {NOW}
+        UPDATE jobs SET {_CANCELLED}, error = %(error)s
         WHERE id IN (SELECT id FROM down) AND status = 'pending'
         RETURNING {JOB_COLUMN_LIST}"""
     # The dependencies not COMPLETED are locked (FOR SHARE) as they are counted, as an enqueue
@@ -624,7 +639,7 @@ class PostgresStatements(Statements):
         w AS (
             SELECT edges.job_id, count(*) AS n FROM edges JOIN open ON open.id = edges.depends_on
             GROUP BY edges.job_id)
-        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = {NOW}
+        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = {STAMP}, {NEXT_REVISION}
         FROM w WHERE jobs.id = w.job_id AND {IS_PENDING}
         RETURNING {JOB_COLUMN_LIST}"""
     DEPENDENCY_OF_HELD = (
@@ -849,6 +864,12 @@ EVENTS_CHANNEL = "queuelog_events"
 DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 LISTEN = f"LISTEN {EVENTS_CHANNEL}"
+# The listener's checkpoint (listener.py): the newest event id committed and the snapshot's
+# horizon (EVENT_HORIZON), from one statement, so from one snapshot.
+LISTENER_CHECKPOINT = (
+    "SELECT (SELECT MAX(id) FROM job_events), pg_snapshot_xmin(s)::text::bigint,"
+    " pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() AS s"
+)
 
 # --- `queuelog copy-database`, on the target ------------------------------------------------
 

@@ -56,6 +56,28 @@ def last_event_id(conn: Connection) -> int:
     return row[0] if row is not None and row[0] is not None else 0
 
 
+# The read's snapshot's (xmin, xmax) where event ids may commit out of order (statements.py).
+Horizon = tuple[int, int]
+
+
+def event_horizon(conn: Connection) -> Horizon | None:
+    sql = conn.sql.EVENT_HORIZON
+    if sql is None:
+        return None
+    xmin, xmax = conn.execute(sql).fetchone()
+    return int(xmin), int(xmax)
+
+
+def events_since(
+    conn: Connection, after_id: int, missing: Sequence[int]
+) -> tuple[list[tuple[int, int, str, str]], list[tuple[int, int, str, str]], Horizon | None]:
+    """In one snapshot: the events after `after_id` (events_after), those of the `missing`
+    ids that are there now (events_with_ids), and the snapshot's horizon (event_horizon)."""
+    horizon = event_horizon(conn)
+    late = events_with_ids(conn, missing) if missing else []
+    return events_after(conn, after_id), late, horizon
+
+
 def events_after(conn: Connection, after_id: int) -> list[tuple[int, int, str, str]]:
     """(id, job_id, kind, status) of the events after this id, oldest first (EVENT_TAIL_BATCH at most)."""
     return [tuple(row) for row in conn.execute(conn.sql.EVENTS_AFTER, {"after": after_id}).fetchall()]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, literal_column, null, or_, select, text, update
+from sqlalchemy import and_, bindparam, func, insert, literal_column, null, or_, select, text, update
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import BindParameter
 
@@ -97,9 +97,19 @@ _TIMEOUT_AT = (
     "timeout_at = :now + COALESCE(timeout_seconds,"
     " (SELECT c.timeout_seconds FROM type_controls AS c WHERE c.type = jobs.type)) * 1000000"
 )
+# A job's stamp for the change being made: the batch's clock, or the job's own last stamp when
+# that is later (as on PostgreSQL; here the clock is read once the write lock is held, so only
+# a clock stepped back makes a difference): a job's recorded times never run backwards.
+STAMP: Any = func.max(bindparam("now"), jobs.c.updated_at)
+STAMP_SQL = "max(:now, updated_at)"
+# Every UPDATE of a job adds one (storage/tables.py).
+NEXT_REVISION = jobs.c.revision + literal_column("1")
+NEXT_REVISION_SQL = "revision = revision + 1"
+_CLAIM_STAMP = "max(:now, run_at, updated_at)"
 _CLAIMED = f"""
-    UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = :now,
-        attempt = attempt + 1, lease_expires_at = :lease, updated_at = :now, {_TIMEOUT_AT}
+    UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = {_CLAIM_STAMP},
+        attempt = attempt + 1, lease_expires_at = :lease, updated_at = {_CLAIM_STAMP},
+        {NEXT_REVISION_SQL}, {_TIMEOUT_AT}
 """
 
 
@@ -163,7 +173,7 @@ def promote_statement(type_count: int) -> str:
         "SELECT id FROM jobs INDEXED BY ix_jobs_delayed"
         f" WHERE type = :type{{i}} AND {DELAYED} AND run_at <= :now ORDER BY run_at LIMIT {PROMOTE_BATCH}",
     )
-    return f"UPDATE jobs SET delayed = 0 WHERE {DELAYED} AND id IN ({due})"
+    return f"UPDATE jobs SET delayed = 0, {NEXT_REVISION_SQL} WHERE {DELAYED} AND id IN ({due})"
 
 
 def _earliest(type_count: int, template: str) -> str:
@@ -214,10 +224,11 @@ _HOLDER_GUARD = and_(
 _COMPLETED_VALUES = {
     "status": lit(JobStatus.COMPLETED.value),
     "result": bindparam("result"),
-    "finished_at": bindparam("now"),
+    "finished_at": STAMP,
     "lease_expires_at": lit(None),
     "timeout_at": lit(None),
-    "updated_at": bindparam("now"),
+    "updated_at": STAMP,
+    "revision": NEXT_REVISION,
 }
 _FAILURE_VALUES = {
     "status": bindparam("status"),
@@ -229,19 +240,27 @@ _FAILURE_VALUES = {
     "timeout_at": lit(None),
     "finished_at": bindparam("finished_at"),
     "error": bindparam("error"),
-    "updated_at": bindparam("now"),
+    "updated_at": STAMP,
+    "revision": NEXT_REVISION,
 }
 _RETRIED_VALUES = {
     "status": lit(PENDING),
     "retry_count": lit(0),
-    "run_at": bindparam("now"),
+    "run_at": STAMP,
     "delayed": lit(0),
     "waiting_for": lit(0),  # dependencies.restore_waiting counts those still open
     "worker_id": lit(None),
     "lease_expires_at": lit(None),
     "timeout_at": lit(None),
     "finished_at": lit(None),
-    "updated_at": bindparam("now"),
+    "updated_at": STAMP,
+    "revision": NEXT_REVISION,
+}
+_CANCELLED_VALUES = {
+    "status": lit(JobStatus.CANCELLED.value),
+    "finished_at": STAMP,
+    "updated_at": STAMP,
+    "revision": NEXT_REVISION,
 }
 # A finished job that no PENDING job waits for (API.md section 10: a job retried after its
 # dependency failed waits for it again). Only a job with dependents that did not complete can
@@ -337,7 +356,7 @@ class SqliteStatements(Statements):
     HEARTBEAT = _sql(
         update(jobs)
         .where(_HOLDER_GUARD)
-        .values(lease_expires_at=bindparam("lease"), updated_at=bindparam("now"))
+        .values(lease_expires_at=bindparam("lease"), updated_at=STAMP, revision=NEXT_REVISION)
         .returning(*jobs.c)
     )
     COMPLETE_HELD = _sql(update(jobs).where(_HOLDER_GUARD).values(_COMPLETED_VALUES).returning(*jobs.c))
@@ -360,9 +379,7 @@ class SqliteStatements(Statements):
     CANCEL_PENDING = _sql(
         update(jobs)
         .where(jobs.c.id == bindparam("id"), IS_PENDING)
-        .values(
-            status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now")
-        )
+        .values(_CANCELLED_VALUES)
         .returning(*jobs.c)
     )
     RETRY_FINISHED = _sql(
@@ -377,9 +394,7 @@ class SqliteStatements(Statements):
         .where(
             IS_PENDING, jobs.c.id.in_(select(literal_column("value")).select_from(text("json_each(:ids)")))
         )
-        .values(
-            status=lit(JobStatus.CANCELLED.value), finished_at=bindparam("now"), updated_at=bindparam("now")
-        )
+        .values(_CANCELLED_VALUES)
         .returning(*jobs.c)
     )
     RETRY_IDS = _sql(
@@ -417,6 +432,7 @@ class SqliteStatements(Statements):
     )
     DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
+    EVENT_HORIZON = None  # one writer at a time: ids commit in order
     EVENTS_WITH_IDS = (
         "SELECT id, job_id, kind, status FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
     )
@@ -528,8 +544,8 @@ class SqliteStatements(Statements):
     )
     COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
     MARK_DEPENDED_ON = (
-        "UPDATE jobs SET has_dependents = 1 WHERE id IN (SELECT value FROM json_each(:ids))"
-        " RETURNING id, status, created_by, worker_id"
+        f"UPDATE jobs SET has_dependents = 1, {NEXT_REVISION_SQL}"
+        " WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id, status, created_by, worker_id"
     )
     INSERT_DEPENDENCY = "INSERT INTO job_dependencies (job_id, depends_on) VALUES (:job_id, :depends_on)"
     DEPENDENCIES_OF_JOBS = (
@@ -541,7 +557,7 @@ class SqliteStatements(Statements):
             delayed = CASE WHEN jobs.waiting_for - d.n > 0 THEN 2 WHEN jobs.run_at > :now THEN 1 ELSE 0 END,
             run_at = CASE WHEN jobs.waiting_for - d.n <= 0 AND jobs.run_at < :now
                 THEN :now ELSE jobs.run_at END,
-            updated_at = :now
+            updated_at = max(:now, jobs.updated_at), revision = jobs.revision + 1
         FROM (SELECT job_id, count(*) AS n FROM job_dependencies
               WHERE depends_on IN (SELECT value FROM json_each(:ids)) GROUP BY job_id) AS d
         WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
@@ -555,11 +571,13 @@ class SqliteStatements(Statements):
             UNION
             SELECT d.job_id FROM down JOIN job_dependencies d ON d.depends_on = down.id
             JOIN jobs j ON j.id = d.job_id WHERE j.status = 'pending')
-        UPDATE jobs SET status = 'cancelled', error = :error, finished_at = :now, updated_at = :now
+        UPDATE jobs SET status = 'cancelled', error = :error, finished_at = {STAMP_SQL},
+            updated_at = {STAMP_SQL}, {NEXT_REVISION_SQL}
         WHERE id IN (SELECT id FROM down) AND status = 'pending'
         RETURNING {JOB_COLUMN_LIST}"""
     RESTORE_WAITING = f"""
-        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = :now
+        UPDATE jobs SET waiting_for = w.n, delayed = 2, updated_at = max(:now, jobs.updated_at),
+            revision = jobs.revision + 1
         FROM (SELECT d.job_id, count(*) AS n FROM job_dependencies d JOIN jobs j ON j.id = d.depends_on
               WHERE d.job_id IN (SELECT value FROM json_each(:ids)) AND j.status <> 'completed'
               GROUP BY d.job_id) AS w

@@ -83,8 +83,9 @@ COL_ID, COL_STATUS, COL_WORKER, COL_ATTEMPT = (
     COLUMN_INDEX[c] for c in ("id", "status", "worker_id", "attempt")
 )
 COL_PRIORITY, COL_CREATED = COLUMN_INDEX["priority"], COLUMN_INDEX["created_at"]
-COL_RESULT, COL_FINISHED, COL_LEASE, COL_TIMEOUT, COL_UPDATED = (
-    COLUMN_INDEX[c] for c in ("result", "finished_at", "lease_expires_at", "timeout_at", "updated_at")
+COL_RESULT, COL_FINISHED, COL_LEASE, COL_TIMEOUT, COL_UPDATED, COL_REVISION = (
+    COLUMN_INDEX[c]
+    for c in ("result", "finished_at", "lease_expires_at", "timeout_at", "updated_at", "revision")
 )
 
 
@@ -158,6 +159,11 @@ class Statements:
     INSERT_EVENT: ClassVar[str]
     DELETE_EVENTS_OF: ClassVar[str]
     MAX_EVENT_ID: ClassVar[str]
+    # Where ids may commit out of order (PostgreSQL; None elsewhere): the read's snapshot's
+    # oldest transaction still running and the next to start (xmin, xmax). An event id not
+    # seen in a snapshot belongs to a transaction below its xmax, or will never commit; once
+    # a later snapshot's xmin has passed that xmax, a read of it settles it for good.
+    EVENT_HORIZON: ClassVar[str | None]
     EVENTS_WITH_IDS: ClassVar[str]
     EVENTS_AFTER: ClassVar[str]
     EVENTS_OF_JOBS: ClassVar[str]

@@ -71,6 +71,9 @@ jobs = Table(
     Column("dependency_count", SmallInteger, nullable=False, server_default="0"),
     Column("has_dependents", SmallInteger, nullable=False, server_default="0"),
     Column("schedule_name", String(100)),
+    # Internal: how many times the row was updated. Every UPDATE of a job adds one under the
+    # row's lock, so it grows in the order a job's changes commit (migration 0010).
+    Column("revision", Integer, nullable=False, server_default="0"),
     UniqueConstraint("created_by", "idempotency_key", name="uq_jobs_idempotency"),
     # The claim, one type at a time: the first ready rows of the type in claim order
     # (priority DESC, created_at, id). Other types and delayed jobs are not in its path.

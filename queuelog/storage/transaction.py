@@ -147,7 +147,8 @@ class WriteTx:
             )
         )
         if after is not None and kind is not None:
-            self.events.append(JobEvent(kind, after, self.now))
+            self._stamped(after)
+            self.events.append(JobEvent(kind, after, after.updated_at))
         if after is not None and after.has_dependents and after.status in FINISHED:
             self.parents.append(after)
 
@@ -156,9 +157,17 @@ class WriteTx:
         self.moves.append(
             (after.type, after.created_by, old_status, old_worker, STATUS_TEXT[after.status], after.worker_id)
         )
-        self.events.append(JobEvent(kind, after, self.now))
+        self._stamped(after)
+        self.events.append(JobEvent(kind, after, after.updated_at))
         if after.has_dependents and after.status in FINISHED:
             self.parents.append(after)
+
+    def _stamped(self, after: Job) -> None:
+        """A job changed, stamped `after.updated_at`: never before its own last stamp, which
+        may be after this batch's clock (statements.py). What this transaction writes next,
+        its dependents among it, is stamped no earlier."""
+        if after.updated_at > self.now:
+            self.move_clock_to(after.updated_at)
 
     def forget(self, job_type: str, status: str, created_by: str, worker_id: str | None) -> None:
         """A job deleted (pruned) in this state."""
