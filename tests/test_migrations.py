@@ -41,7 +41,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
 
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import HEAD_REVISION, alembic_config, is_at_head, upgrade_to_head
+from queuelog.storage.migrate import (
+    HEAD_REVISION,
+    alembic_config,
+    is_at_head,
+    run_migrations,
+    upgrade_to_head,
+)
 from queuelog.storage.tables import metadata
 
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -126,11 +132,8 @@ def revisions_base_to_head() -> list[str]:
 
 
 def run_alembic(engine: Engine, action: Callable[..., None], target: str) -> None:
-    """`command.upgrade`/`downgrade` on a connection handed over as storage/migrate.py does."""
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        action(config, target)
+    """`command.upgrade`/`downgrade` as storage/migrate.py runs them."""
+    run_migrations(engine, action, target)
 
 
 def current_revision(engine: Engine) -> str | None:
