@@ -9,6 +9,7 @@ import re
 import pytest
 
 from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.sqlite_statements import SqliteStatements
 from queuelog.storage.statements import Statements, statement_names
 
@@ -16,7 +17,7 @@ DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
 LIST_SHAPES = list(itertools.product((False, True), repeat=6))
-MATCH_SHAPES = list(itertools.product((False, True), repeat=4))
+MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
 PER_TYPE = {
@@ -43,12 +44,12 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
         if name == "list_jobs":
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
         elif name == "match_jobs":
-            assert all(statement(*shape).startswith("SELECT") for shape in MATCH_SHAPES)
+            assert all(statement(*shape).strip().startswith("WITH") for shape in MATCH_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
         elif name == "PROMOTE_READS_CONTROLS":
             assert isinstance(statement, bool)
-        elif name == "PROMOTE_PENDING":  # optional: where the database promotes in one round trip
+        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER"):  # optional
             assert statement is None or statement.strip(), name
         else:
             assert isinstance(statement, str) and statement.strip(), name
@@ -67,6 +68,10 @@ def test_both_databases_take_the_same_parameters() -> None:
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
         elif name == "PROMOTE_READS_CONTROLS":
+            continue
+        elif name == "WALK_IN_INDEX_ORDER":  # PostgreSQL's takes no parameter
+            assert SqliteStatements.WALK_IN_INDEX_ORDER is None
+            assert not POSTGRES_PARAMETER.findall(PostgresStatements.WALK_IN_INDEX_ORDER or "")
             continue
         elif name == "PROMOTE_PENDING":  # SQLite has none; PostgreSQL's takes promote_due's `now`
             assert SqliteStatements.PROMOTE_PENDING is None

@@ -81,7 +81,7 @@ def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[in
     ]
 
 
-def _counts_and_everyones(
+def counts_and_everyones(
     conn: Connection, scope: JobScope
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
     """type -> status -> n, for what the scope sees and for every job, in one read."""
@@ -115,7 +115,7 @@ def list_jobs(
     """
     if not scope.everything and scope.created_by is None and scope.worker_id is None:
         return [], False, 0
-    mine, everyones = _counts_and_everyones(conn, scope)
+    mine, everyones = counts_and_everyones(conn, scope)
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
     plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type)
@@ -191,7 +191,7 @@ def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minute
 
 
 def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
-    per_type, everyones = _counts_and_everyones(conn, scope)
+    per_type, everyones = counts_and_everyones(conn, scope)
     totals: dict[str, int] = {}
     for per_status in per_type.values():
         for status, n in per_status.items():
