@@ -537,3 +537,17 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
     scans = re.findall(r"(Index Only Scan|Index Scan|Bitmap Index Scan|Seq Scan)( using| on) (\w+)", shown)
     assert {name for _, _, name in scans} == {index} and len(scans) == 2, shown  # the walk and its edge
     assert "Bitmap" not in shown and "Sort" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(("by_worker", "index"), [(True, "ix_jobs_worker"), (False, "ix_jobs_schedule")])
+def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
+    callers_shaped: Any, by_worker: bool, index: str
+) -> None:
+    callers_shaped.execute("UPDATE jobs SET schedule_name = 'nightly' WHERE id % 2 = 0")
+    callers_shaped.execute("ANALYZE jobs")
+    sql = PostgresStatements.held_schedule_jobs(by_worker, False)
+    shown = plan(
+        callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21
+    )
+    assert index in shown and "Sort" not in shown and "Seq Scan" not in shown, shown

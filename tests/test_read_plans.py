@@ -11,6 +11,7 @@ from queuelog.storage.read_plans import (
     OldestPending,
     Walk,
     plan_bulk,
+    plan_held_of_creator,
     plan_list,
     plan_oldest_pending,
 )
@@ -128,3 +129,13 @@ def test_a_producers_cancel_walks_its_own_pending_jobs_unless_the_types_are_fewe
     big = counts(email={"pending": 290}, resize={"pending": 3})
     everyone = plus(OTHERS, big)
     assert plan_bulk(big, everyone, True, [PENDING], "resize") == ((PENDING, BulkWalk.TYPE_STATUS),)
+
+
+def test_a_workers_schedule_jobs_are_read_through_the_smaller_index() -> None:
+    schedule = counts(email={"completed": 1000, "running": 2})
+    worker = counts(email={"running": 2, "completed": 10})
+    assert plan_held_of_creator(schedule, worker, None, None) is Walk.SCOPE
+    assert plan_held_of_creator(worker, schedule, None, None) is Walk.FILTER
+    assert plan_held_of_creator(schedule, worker, None, "report") is Walk.NOTHING
+    assert plan_held_of_creator(schedule, {}, None, None) is Walk.NOTHING
+    assert plan_held_of_creator(schedule, worker, FAILED_, None) is Walk.NOTHING

@@ -18,6 +18,7 @@ SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
 LIST_SHAPES = list(itertools.product((False, True), repeat=6))
 MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
+HELD_SHAPES = list(itertools.product((False, True), repeat=2))
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
 PER_TYPE = {
@@ -45,6 +46,8 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
         elif name == "match_jobs":
             assert all(statement(*shape).strip().startswith("WITH") for shape in MATCH_SHAPES)
+        elif name == "held_schedule_jobs":
+            assert all(statement(*shape).startswith("SELECT") for shape in HELD_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
         elif name == "PROMOTE_READS_CONTROLS":
@@ -62,6 +65,11 @@ def test_both_databases_take_the_same_parameters() -> None:
         elif name == "match_jobs":
             pairs = [
                 (SqliteStatements.match_jobs(*s), PostgresStatements.match_jobs(*s)) for s in MATCH_SHAPES
+            ]
+        elif name == "held_schedule_jobs":
+            pairs = [
+                (SqliteStatements.held_schedule_jobs(*s), PostgresStatements.held_schedule_jobs(*s))
+                for s in HELD_SHAPES
             ]
         elif name in PER_TYPE:
             pairs = [

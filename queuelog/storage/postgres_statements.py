@@ -330,11 +330,26 @@ def list_statement(
     return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
 
 
-_OF_SCHEDULE = (
-    "schedule_name = %(schedule)s AND (%(status)s::text IS NULL OR status = %(status)s::text)"
+_HELD_OF_SCHEDULE = (
+    " AND (%(status)s::text IS NULL OR status = %(status)s::text)"
     " AND (%(type)s::text IS NULL OR type = %(type)s::text)"
-    " AND (%(everyone)s::int = 1 OR created_by = %(creator)s::text OR worker_id = %(worker)s::text)"
 )
+
+
+@functools.cache
+def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
+    """A schedule's jobs held by a worker (Statements.held_schedule_jobs). The page names the
+    walked index's column in its ORDER BY (as list_statement does): ix_jobs_worker or
+    ix_jobs_schedule. The count is the planner's to make, from the same columns."""
+    walked, tested = ("worker_id", "schedule_name") if by_worker else ("schedule_name", "worker_id")
+    value = {"worker_id": "%(worker)s", "schedule_name": "%(schedule)s"}
+    where = f"{walked} >= {value[walked]} AND {walked} <= {value[walked]} AND {tested} = {value[tested]}"
+    if count:
+        return f"SELECT count(*) FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
+    return (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
+        f" AND id < %(after)s ORDER BY {walked} DESC, id DESC LIMIT %(limit)s"
+    )
 
 
 class PostgresStatements(Statements):
@@ -516,11 +531,7 @@ class PostgresStatements(Statements):
         " updated_at = excluded.updated_at"
     )
 
-    SCHEDULE_JOBS = (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {_OF_SCHEDULE}"
-        " AND id < %(after)s ORDER BY id DESC LIMIT %(limit)s"
-    )
-    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs WHERE {_OF_SCHEDULE}"
+    held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
     MARK_DEPENDED_ON = (
         f"UPDATE jobs SET has_dependents = 1 WHERE {among_ids('id', 'ids')}"
         " RETURNING id, status, created_by, worker_id"

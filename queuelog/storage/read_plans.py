@@ -94,6 +94,18 @@ def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones
     return OldestPending.OWN_AMONG_PENDING
 
 
+def plan_held_of_creator(
+    created: Counts, held: Counts, status: JobStatus | None, job_type: str | None
+) -> Walk:
+    """The jobs of one creator (a schedule's) that a worker holds, of this status and type:
+    `created` counts the creator's jobs, `held` the worker's. NOTHING when either has none
+    that match; else the index holding fewer rows: SCOPE, the worker's (testing the
+    creator), or FILTER, the creator's (testing the worker)."""
+    if matching(created, status, job_type) == 0 or matching(held, status, job_type) == 0:
+        return Walk.NOTHING
+    return Walk.SCOPE if matching(held, None, None) < matching(created, None, None) else Walk.FILTER
+
+
 class BulkWalk(enum.Enum):
     """The index a bulk action's chunks walk for one status, in id order."""
 

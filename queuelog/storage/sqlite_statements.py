@@ -289,11 +289,23 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
     )
 
 
-_OF_SCHEDULE = (
-    "schedule_name = :schedule AND (:status IS NULL OR status = :status)"
+_HELD_OF_SCHEDULE = (
+    "worker_id = :worker AND schedule_name = :schedule AND (:status IS NULL OR status = :status)"
     " AND (:type IS NULL OR type = :type)"
-    " AND (:everyone = 1 OR created_by = :creator OR worker_id = :worker)"
 )
+
+
+@functools.cache
+def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
+    """A schedule's jobs held by a worker (Statements.held_schedule_jobs), through the
+    worker's index or the schedule's."""
+    index = "ix_jobs_worker" if by_worker else "ix_jobs_schedule"
+    if count:
+        return f"SELECT count(*) FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
+    return (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
+        " AND id < :after ORDER BY id DESC LIMIT :limit"
+    )
 
 
 class SqliteStatements(Statements):
@@ -479,11 +491,7 @@ class SqliteStatements(Statements):
         )
     )
 
-    SCHEDULE_JOBS = (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
-        " AND id < :after ORDER BY id DESC LIMIT :limit"
-    )
-    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
+    held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
     MARK_DEPENDED_ON = (
         "UPDATE jobs SET has_dependents = 1 WHERE id IN (SELECT value FROM json_each(:ids))"
         " RETURNING id, status, created_by, worker_id"

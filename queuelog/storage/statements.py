@@ -147,9 +147,11 @@ class Statements:
     FORGET_RATE_CLAIMS: ClassVar[str]
     INSERT_RATE_CLAIM: ClassVar[str]
     PUT_TYPE_CONTROL: ClassVar[str]
-    # `jobs(scheduleName:)`: a schedule's jobs newest first (ix_jobs_schedule), and how many.
-    SCHEDULE_JOBS: ClassVar[str]
-    COUNT_SCHEDULE_JOBS: ClassVar[str]
+    # `jobs(scheduleName:)` of a worker: `held_schedule_jobs(by_worker, count)` reads the jobs
+    # of `schedule` that `worker` holds (of `status` and `type` where not NULL), newest first
+    # below id `after` (`count`: how many), walking ix_jobs_worker (`by_worker`) or
+    # ix_jobs_schedule. Other callers read a schedule's jobs as its creator's (reads.py).
+    held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
     # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents = 1 on `ids`, their
     # (id, status, created_by, worker_id) back, the rows locked against a concurrent finish.
     MARK_DEPENDED_ON: ClassVar[str]
