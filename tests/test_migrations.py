@@ -41,7 +41,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
 
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.migrate import HEAD_REVISION, alembic_config, is_at_head, upgrade_to_head
+from queuelog.storage.migrate import (
+    HEAD_REVISION,
+    alembic_config,
+    is_at_head,
+    run_migrations,
+    upgrade_to_head,
+)
 from queuelog.storage.tables import metadata
 
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -126,11 +132,8 @@ def revisions_base_to_head() -> list[str]:
 
 
 def run_alembic(engine: Engine, action: Callable[..., None], target: str) -> None:
-    """`command.upgrade`/`downgrade` on a connection handed over as storage/migrate.py does."""
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        action(config, target)
+    """`command.upgrade`/`downgrade` as storage/migrate.py runs them."""
+    run_migrations(engine, action, target)
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -290,4 +293,76 @@ def test_every_downgrade_runs_and_upgrading_again_yields_tables_py(
 
     upgrade_to_head(engine)
     assert current_revision(engine) == revisions[-1]
+    assert_schema_is_tables_py(engine, new_database)
+
+
+# --- building an index without stopping the queue (PostgreSQL) -----------------------------------
+
+PENDING_CREATOR_BEFORE = "0010"  # the revision before migration 0011 builds ix_jobs_pending_creator
+FILL_JOBS = """
+INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
+                  created_by, created_at, updated_at)
+SELECT 'noop', '{}', 10, 'pending', 0, 3, 0, now(), 'p' || (g % 50), now(), now()
+FROM generate_series(1, 200000) AS g
+"""
+INDEX_IS_VALID = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('ix_jobs_pending_creator')"
+
+
+def postgres_only(engine: Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("CREATE INDEX CONCURRENTLY: PostgreSQL's")
+
+
+def test_servers_upgrading_together_wait_for_the_concurrent_index_build(
+    new_database: Callable[[], Engine],
+) -> None:
+    """Migration 0011 builds its index CONCURRENTLY, outside any transaction, so the migration
+    lock is held on the session. Servers that start meanwhile must wait for it without holding
+    a snapshot: the build waits for every older snapshot, and a server waiting in
+    pg_advisory_lock holds one (a deadlock, or a build that fails). All of them start, the
+    schema is tables.py's once."""
+    import threading
+
+    engine = new_database()
+    postgres_only(engine)
+    run_migrations(engine, command.upgrade, PENDING_CREATOR_BEFORE)
+    with engine.begin() as connection:
+        connection.execute(text(FILL_JOBS))
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            upgrade_to_head(engine)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    servers = [threading.Thread(target=start) for _ in range(3)]
+    for server in servers:
+        server.start()
+    for server in servers:
+        server.join(timeout=120)
+    assert not errors and not any(s.is_alive() for s in servers), errors
+    with engine.connect() as connection:
+        assert connection.execute(text(INDEX_IS_VALID)).scalar() is True
+    assert current_revision(engine) == HEAD_REVISION
+    assert_schema_is_tables_py(engine, new_database)
+
+
+def test_an_interrupted_concurrent_build_is_built_again(new_database: Callable[[], Engine]) -> None:
+    """A build CONCURRENTLY that was interrupted (the server killed, the connection lost)
+    leaves an invalid index, which IF NOT EXISTS would keep for good: it is dropped and built."""
+    engine = new_database()
+    postgres_only(engine)
+    run_migrations(engine, command.upgrade, PENDING_CREATOR_BEFORE)
+    with engine.begin() as connection:
+        connection.execute(text("CREATE INDEX ix_jobs_pending_creator ON jobs (created_by)"))
+        connection.execute(
+            text(
+                "UPDATE pg_index SET indisvalid = false"
+                " WHERE indexrelid = 'ix_jobs_pending_creator'::regclass"
+            )
+        )
+    upgrade_to_head(engine)
+    with engine.connect() as connection:
+        assert connection.execute(text(INDEX_IS_VALID)).scalar() is True
     assert_schema_is_tables_py(engine, new_database)

@@ -5,7 +5,16 @@ that each walk gives the same exact pages."""
 from __future__ import annotations
 
 from queuelog.model import JobStatus
-from queuelog.storage.read_plans import ListPlan, OldestPending, Walk, plan_list, plan_oldest_pending
+from queuelog.storage.read_plans import (
+    BulkWalk,
+    ListPlan,
+    OldestPending,
+    Walk,
+    plan_bulk,
+    plan_held_of_creator,
+    plan_list,
+    plan_oldest_pending,
+)
 
 PENDING, RUNNING, COMPLETED, CANCELLED = (
     JobStatus.PENDING,
@@ -94,3 +103,39 @@ def test_no_pending_job_in_the_scope_reads_nothing() -> None:
     done = counts(email={"cancelled": 2})
     assert plan_oldest_pending(False, True, done, OTHERS) is OldestPending.NOTHING
     assert plan_oldest_pending(False, False, OTHERS, OTHERS) is OldestPending.NOTHING  # a worker alone
+
+
+FAILED_ = JobStatus.FAILED
+
+
+def test_a_bulk_call_reads_no_status_without_a_job_of_the_callers() -> None:
+    mine = counts(email={"pending": 3})
+    assert plan_bulk(mine, plus(OTHERS, mine), True, [PENDING], "report") == ()
+    assert plan_bulk(OTHERS, OTHERS, False, [FAILED_, CANCELLED], None) == ()
+
+
+def test_a_bulk_call_walks_a_types_index_only_where_the_type_is_few_among_its_status() -> None:
+    everyone = plus(OTHERS, counts(resize={"pending": 20}))  # 520 pending: email 300, resize 20
+    assert plan_bulk(everyone, everyone, False, [PENDING], "resize") == ((PENDING, BulkWalk.TYPE_STATUS),)
+    assert plan_bulk(everyone, everyone, False, [PENDING], "email") == ((PENDING, BulkWalk.STATUS),)
+    assert plan_bulk(everyone, everyone, False, [PENDING], None) == ((PENDING, BulkWalk.STATUS),)
+
+
+def test_a_producers_cancel_walks_its_own_pending_jobs_unless_the_types_are_fewer() -> None:
+    small = counts(email={"pending": 2, "completed": 5000})
+    everyone = plus(plus(OTHERS, counts(resize={"pending": 20})), small)
+    assert plan_bulk(small, everyone, True, [PENDING], None) == ((PENDING, BulkWalk.CREATOR),)
+    assert plan_bulk(small, everyone, True, [PENDING], "email") == ((PENDING, BulkWalk.CREATOR),)
+    big = counts(email={"pending": 290}, resize={"pending": 3})
+    everyone = plus(OTHERS, big)
+    assert plan_bulk(big, everyone, True, [PENDING], "resize") == ((PENDING, BulkWalk.TYPE_STATUS),)
+
+
+def test_a_workers_schedule_jobs_are_read_through_the_smaller_index() -> None:
+    schedule = counts(email={"completed": 1000, "running": 2})
+    worker = counts(email={"running": 2, "completed": 10})
+    assert plan_held_of_creator(schedule, worker, None, None) is Walk.SCOPE
+    assert plan_held_of_creator(worker, schedule, None, None) is Walk.FILTER
+    assert plan_held_of_creator(schedule, worker, None, "report") is Walk.NOTHING
+    assert plan_held_of_creator(schedule, {}, None, None) is Walk.NOTHING
+    assert plan_held_of_creator(schedule, worker, FAILED_, None) is Walk.NOTHING

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from queuelog.storage.postgres_statements import AT_ONCE, PostgresStatements, PostgresWriterStatements
+from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.sqlite_statements import SqliteStatements
 from queuelog.storage.statements import Statements, statement_names
 
@@ -16,7 +17,8 @@ DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
 LIST_SHAPES = list(itertools.product((False, True), repeat=6))
-MATCH_SHAPES = list(itertools.product((False, True), repeat=4))
+MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
+HELD_SHAPES = list(itertools.product((False, True), repeat=2))
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
 PER_TYPE = {
@@ -43,12 +45,14 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
         if name == "list_jobs":
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
         elif name == "match_jobs":
-            assert all(statement(*shape).startswith("SELECT") for shape in MATCH_SHAPES)
+            assert all(statement(*shape).strip().startswith("WITH") for shape in MATCH_SHAPES)
+        elif name == "held_schedule_jobs":
+            assert all(statement(*shape).startswith("SELECT") for shape in HELD_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
         elif name == "PROMOTE_READS_CONTROLS":
             assert isinstance(statement, bool)
-        elif name == "PROMOTE_PENDING":  # optional: where the database promotes in one round trip
+        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER"):  # optional
             assert statement is None or statement.strip(), name
         elif name == "EVENT_HORIZON":  # where event ids may commit out of order
             assert (statement is None) is (database is SqliteStatements), name
@@ -64,11 +68,20 @@ def test_both_databases_take_the_same_parameters() -> None:
             pairs = [
                 (SqliteStatements.match_jobs(*s), PostgresStatements.match_jobs(*s)) for s in MATCH_SHAPES
             ]
+        elif name == "held_schedule_jobs":
+            pairs = [
+                (SqliteStatements.held_schedule_jobs(*s), PostgresStatements.held_schedule_jobs(*s))
+                for s in HELD_SHAPES
+            ]
         elif name in PER_TYPE:
             pairs = [
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
         elif name == "PROMOTE_READS_CONTROLS":
+            continue
+        elif name == "WALK_IN_INDEX_ORDER":  # PostgreSQL's takes no parameter
+            assert SqliteStatements.WALK_IN_INDEX_ORDER is None
+            assert not POSTGRES_PARAMETER.findall(PostgresStatements.WALK_IN_INDEX_ORDER or "")
             continue
         elif name == "PROMOTE_PENDING":  # SQLite has none; PostgreSQL's takes promote_due's `now`
             assert SqliteStatements.PROMOTE_PENDING is None

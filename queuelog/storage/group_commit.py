@@ -102,6 +102,7 @@ class GroupCommit:
     has_lane = False  # whether the backend keeps the controlled lane apart
     bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
     bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
+    bulk_scan_rows = bulk.SCAN_ROWS  # the rows of each walk a bulk action's chunk passes at most
 
     async def write(
         self,

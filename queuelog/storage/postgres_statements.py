@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
 
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
+from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.statements import (
     BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
@@ -285,23 +286,47 @@ _RETRIED = (
 _CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 
 
+# Each bulk walk's terms and the order that only its index gives (bulk.py). PostgreSQL's
+# B-tree stops a walk only at a bound of its first column, or of a column after equalities:
+# the type is an equality, so that the walk of ix_jobs_type_status ends with the status.
+_BULK_WALKS = {
+    BulkWalk.STATUS: ("status >= %(status)s AND status <= %(status)s", "status, id"),
+    BulkWalk.TYPE_STATUS: ("type = %(type)s AND status >= %(status)s AND status <= %(status)s", "status, id"),
+    BulkWalk.CREATOR: (
+        "created_by >= %(name)s AND created_by <= %(name)s AND status = 'pending'",
+        "created_by, id",
+    ),
+}
+
+
 @functools.cache
-def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
-    """A bulk action's next matching jobs of one status, oldest first. The ORDER BY names
-    the filter's columns before id (as list_statement does) so that only ix_jobs_status or
-    ix_jobs_type_status gives the order: the planner walks that index from `after`."""
-    leading = ["type", "status"] if job_type else ["status"]
-    filters = [f"{column} >= %({column})s AND {column} <= %({column})s" for column in leading]
+def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+    """A bulk chunk's jobs of one status (Statements.match_jobs). The ORDER BY names the
+    walk's columns before id (as list_statement does) so that only the walk's index gives
+    the order. An upper bound on id would not end that walk (the status is a range, and the
+    B-tree stops only at bounds of its first column or after equalities): LIMIT scan does,
+    and `edge`, the id of the scan-th row, reads the same snapshot."""
+    walked, order = _BULK_WALKS[walk]
+    filters = []
+    if job_type and walk is not BulkWalk.TYPE_STATUS:
+        filters.append("type = %(type)s")
     if key:
         filters.append("concurrency_key = %(key)s")
     if before:
         filters.append(f"created_at < {ts('before')}")
-    if by_creator:
+    if by_creator and walk is not BulkWalk.CREATOR:
         filters.append("created_by = %(name)s")
-    filters.append("id > %(after)s")
-    order = ", ".join([*leading, "id"])
-    where = " AND ".join(filters)
-    return f"SELECT id, status, worker_id FROM jobs WHERE {where} ORDER BY {order} LIMIT %(limit)s"
+    matches = " AND ".join(filters) if filters else "TRUE"
+    return f"""
+        WITH edge AS (
+            SELECT id FROM jobs WHERE {walked} AND id > %(after)s ORDER BY {order}
+            LIMIT 1 OFFSET %(scan)s - 1)
+        SELECT id, status, worker_id FROM (
+            SELECT id, status, worker_id FROM (
+                SELECT id, status, worker_id, type, concurrency_key, created_at, created_by FROM jobs
+                WHERE {walked} AND id > %(after)s ORDER BY {order} LIMIT %(scan)s) AS walked
+            WHERE {matches} ORDER BY {order} LIMIT %(limit)s) AS hits
+        UNION ALL SELECT id, NULL, NULL FROM edge"""
 
 
 @functools.cache
@@ -341,11 +366,26 @@ def list_statement(
     return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
 
 
-_OF_SCHEDULE = (
-    "schedule_name = %(schedule)s AND (%(status)s::text IS NULL OR status = %(status)s::text)"
+_HELD_OF_SCHEDULE = (
+    " AND (%(status)s::text IS NULL OR status = %(status)s::text)"
     " AND (%(type)s::text IS NULL OR type = %(type)s::text)"
-    " AND (%(everyone)s::int = 1 OR created_by = %(creator)s::text OR worker_id = %(worker)s::text)"
 )
+
+
+@functools.cache
+def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
+    """A schedule's jobs held by a worker (Statements.held_schedule_jobs). The page names the
+    walked index's column in its ORDER BY (as list_statement does): ix_jobs_worker or
+    ix_jobs_schedule. The count is the planner's to make, from the same columns."""
+    walked, tested = ("worker_id", "schedule_name") if by_worker else ("schedule_name", "worker_id")
+    value = {"worker_id": "%(worker)s", "schedule_name": "%(schedule)s"}
+    where = f"{walked} >= {value[walked]} AND {walked} <= {value[walked]} AND {tested} = {value[tested]}"
+    if count:
+        return f"SELECT count(*) FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
+    return (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
+        f" AND id < %(after)s ORDER BY {walked} DESC, id DESC LIMIT %(limit)s"
+    )
 
 
 class PostgresStatements(Statements):
@@ -578,11 +618,7 @@ class PostgresStatements(Statements):
         lambda column: ts(column) if column in ("paused_until", "updated_at") else f"%({column})s",
     )
 
-    SCHEDULE_JOBS = (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {_OF_SCHEDULE}"
-        " AND id < %(after)s ORDER BY id DESC LIMIT %(limit)s"
-    )
-    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs WHERE {_OF_SCHEDULE}"
+    held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
     MARK_DEPENDED_ON = (
         f"UPDATE jobs SET has_dependents = 1, {NEXT_REVISION} WHERE {among_ids('id', 'ids')}"
         " RETURNING id, status, created_by, worker_id"
@@ -683,6 +719,20 @@ class PostgresStatements(Statements):
         " (SELECT value ->> 0, value ->> 1 FROM json_array_elements(%(pairs)s::json) AS value)"
     )
     JOB_STATES = f"SELECT id, status FROM jobs WHERE {among_ids('id', 'ids')}"
+    # Without statistics (a table just filled, not yet analyzed) the planner estimates a
+    # handful of rows for any range of a status, and would read match_jobs's walk with a
+    # bitmap scan and sort it: every row of the range, however many, to keep the first
+    # `scan`. Sorts and bitmap scans are turned down for the rest of the read's transaction
+    # (set_config(..., true): SET LOCAL), so that its walks go in the index's order and stop;
+    # and its plans are made for the values: a generic plan, made for any type, would walk
+    # the status's index and test the type, past every job of other types.
+    WALK_IN_INDEX_ORDER = (
+        "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
+        " set_config('plan_cache_mode', 'force_custom_plan', true)"
+    )
+    BULK_STATES = (
+        f"SELECT id, status, worker_id FROM jobs WHERE {among_ids('id', 'ids')} ORDER BY id FOR UPDATE"
+    )
     SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
     LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK + " FOR UPDATE"
     MARK_SCHEDULE_CLOCK = f"UPDATE schedule_clock SET alive_at = {NOW} WHERE id = 1"
@@ -850,6 +900,7 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.RETRY_IDS,
         PostgresStatements.MARK_DEPENDED_ON,
         PostgresStatements.JOB_STATES,
+        PostgresStatements.BULK_STATES,
         PostgresStatements.RELEASE_DEPENDENTS,
         PostgresStatements.EVENTS_OF_JOBS,
     }

@@ -1,4 +1,5 @@
 """Which index a read walks, chosen from the counters: pure functions from counts to a plan.
+A bulk action's chunks read their jobs through the walk chosen here too (bulk.py).
 
 SQLite has no statistics to choose between a caller's own index and a filter's, and
 PostgreSQL's cannot know that status follows age; the counters (job_counts) know exactly how
@@ -8,6 +9,7 @@ many rows each walk passes. reads.py reads the counts, asks here, and runs the p
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from queuelog.model import JobStatus
@@ -90,3 +92,51 @@ def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones
     if matching(mine, None, None) < matching(everyones, JobStatus.PENDING, None):
         return OldestPending.AMONG_OWN
     return OldestPending.OWN_AMONG_PENDING
+
+
+def plan_held_of_creator(
+    created: Counts, held: Counts, status: JobStatus | None, job_type: str | None
+) -> Walk:
+    """The jobs of one creator (a schedule's) that a worker holds, of this status and type:
+    `created` counts the creator's jobs, `held` the worker's. NOTHING when either has none
+    that match; else the index holding fewer rows: SCOPE, the worker's (testing the
+    creator), or FILTER, the creator's (testing the worker)."""
+    if matching(created, status, job_type) == 0 or matching(held, status, job_type) == 0:
+        return Walk.NOTHING
+    return Walk.SCOPE if matching(held, None, None) < matching(created, None, None) else Walk.FILTER
+
+
+class BulkWalk(enum.Enum):
+    """The index a bulk action's chunks walk for one status, in id order."""
+
+    STATUS = enum.auto()  # ix_jobs_status: every job of the status, testing the filter
+    TYPE_STATUS = enum.auto()  # ix_jobs_type_status: the type's jobs of the status
+    CREATOR = enum.auto()  # ix_jobs_pending_creator: the creator's PENDING jobs, testing the type
+
+
+def plan_bulk(
+    mine: Counts, everyones: Counts, by_creator: bool, statuses: Sequence[JobStatus], job_type: str | None
+) -> tuple[tuple[JobStatus, BulkWalk], ...]:
+    """`cancelJobs`/`retryJobs` over these statuses for a caller who may change `mine` of
+    `everyones` jobs (a producer: its own; an ADMIN: all, `mine` is `everyones`): each
+    status to read and its walk. A status with no job of the type in `mine` is not read.
+
+    A type filter walks the type's index only where the type is less than half of the
+    status: where it is more, the status's index passes at most two rows per match, and
+    PostgreSQL, whose statistics say the same, would walk the status's index anyway (testing
+    the type on rows its LIMIT does not count, so that a walk bounded by rows of the type
+    would not be bounded by rows passed). A producer walks its own PENDING jobs, unless the
+    filter's walk passes fewer rows."""
+    parts: list[tuple[JobStatus, BulkWalk]] = []
+    for status in statuses:
+        if matching(mine, status, job_type) == 0:
+            continue
+        of_status = matching(everyones, status, None)
+        of_type = matching(everyones, status, job_type)
+        walk, passes = BulkWalk.STATUS, of_status
+        if job_type is not None and 2 * of_type < of_status:
+            walk, passes = BulkWalk.TYPE_STATUS, of_type
+        if by_creator and status is JobStatus.PENDING and matching(mine, status, None) <= passes:
+            walk = BulkWalk.CREATOR
+        parts.append((status, walk))
+    return tuple(parts)

@@ -12,10 +12,16 @@ from typing import Any
 
 from queuelog import jsonutil
 from queuelog.model import EventKind, Job, JobScope, JobStatus, MinuteCount, QueueStats, RecordedEvent
-from queuelog.storage import counters, dependencies, flow
+from queuelog.storage import counters, dependencies, flow, schedules
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
-from queuelog.storage.read_plans import OldestPending, Walk, plan_list, plan_oldest_pending
-from queuelog.storage.statements import COL_ID, PENDING, STATUS_TEXT, per_type_params
+from queuelog.storage.read_plans import (
+    OldestPending,
+    Walk,
+    plan_held_of_creator,
+    plan_list,
+    plan_oldest_pending,
+)
+from queuelog.storage.statements import COL_ID, LAST_ID, PENDING, STATUS_TEXT, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import ids_json, to_micros
 
@@ -103,7 +109,7 @@ def events_with_ids(conn: Connection, event_ids: Sequence[int]) -> list[tuple[in
     ]
 
 
-def _counts_and_everyones(
+def counts_and_everyones(
     conn: Connection, scope: JobScope
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
     """type -> status -> n, for what the scope sees and for every job, in one read."""
@@ -137,7 +143,7 @@ def list_jobs(
     """
     if not scope.everything and scope.created_by is None and scope.worker_id is None:
         return [], False, 0
-    mine, everyones = _counts_and_everyones(conn, scope)
+    mine, everyones = counts_and_everyones(conn, scope)
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
     plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type)
@@ -171,22 +177,39 @@ def list_schedule_jobs(
     first: int,
     after_id: int | None,
 ) -> tuple[list[Job], bool, int]:
-    """`jobs(scheduleName:)`: the schedule's jobs the caller may see, newest first, from the
-    schedule's own index (its jobs are few next to the table: counted, not from counters)."""
+    """`jobs(scheduleName:)`: the schedule's jobs the caller may see, newest first.
+
+    They are the jobs of the schedule's own creator (schedules.creator), a name no key can
+    have. A caller who sees every job reads them as that creator's jobs (list_jobs: the total
+    from the counters, the page by read_plans); a producer sees none and reads nothing; a
+    worker sees those it holds, counted through the worker's index or the schedule's,
+    whichever the counters say holds fewer rows (read_plans.plan_held_of_creator)."""
+    creator = schedules.creator(schedule_name)
+    if scope.everything:
+        return list_jobs(
+            conn, JobScope(everything=False, created_by=creator), status, job_type, first, after_id
+        )
+    if scope.worker_id is None:
+        return [], False, 0
+    terms = [(counters.PRODUCER, creator, 1), (counters.WORKER, scope.worker_id, 1)]
+    rows = conn.execute(conn.sql.COUNTS_OF_SCOPES, {"scopes": _scopes_json(terms)}).fetchall()
+    created, held = (counters.by_type(rows, [term]) for term in terms)
+    walk = plan_held_of_creator(created, held, status, job_type)
+    if walk is Walk.NOTHING:
+        return [], False, 0
+    by_worker = walk is Walk.SCOPE
     params = {
         "schedule": schedule_name,
+        "worker": scope.worker_id,
         "status": status.value if status is not None else None,
         "type": job_type,
-        "everyone": int(scope.everything),
-        "creator": scope.created_by,
-        "worker": scope.worker_id,
     }
-    total = conn.execute(conn.sql.COUNT_SCHEDULE_JOBS, params).fetchone()[0]
+    total = conn.execute(conn.sql.held_schedule_jobs(by_worker, True), params).fetchone()[0]
     if not total:
         return [], False, 0
-    page = {**params, "after": after_id if after_id is not None else 2**63 - 1, "limit": first + 1}
-    rows = conn.execute(conn.sql.SCHEDULE_JOBS, page).fetchall()
-    return [decode_job(r) for r in rows[:first]], len(rows) > first, total
+    page = {**params, "after": after_id if after_id is not None else LAST_ID, "limit": first + 1}
+    found = conn.execute(conn.sql.held_schedule_jobs(by_worker, False), page).fetchall()
+    return [decode_job(r) for r in found[:first]], len(found) > first, total
 
 
 def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minutes: int) -> list[MinuteCount]:
@@ -213,7 +236,7 @@ def finished_per_minute(conn: Connection, now: datetime, scope: JobScope, minute
 
 
 def queue_stats(conn: Connection, now: datetime, scope: JobScope) -> QueueStats:
-    per_type, everyones = _counts_and_everyones(conn, scope)
+    per_type, everyones = counts_and_everyones(conn, scope)
     totals: dict[str, int] = {}
     for per_status in per_type.values():
         for status, n in per_status.items():

@@ -41,6 +41,7 @@ from queuelog.model import (
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules
 from queuelog.storage import operations as ops
+from queuelog.storage.bulk import Part as BulkPart
 from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
@@ -307,28 +308,46 @@ class Repository:
         """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
         first, one short transaction per chunk, with a pause after each where the database
         needs one (bulk.py)."""
+        parts = await self._db.read(bulk.plan, action, job_filter, created_by)
         done, after, size = 0, 0, bulk.FIRST_CHUNK
-        while done < limit:
-            chunk = functools.partial(
-                bulk.apply,
-                action=action,
-                job_filter=job_filter,
-                created_by=created_by,
-                after=after,
-                limit=min(size, limit - done),
+        while parts and done < limit:
+            found = await self._db.read(
+                bulk.matching,
+                job_filter,
+                parts,
+                created_by,
+                after,
+                min(size, limit - done),
+                self._db.bulk_scan_rows,
             )
-            started = time.perf_counter()
-            changed, after, exhausted = await self._db.write(chunk)
-            took = time.perf_counter() - started
-            size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
-            done += changed
-            if exhausted:
+            after = found.last
+            if found.rows:
+                chunk = functools.partial(bulk.apply, action=action, ids=[row[0] for row in found.rows])
+                started = time.perf_counter()
+                changed = await self._db.write(chunk)
+                took = time.perf_counter() - started
+                size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
+                done += changed
+                if changed and done < limit and not found.exhausted:
+                    await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+            if found.exhausted:
                 return BulkOutcome(done, more=False)
-            if done < limit:
-                await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
-        wanted = bulk.statuses(action, job_filter)
-        rest = await self._db.read(bulk.matching, job_filter, wanted, created_by, after, 1)
-        return BulkOutcome(done, more=bool(rest))
+            await asyncio.sleep(0)  # a SQLite read runs on the loop: let what waits run
+        return BulkOutcome(
+            done, more=bool(parts) and await self._bulk_remains(job_filter, parts, created_by, after)
+        )
+
+    async def _bulk_remains(
+        self, job_filter: JobFilter, parts: Sequence[BulkPart], created_by: str | None, after: int
+    ) -> bool:
+        """Whether a job after id `after` matches, read as a bulk call reads its chunks."""
+        while True:
+            scan = self._db.bulk_scan_rows
+            found = await self._db.read(bulk.matching, job_filter, parts, created_by, after, 1, scan)
+            if found.rows or found.exhausted:
+                return bool(found.rows)
+            after = found.last
+            await asyncio.sleep(0)
 
     # --- schedules ---------------------------------------------------------------------------
 

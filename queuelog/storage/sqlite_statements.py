@@ -17,10 +17,12 @@ from sqlalchemy.sql.elements import BindParameter
 
 from queuelog.model import JobStatus
 from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
+from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.statements import (
     BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
     EXPIRE_BATCH,
+    LAST_ID,
     PENDING,
     PENDING_TYPES_SQL,
     PROMOTE_BATCH,
@@ -297,29 +299,54 @@ def list_statement(
     return _sql(select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())) + " LIMIT :limit"
 
 
+# Each bulk walk's index, and the terms that walk it (bulk.py).
+_BULK_WALKS = {
+    BulkWalk.STATUS: ("ix_jobs_status", "status = :status"),
+    BulkWalk.TYPE_STATUS: ("ix_jobs_type_status", "type = :type AND status = :status"),
+    BulkWalk.CREATOR: ("ix_jobs_pending_creator", "created_by = :name AND status = 'pending'"),
+}
+
+
 @functools.cache
-def match_statement(by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
-    """A bulk action's next matching jobs of one status, oldest first: the status's index
-    (with the type, ix_jobs_type_status) in id order from `after`."""
-    filters: list[Any] = [jobs.c.status == bindparam("status")]
-    if job_type:
-        filters.append(jobs.c.type == bindparam("type"))
+def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+    """A bulk chunk's jobs of one status (Statements.match_jobs): the walk's index from
+    `after` up to its `scan`-th row (`edge`), a range of the index however few rows match."""
+    index, walked = _BULK_WALKS[walk]
+    filters = [walked, "id > :after", f"id <= coalesce((SELECT id FROM edge), {LAST_ID})"]
+    if job_type and walk is not BulkWalk.TYPE_STATUS:
+        filters.append("type = :type")
     if key:
-        filters.append(jobs.c.concurrency_key == bindparam("key"))
+        filters.append("concurrency_key = :key")
     if before:
-        filters.append(jobs.c.created_at < bindparam("before"))
-    if by_creator:
-        filters.append(text("+created_by = :name"))
-    filters.append(jobs.c.id > bindparam("after"))
-    query = select(jobs.c.id, jobs.c.status, jobs.c.worker_id).where(*filters).order_by(jobs.c.id)
-    return _sql(query) + " LIMIT :limit"
+        filters.append("created_at < :before")
+    if by_creator and walk is not BulkWalk.CREATOR:
+        filters.append("created_by = :name")
+    return (
+        f"WITH edge AS (SELECT id FROM jobs INDEXED BY {index} WHERE {walked} AND id > :after"
+        " ORDER BY id LIMIT 1 OFFSET :scan - 1)"
+        f" SELECT * FROM (SELECT id, status, worker_id FROM jobs INDEXED BY {index}"
+        f" WHERE {' AND '.join(filters)} ORDER BY id LIMIT :limit)"
+        " UNION ALL SELECT id, NULL, NULL FROM edge"
+    )
 
 
-_OF_SCHEDULE = (
-    "schedule_name = :schedule AND (:status IS NULL OR status = :status)"
+_HELD_OF_SCHEDULE = (
+    "worker_id = :worker AND schedule_name = :schedule AND (:status IS NULL OR status = :status)"
     " AND (:type IS NULL OR type = :type)"
-    " AND (:everyone = 1 OR created_by = :creator OR worker_id = :worker)"
 )
+
+
+@functools.cache
+def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
+    """A schedule's jobs held by a worker (Statements.held_schedule_jobs), through the
+    worker's index or the schedule's."""
+    index = "ix_jobs_worker" if by_worker else "ix_jobs_schedule"
+    if count:
+        return f"SELECT count(*) FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
+    return (
+        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
+        " AND id < :after ORDER BY id DESC LIMIT :limit"
+    )
 
 
 class SqliteStatements(Statements):
@@ -538,11 +565,7 @@ class SqliteStatements(Statements):
     """
     PUT_TYPE_CONTROL = put_type_control(lambda name: f":{name}", lambda column: f":{column}")
 
-    SCHEDULE_JOBS = (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
-        " AND id < :after ORDER BY id DESC LIMIT :limit"
-    )
-    COUNT_SCHEDULE_JOBS = f"SELECT count(*) FROM jobs INDEXED BY ix_jobs_schedule WHERE {_OF_SCHEDULE}"
+    held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
     MARK_DEPENDED_ON = (
         f"UPDATE jobs SET has_dependents = 1, {NEXT_REVISION_SQL}"
         " WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id, status, created_by, worker_id"
@@ -621,6 +644,8 @@ class SqliteStatements(Statements):
         " (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs))"
     )
     JOB_STATES = "SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
+    WALK_IN_INDEX_ORDER = None  # match_jobs names its index (INDEXED BY)
+    BULK_STATES = "SELECT id, status, worker_id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))"
     SCHEDULE_CLOCK = "SELECT alive_at FROM schedule_clock WHERE id = 1"
     LOCK_SCHEDULE_CLOCK = SCHEDULE_CLOCK
     MARK_SCHEDULE_CLOCK = "UPDATE schedule_clock SET alive_at = :now WHERE id = 1"

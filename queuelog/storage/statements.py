@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from queuelog.model import EventKind, Job, JobStatus
 from queuelog.storage import counters
 from queuelog.storage.codec import COLUMN_INDEX
+from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.tables import schedules
 
 SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in schedules.c)
@@ -30,6 +31,7 @@ EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
 PROMOTE_BATCH = 1000  # delayed jobs made ready per type by one claim
+LAST_ID = 2**63 - 1  # above every job's id
 
 # type_controls as TYPE_CONTROLS and PUT_TYPE_CONTROL answer it (flow.read_controls decodes).
 TYPE_CONTROL_COLUMN_LIST = (
@@ -148,9 +150,17 @@ class Statements:
     oldest_due_of: ClassVar[Callable[[int], str]]
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
     OLDEST_DUE_AMONG_OWN: ClassVar[str]
-    # Bulk actions (bulk.py): `match_jobs(by_creator, job_type, key, before)` reads (id,
-    # status, worker_id) of one `status` after id `after`, oldest first; *_IDS change them.
-    match_jobs: ClassVar[Callable[[bool, bool, bool, bool], str]]
+    # Bulk actions (bulk.py): `match_jobs(walk, by_creator, job_type, key, before)` passes
+    # at most `scan` rows of one `status`'s walk (read_plans.BulkWalk) after id `after`, in
+    # id order, and reads (id, status, worker_id) of the first `limit` that match; and one
+    # row (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where
+    # the next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a
+    # chunk is about to change, locked (PostgreSQL); *_IDS change them.
+    match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool], str]]
+    # Where not None: run in a read's transaction before match_jobs, so that its walks go in
+    # index order (see postgres_statements.py).
+    WALK_IN_INDEX_ORDER: ClassVar[str | None]
+    BULK_STATES: ClassVar[str]
     CANCEL_IDS: ClassVar[str]
     RETRY_IDS: ClassVar[str]
     # `list_jobs(by_creator, by_worker, status, job_type, after, walk_scope)`: `jobs(...)`
@@ -190,9 +200,11 @@ class Statements:
     # PUT_TYPE_CONTROL (put_type_control): insert a type's row or change the columns whose
     # TYPE_CONTROL_FLAGS are set, in one statement; the row as TYPE_CONTROLS reads it.
     PUT_TYPE_CONTROL: ClassVar[str]
-    # `jobs(scheduleName:)`: a schedule's jobs newest first (ix_jobs_schedule), and how many.
-    SCHEDULE_JOBS: ClassVar[str]
-    COUNT_SCHEDULE_JOBS: ClassVar[str]
+    # `jobs(scheduleName:)` of a worker: `held_schedule_jobs(by_worker, count)` reads the jobs
+    # of `schedule` that `worker` holds (of `status` and `type` where not NULL), newest first
+    # below id `after` (`count`: how many), walking ix_jobs_worker (`by_worker`) or
+    # ix_jobs_schedule. Other callers read a schedule's jobs as its creator's (reads.py).
+    held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
     # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents = 1 on `ids`, their
     # (id, status, created_by, worker_id) back, the rows locked against a concurrent finish.
     MARK_DEPENDED_ON: ClassVar[str]

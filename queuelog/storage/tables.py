@@ -167,6 +167,16 @@ jobs = Table(
         sqlite_where=text("status = 'running' AND timeout_at IS NOT NULL"),
     ),
     Index("ix_jobs_created_by", "created_by", "id"),
+    # A producer's cancelJobs (bulk.py) walks its own PENDING jobs here, past none of its
+    # finished jobs nor anyone else's backlog. Partial: a job leaves it when claimed or
+    # cancelled, and PostgreSQL adds no entry for a job's later states (migration 0009).
+    Index(
+        "ix_jobs_pending_creator",
+        "created_by",
+        "id",
+        postgresql_where=text("status = 'pending'"),
+        sqlite_where=text("status = 'pending'"),
+    ),
     Index(
         "ix_jobs_schedule",
         "schedule_name",
