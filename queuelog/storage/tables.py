@@ -169,7 +169,7 @@ jobs = Table(
     Index("ix_jobs_created_by", "created_by", "id"),
     # A producer's cancelJobs (bulk.py) walks its own PENDING jobs here, past none of its
     # finished jobs nor anyone else's backlog. Partial: a job leaves it when claimed or
-    # cancelled, and PostgreSQL adds no entry for a job's later states (migration 0009).
+    # cancelled, and PostgreSQL adds no entry for a job's later states (migration 0011).
     Index(
         "ix_jobs_pending_creator",
         "created_by",
