@@ -338,6 +338,14 @@ def test_a_dependent_retried_after_the_cascade_may_wait_on_a_failed_dependency()
     assert sketch.failures() == {}
 
 
+def test_a_waiting_count_that_disagrees_with_the_open_dependencies_is_rejected() -> None:
+    sketch = drained(Sketch())
+    sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("FAILED", 3.0)])
+    sketch.job(2, [("ENQUEUED", 1.5), ("CANCELLED", 3.0), ("RETRIED", 4.0)], depends_on=(1,), waiting_for=2)
+    sketch.op("retryJob", {"id": "2"}, 3.9, 4.1, {"id": "2", "status": "PENDING", "attempt": 0})
+    assert sketch.failures() == {"waiting-for-count": 1}
+
+
 def test_a_retry_answered_before_the_dependency_failed_does_not_excuse_waiting() -> None:
     sketch = drained(Sketch())
     retried = [

@@ -3,12 +3,11 @@ moment it names. Timings never decide: only what could have happened, given the 
 ids and when each operation was sent and answered on the clock client and database share.
 
 Invariants (each rule module says how it reads the history):
-- rules_jobs: one-state, event-order, row-matches-events, answers-match-events,
-  claimed-once, idempotency, internal-error, refused-valid-input;
+- rules_jobs: one-state, event-order, row-matches-events, event-times,
+  answers-match-events, claimed-once, idempotency, internal-error, refused-valid-input;
 - rules_limits: max-running, max-running-per-key, rate-limit, paused-claim;
-- rules_dependencies: claimed-before-dependencies, running-after-drain,
-  unclaimable-after-drain, cascade-missed, waiting-for-count (and pending-after-drain,
-  counting the PENDING jobs judged);
+- rules_dependencies: claimed-before-dependencies, dependency-times, running-after-drain,
+  unclaimable-after-drain, cascade-missed, waiting-for-count;
 - rules_state: counters, control-write-lost, subscription-order, subscription-terminal.
 """
 

@@ -19,6 +19,7 @@ from history.model import NO_ANSWER, EventRow, JobRow
 from history.rules_jobs import describe
 
 WAITING_IS_FINE = "fine"
+STUCK = ("unclaimable-after-drain", "cascade-missed", "waiting-for-count")  # what a PENDING job may break
 
 
 def check_claims_after_dependencies(facts: Facts, out: Findings) -> None:
@@ -129,11 +130,12 @@ def check_after_drain(facts: Facts, out: Findings) -> None:
         if job.status != "pending":
             continue
         verdict, why = verdicts.waiting(job.id)
-        out.check("pending-after-drain", verdict == WAITING_IS_FINE)
-        if verdict not in (WAITING_IS_FINE, "waits-on-stuck"):  # report the stuck one, not its dependents
-            dependencies = [d for d in job.depends_on if d in facts.events]
-            detail = "; ".join(f"{d}: {describe(facts.events[d])}" for d in dependencies)
-            out.fail(verdict, f"{why}. Dependencies' events: {detail}", [job.id, *dependencies])
+        # A job waiting on a stuck one is not reported: the stuck one is.
+        for invariant in STUCK:
+            if not out.check(invariant, verdict != invariant):
+                dependencies = [d for d in job.depends_on if d in facts.events]
+                detail = "; ".join(f"{d}: {describe(facts.events[d])}" for d in dependencies)
+                out.fail(invariant, f"{why}. Dependencies' events: {detail}", [job.id, *dependencies])
 
 
 RULES = (check_claims_after_dependencies, check_after_drain)
