@@ -260,13 +260,25 @@ class TypeControl:
 
 @dataclass(frozen=True, slots=True)
 class TypeLimits:
-    """`setTypeControl`'s input: every limit of a type at once (None clears one)."""
+    """`setTypeControl`'s input: the limits it names (None clears one); the others stay."""
 
     type: str
     max_running: int | None = None
     max_running_per_key: int | None = None
     rate_limit: RateLimit | None = None
     timeout_seconds: int | None = None
+    # the fields the caller gave (a field left out is unchanged); None: every field
+    given: frozenset[str] | None = None
+
+    def changes(self) -> dict[str, object]:
+        """The control fields to write: those given."""
+        values: dict[str, object] = {
+            "max_running": self.max_running,
+            "max_running_per_key": self.max_running_per_key,
+            "rate_limit": self.rate_limit,
+            "timeout_seconds": self.timeout_seconds,
+        }
+        return {k: v for k, v in values.items() if self.given is None or k in self.given}
 
 
 @dataclass(frozen=True, slots=True)

@@ -330,21 +330,13 @@ class JobQueue:
             raise BadInput(f"rateLimit.periodSeconds must be between 1 and {MAX_RATE_PERIOD}")
         if limits.timeout_seconds is not None and not 1 <= limits.timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}, or null")
-        control = await self.repository.update_type_control(
-            limits.type,
-            max_running=limits.max_running,
-            max_running_per_key=limits.max_running_per_key,
-            rate_limit=limits.rate_limit,
-            timeout_seconds=limits.timeout_seconds,
-        )
+        changes = limits.changes()
+        control = await self.repository.update_type_control(limits.type, **changes)
         log.info(
-            "type %r limits set by %s: maxRunning=%s maxRunningPerKey=%s rateLimit=%s timeoutSeconds=%s",
+            "type %r limits set by %s: %s",
             limits.type,
             principal.name,
-            limits.max_running,
-            limits.max_running_per_key,
-            limits.rate_limit,
-            limits.timeout_seconds,
+            " ".join(f"{name}={value}" for name, value in changes.items()) or "nothing changed",
         )
         self.signal.notify([limits.type])  # a raised limit may free claims waiting here
         return control

@@ -402,7 +402,7 @@ def test_a_pause_that_ended_by_itself_reads_as_not_paused(flow: Flow) -> None:
 # --- setting limits --------------------------------------------------------------------------
 
 
-def test_set_type_control_replaces_every_limit_and_leaves_the_pause_alone(flow: Flow) -> None:
+def test_set_type_control_changes_the_limits_it_names_and_leaves_the_rest_alone(flow: Flow) -> None:
     job_type = flow.type()
     flow.pause(job_type)
     full = flow.limits(
@@ -423,21 +423,15 @@ def test_set_type_control_replaces_every_limit_and_leaves_the_pause_alone(flow: 
         "running": 0,
     }
     assert flow.control(job_type, flow.viewer) == full
-    # Replaced, not merged: what is not given is cleared.
+    # Merged, not replaced: a field left out stays, an explicit null clears it.
     partial = flow.limits(job_type, maxRunning=7)
-    assert partial == {
-        **full,
-        "maxRunning": 7,
-        "maxRunningPerKey": None,
-        "rateLimit": None,
-        "timeoutSeconds": None,
-    }
+    assert partial == {**full, "maxRunning": 7}
     assert flow.resume(job_type) == {**partial, "paused": False}
     rate = flow.limits(job_type, rateLimit={"limit": 1, "periodSeconds": 86400})
     assert rate["rateLimit"] == {"limit": 1, "periodSeconds": 86400, "perKey": False}
-    assert rate["maxRunning"] is None and rate["paused"] is False
-    cleared = flow.limits(job_type, maxRunning=None)
-    assert cleared == {**partial, "paused": False, "maxRunning": None}
+    assert rate["maxRunning"] == 7 and rate["timeoutSeconds"] == 60 and rate["paused"] is False
+    cleared = flow.limits(job_type, maxRunning=None, rateLimit=None)
+    assert cleared == {**partial, "paused": False, "maxRunning": None, "rateLimit": None}
     assert flow.control(job_type) == cleared
 
 
@@ -593,7 +587,7 @@ def test_max_running_caps_each_claim_and_a_lower_limit_interrupts_nothing(flow: 
     flow.fail(running[1], retryable=False).ok()
     third = flow.claim([job_type], limit=5)
     assert ids(third) == [jobs[3]["id"]]
-    flow.limits(job_type)  # cleared: no limit
+    flow.limits(job_type, maxRunning=None)  # cleared: no limit
     assert ids(flow.claim([job_type], limit=5)) == [jobs[4]["id"]]
 
 

@@ -5,6 +5,7 @@ the model's records (as `Job` is, types.py)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import strawberry
 
@@ -68,19 +69,30 @@ class RateLimitInput:
 @strawberry.input
 class TypeControlInput:
     type: str
-    max_running: int | None = strawberry.field(default=None, description="1..100000 or null")
-    max_running_per_key: int | None = strawberry.field(default=None, description="1..100000 or null")
-    rate_limit: RateLimitInput | None = None
-    timeout_seconds: int | None = strawberry.field(default=None, description="1..86400 or null")
+    # Left out: unchanged; null: cleared (API.md section 9).
+    max_running: int | None = strawberry.field(default=strawberry.UNSET, description="1..100000 or null")
+    max_running_per_key: int | None = strawberry.field(
+        default=strawberry.UNSET, description="1..100000 or null"
+    )
+    rate_limit: RateLimitInput | None = strawberry.UNSET
+    timeout_seconds: int | None = strawberry.field(default=strawberry.UNSET, description="1..86400 or null")
 
     def to_model(self) -> model.TypeLimits:
-        rate = self.rate_limit
+        fields = ("max_running", "max_running_per_key", "rate_limit", "timeout_seconds")
+        given = frozenset(f for f in fields if getattr(self, f) is not strawberry.UNSET)
+
+        def value(name: str) -> Any:
+            found = getattr(self, name)
+            return None if found is strawberry.UNSET else found
+
+        rate = value("rate_limit")
         return model.TypeLimits(
             type=self.type,
-            max_running=self.max_running,
-            max_running_per_key=self.max_running_per_key,
+            max_running=value("max_running"),
+            max_running_per_key=value("max_running_per_key"),
             rate_limit=model.RateLimit(rate.limit, rate.period_seconds, rate.per_key) if rate else None,
-            timeout_seconds=self.timeout_seconds,
+            timeout_seconds=value("timeout_seconds"),
+            given=given,
         )
 
 
