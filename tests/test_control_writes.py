@@ -95,13 +95,13 @@ def test_a_pause_and_a_change_of_limits_on_two_servers_at_once_both_stay(
         assert set_[0].ok()["setTypeControl"]["maxRunning"] == wanted
         for server in (one, two):
             after = control(server, job_type)
-            # The pause stays, and so do the limits: setTypeControl replaced every limit
-            # (timeoutSeconds left out is cleared) and nothing else.
+            # The pause stays, and so do the limits setTypeControl did not name
+            # (timeoutSeconds left out stays as it was).
             assert after == {
                 "type": job_type,
                 "paused": True,
                 "pausedUntil": None,
                 "maxRunning": wanted,
                 "maxRunningPerKey": None,
-                "timeoutSeconds": None,
+                "timeoutSeconds": 60,
             }, after

@@ -63,7 +63,8 @@ def test_metrics_show_each_types_pause_running_jobs_limits_and_held_claims(serve
     assert seen["queuelog_claims_held_back_total", "report"] == held_before + 1
     assert seen["queuelog_claims_held_back_total", "resize"] >= 1
 
-    server.gql(SET, {"input": {"type": "report"}}).ok()  # clears every limit
+    cleared = {"maxRunning": None, "maxRunningPerKey": None, "rateLimit": None, "timeoutSeconds": None}
+    server.gql(SET, {"input": {"type": "report", **cleared}}).ok()  # an explicit null clears
     server.gql(RESUME, {"type": "resize"}).ok()
     seen = samples(server)
     assert ("queuelog_type_max_running", "report") not in seen

@@ -23,7 +23,7 @@ from queuelog import client, model
 from queuelog.schema import schema
 from queuelog.storage.tables import jobs
 
-INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents"}
+INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
 RELATIONS = {"events", "dependsOn"}
 
 

@@ -179,8 +179,9 @@ EXPECTED: dict[str, tuple[int, int]] = {
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "retryJob": (4, 5),
     # no key; read: queueStats's (SELECT job_counts, type_controls, each type's head run_at);
-    # read: typeControls (SELECT type_controls, job_counts) for the per-type samples
-    "GET /metrics": (4, 5),
+    # read: typeControls (SELECT type_controls, job_counts) for the per-type samples;
+    # read: SELECT schedules (queuelog_schedules_broken)
+    "GET /metrics": (6, 6),
 }
 
 # --- counting ------------------------------------------------------------------------------------------

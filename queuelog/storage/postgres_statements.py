@@ -439,7 +439,7 @@ class PostgresStatements(Statements):
             SELECT {JOB_COLUMN_LIST}, 'timeout' AS why FROM jobs WHERE timeout_at < {NOW}
             ORDER BY timeout_at LIMIT {EXPIRE_BATCH} FOR UPDATE SKIP LOCKED),
         stale AS (
-            UPDATE jobs SET lease_expires_at = NULL, timeout_at = NULL
+            UPDATE jobs SET lease_expires_at = NULL, timeout_at = NULL, {NEXT_REVISION}
             WHERE id = ANY(ARRAY(
                 SELECT id FROM expired WHERE status <> 'running'
                 UNION ALL SELECT id FROM late WHERE status <> 'running'))
