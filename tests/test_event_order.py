@@ -165,7 +165,8 @@ def test_a_write_that_waited_for_a_change_made_meanwhile_is_ordered_after_it(
             with psycopg.connect(pg_database) as lock_y:
                 lock_y.execute("SELECT id FROM jobs WHERE id = %s FOR UPDATE", [int(y)])
                 cancelling = asyncio.ensure_future(call(http, a, admin, CANCEL_PENDING))
-                like = "UPDATE jobs SET status = 'cancelled'%"
+                # the bulk's locking read of its chunk (BULK_STATES), in id order: Y first
+                like = "SELECT id, status, worker_id FROM jobs WHERE%FOR UPDATE"
                 await wait_for(lambda: waiting_queries(pg_database, like) == 1, "A's cancel waits for Y")
                 (claimed,) = (await call(http, b, worker.secret, CLAIM, type="email"))["claimJobs"]
                 assert claimed["id"] == x
