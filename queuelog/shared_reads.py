@@ -11,7 +11,6 @@ them all: `ControlWatch` reads the controls every `interval` while any claim wai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Generic, TypeVar
@@ -61,12 +60,6 @@ class ControlWatch:
                 wanted = seen.keys() | now.keys() if types is None else types
                 if not waiter.done() and any(seen.get(t) != now.get(t) for t in wanted):
                     waiter.set_result(None)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
 
 class Recent(Generic[T]):

@@ -168,7 +168,7 @@ def test_the_sqlite_per_key_reads_seek_each_key(tmp_path: Path) -> None:
     params = per_type_params(["a", "a"], [3, 3], key=["k1", "k2"])
     shown = sqlite_plan(tmp_path, SqliteStatements.key_heads(2), params)
     assert shown.count("USING INDEX ix_jobs_ready_key (type=? AND concurrency_key=?)") == 2, shown
-    shown = sqlite_plan(tmp_path, SqliteStatements.KEYS_WITH_READY_JOBS, {"type": "a"})
+    shown = sqlite_plan(tmp_path, SqliteStatements.KEYED_HEADS, {"type": "a", "full": "[]"})
     assert "SCAN jobs" not in shown.replace("SCAN jobs USING", ""), shown
 
 

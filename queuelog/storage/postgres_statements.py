@@ -557,23 +557,14 @@ class PostgresStatements(Statements):
         " WHERE type = %(type)s AND status = 'running' AND concurrency_key IS NOT NULL"
         " GROUP BY concurrency_key"
     )
-    KEYS_WITH_READY_JOBS = f"""
-        WITH RECURSIVE ready_keys(key) AS (
-            (SELECT concurrency_key FROM jobs
-            WHERE type = %(type)s AND {READY} AND {PER_KEY} ORDER BY concurrency_key LIMIT 1)
-            UNION ALL
-            SELECT (SELECT concurrency_key FROM jobs
-                WHERE type = %(type)s AND {READY} AND {PER_KEY} AND concurrency_key > ready_keys.key
-                ORDER BY concurrency_key LIMIT 1)
-            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
-        SELECT key FROM ready_keys WHERE key IS NOT NULL
-    """
     # Not locked: CLAIM_IDS claims only what is still PENDING once it holds the row.
     KEYED_WALK = (
         f"SELECT {_CANDIDATE} FROM jobs WHERE type = %(type)s AND {READY} AND {_KEYED}"
         f" AND NOT concurrency_key = ANY(ARRAY{text_list('full')})"
         " ORDER BY priority DESC, created_at, id LIMIT %(walk)s"
     )
+    # Each key's head: the keys of the type's ready jobs by a loose index scan (one seek a
+    # key), then each key's first job in claim order (one more).
     KEYED_HEADS = f"""
         WITH RECURSIVE ready_keys(key) AS (
             (SELECT concurrency_key FROM jobs

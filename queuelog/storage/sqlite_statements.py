@@ -503,22 +503,13 @@ class SqliteStatements(Statements):
         " WHERE type = :type AND status = 'running' AND concurrency_key IS NOT NULL"
         " GROUP BY concurrency_key"
     )
-    # The distinct keys of a type's ready jobs, one seek each (a loose index scan).
-    KEYS_WITH_READY_JOBS = f"""
-        WITH RECURSIVE ready_keys(key) AS (
-            SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
-            WHERE type = :type AND {READY} AND concurrency_key IS NOT NULL
-            UNION ALL
-            SELECT (SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key
-                WHERE type = :type AND {READY} AND concurrency_key > ready_keys.key)
-            FROM ready_keys WHERE ready_keys.key IS NOT NULL)
-        SELECT key FROM ready_keys WHERE key IS NOT NULL
-    """
     KEYED_WALK = (
         f"SELECT {_CANDIDATE} FROM jobs INDEXED BY ix_jobs_ready_keyed WHERE type = :type AND {READY}"
         " AND concurrency_key IS NOT NULL AND concurrency_key NOT IN (SELECT value FROM json_each(:full))"
         " ORDER BY priority DESC, created_at, id LIMIT :walk"
     )
+    # Each key's head: the keys of the type's ready jobs by a loose index scan (one seek a
+    # key), then each key's first job in claim order (one more).
     KEYED_HEADS = f"""
         WITH RECURSIVE ready_keys(key) AS (
             SELECT MIN(concurrency_key) FROM jobs INDEXED BY ix_jobs_ready_key

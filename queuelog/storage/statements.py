@@ -188,7 +188,6 @@ class Statements:
     TYPE_CONTROLS: ClassVar[str]
     LOCK_CONTROLLED_CLAIMS: ClassVar[str]
     RUNNING_PER_KEY: ClassVar[str]
-    KEYS_WITH_READY_JOBS: ClassVar[str]
     # A per-key type's ready keyed jobs in claim order, those of the `full` keys (a JSON list)
     # left out, at most `walk` of them; and the head (first in claim order) of each key with
     # ready jobs but the full ones, one index seek per key.
