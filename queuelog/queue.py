@@ -366,8 +366,8 @@ class JobQueue:
         if job_filter.concurrency_key is not None:
             check_concurrency_key(job_filter.concurrency_key)
         before = job_filter.created_before
-        if before is not None and before.tzinfo is None:
-            job_filter = dataclasses.replace(job_filter, created_before=before.replace(tzinfo=UTC))
+        if before is not None:
+            job_filter = dataclasses.replace(job_filter, created_before=as_utc(before, "createdBefore"))
         return job_filter
 
     def _check_controlled_type(self, job_type: str) -> None:
