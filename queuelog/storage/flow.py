@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import orjson
-
+from queuelog import jsonutil
 from queuelog.model import RateLimit, TypeControl
 from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.statements import RUNNING, per_type_params
@@ -337,15 +336,16 @@ def choose_candidates(tx: WriteTx, claim: ClaimPlan, limit: int) -> list[int]:
     rows = _unkeyed_and_plain_heads(tx, claim)
     walk = keyed_walk_rows(limit)
     walked: dict[str, list[Any]] = {}
+    full = {t: jsonutil.dumps(claim.full.get(t, [])).decode() for t in claim.per_key_types}
     for job_type in sorted(claim.per_key_types):
-        params = {"type": job_type, "full": _json_list(claim.full.get(job_type, [])), "walk": walk}
+        params = {"type": job_type, "full": full[job_type], "walk": walk}
         walked[job_type] = tx.execute(tx.sql.KEYED_WALK, params).fetchall()
     choice = _choose([*rows, *(r for w in walked.values() for r in w)], claim, limit)
     cut = [t for t, w in walked.items() if len(w) == walk and not choice.ends_before(t, _order(w[-1]))]
     if not cut:
         return choice.ids
     for job_type in cut:
-        params = {"type": job_type, "full": _json_list(claim.full.get(job_type, []))}
+        params = {"type": job_type, "full": full[job_type]}
         walked[job_type] = tx.execute(tx.sql.KEYED_HEADS, params).fetchall()
     candidates = [*rows, *(r for w in walked.values() for r in w)]
     choice = _choose(candidates, claim, limit)
@@ -384,10 +384,6 @@ def _key_heads(tx: WriteTx, wanted: dict[tuple[str, str], int]) -> list[Any]:
         )
         rows.extend(tx.execute(tx.sql.key_heads(len(chunk)), params).fetchall())
     return rows
-
-
-def _json_list(values: Sequence[str]) -> str:
-    return orjson.dumps(list(values)).decode()
 
 
 Order = tuple[int, Any, int]
