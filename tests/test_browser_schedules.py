@@ -13,6 +13,8 @@ job types, so that no test sees another's.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,6 +22,11 @@ from typing import Any
 import pytest
 from conftest import DEFAULT_JOB_TYPES, Server, launch_server
 from test_browser import MISSING, Tab, axe_violations, browser, enqueue, tab
+
+from queuelog.model import NewJob, Priority
+from queuelog.retry_policy import RetryPolicy
+from queuelog.storage.repository import Repository
+from queuelog.storage.schedules import creator
 
 if MISSING is None:
     from playwright.sync_api import Page, expect
@@ -329,6 +336,29 @@ def test_a_viewer_sees_the_schedules_without_buttons_and_a_producer_is_told_they
 # ---- the job list filtered by a schedule -------------------------------------------------
 
 
+def enqueue_as_schedule(server: Server, name: str, job_type: str, count: int) -> list[int]:
+    """`count` jobs of `job_type` enqueued as schedule `name`'s ticks would be (its creator,
+    its name), through the storage layer beside the server, so that the counters that
+    `jobs(scheduleName:)` reads hold them too."""
+    jobs = [
+        NewJob(job_type, {"n": n}, f'{{"n":{n}}}', Priority.MEDIUM, 0, None, None, schedule_name=name)
+        for n in range(count)
+    ]
+
+    async def enqueued() -> list[int]:
+        repository = Repository(server.database_url, RetryPolicy(10, 3600), event_feed="local")
+        await repository.open()
+        try:
+            outcomes = await repository.enqueue(jobs, creator(name))
+        finally:
+            await repository.close()
+        return [outcome.job.id for outcome in outcomes]
+
+    # on a thread of its own: playwright's sync API keeps an event loop running on this one
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, enqueued()).result()
+
+
 def test_the_schedule_filter_lists_exactly_that_schedules_jobs_with_the_other_filters_and_pages(
     tab: Tab,
 ) -> None:
@@ -339,9 +369,7 @@ def test_the_schedule_filter_lists_exactly_that_schedules_jobs_with_the_other_fi
     ticked_then_paused(server, "sieve-a", SIEVED, 3)
     ticked_then_paused(server, "sieve-b", SIEVED, 2)
     loose = [enqueue(server, SIEVED) for _ in range(3)]
-    made = server.gql(MANY, {"i": [{"type": SIEVED_TOO, "payload": {"n": n}} for n in range(27)]}).ok()
-    tagged = [int(item["job"]["id"]) for item in made["enqueueJobs"]]
-    server.sql("UPDATE jobs SET schedule_name = 'sieve-a' WHERE id IN :ids", ids=tagged)
+    tagged = enqueue_as_schedule(server, "sieve-a", SIEVED_TOO, 27)
     cancelled = ids_of(jobs_page(server, "sieve-a", job_type=SIEVED))[:2]
     for job_id in cancelled:
         server.gql("mutation($id: ID!) { cancelJob(id: $id) { status } }", {"id": job_id}).ok()
