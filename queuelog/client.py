@@ -13,7 +13,7 @@ runs one on a private event loop thread. Contract errors are raised as
 Flow control (API.md sections 9 and 11), with an ADMIN key:
 
     queue.pause_type("email", until=partner_retry_at)   # no claims of "email" until then
-    queue.set_type_control("email", max_running=5, rate_limit=(100, 60))  # replaces all limits
+    queue.set_type_control("email", max_running=5, rate_limit=(100, 60))  # the others stay
     queue.type_controls()                                # [TypeControl(type="email", ...), ...]
     queue.cancel_jobs(status="PENDING", type="email")    # every matching job, chunk by chunk
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import enum
 import functools
 import json
 import os
@@ -450,6 +451,25 @@ def moment_text(value: datetime | str, name: str = "run_at") -> str:
         raise ValueError(f"{name} {moment.isoformat()} is out of range in UTC") from None
 
 
+class Unchanged(enum.Enum):
+    """The type of `UNCHANGED`, `set_type_control`'s default: a limit left out stays as it is."""
+
+    UNCHANGED = "UNCHANGED"
+
+
+UNCHANGED = Unchanged.UNCHANGED
+
+
+def _type_control_input(type: str, limits: dict[str, Any]) -> dict[str, Any]:
+    """A TypeControlInput naming only the limits given: None clears one, UNCHANGED leaves it out."""
+    item: dict[str, Any] = {"type": type}
+    for name, value in limits.items():
+        if value is UNCHANGED:
+            continue
+        item[name] = _rate_limit_input(value) if name == "rateLimit" else value
+    return item
+
+
 def _rate_limit_input(rate_limit: RateLimitSpec | None) -> dict[str, Any] | None:
     if rate_limit is None:
         return None
@@ -819,26 +839,28 @@ class AsyncClient:
         self,
         type: str,
         *,
-        max_running: int | None = None,
-        max_running_per_key: int | None = None,
-        rate_limit: RateLimitSpec | None = None,
-        timeout_seconds: int | None = None,
+        max_running: int | None | Unchanged = UNCHANGED,
+        max_running_per_key: int | None | Unchanged = UNCHANGED,
+        rate_limit: RateLimitSpec | None | Unchanged = UNCHANGED,
+        timeout_seconds: int | None | Unchanged = UNCHANGED,
     ) -> TypeControl:
-        """ADMIN: replace all of the type's limits at once; a limit left None is cleared (so
-        pass every limit the type should keep). Pausing is separate (`pause_type`).
+        """ADMIN: change the limits given and return the type's control. A limit left out stays
+        as it is; `None` clears it. Pausing is separate (`pause_type`).
 
         `rate_limit`: a RateLimit, `(limit, period_seconds)` or `(limit, period_seconds,
         per_key)`. Raises TypeError for any other shape (before sending), BadInput (a type
         outside the allowlist, a number out of range), Forbidden, Unauthenticated,
         ServerUnreachable.
         """
-        item: dict[str, Any] = {
-            "type": type,
-            "maxRunning": max_running,
-            "maxRunningPerKey": max_running_per_key,
-            "rateLimit": _rate_limit_input(rate_limit),
-            "timeoutSeconds": timeout_seconds,
-        }
+        item = _type_control_input(
+            type,
+            {
+                "maxRunning": max_running,
+                "maxRunningPerKey": max_running_per_key,
+                "rateLimit": rate_limit,
+                "timeoutSeconds": timeout_seconds,
+            },
+        )
         data = await self.execute(
             "mutation($input: TypeControlInput!) { setTypeControl(input: $input)"
             f" {{ {TYPE_CONTROL_FIELDS} }} }}",
@@ -1246,12 +1268,12 @@ class Client:
         self,
         type: str,
         *,
-        max_running: int | None = None,
-        max_running_per_key: int | None = None,
-        rate_limit: RateLimitSpec | None = None,
-        timeout_seconds: int | None = None,
+        max_running: int | None | Unchanged = UNCHANGED,
+        max_running_per_key: int | None | Unchanged = UNCHANGED,
+        rate_limit: RateLimitSpec | None | Unchanged = UNCHANGED,
+        timeout_seconds: int | None | Unchanged = UNCHANGED,
     ) -> TypeControl:
-        """See AsyncClient.set_type_control: replaces every limit (None clears one). Raises
+        """See AsyncClient.set_type_control: a limit left out stays, None clears one. Raises
         TypeError, BadInput, Forbidden, Unauthenticated, ServerUnreachable."""
         return self._call(
             self._async.set_type_control(

@@ -28,12 +28,13 @@ __all__ = ["browser", "tab"]  # fixtures this module uses from test_browser.py
 PAUSING = "pausing"
 EXPIRING = "expiring"
 LIMITED = "limited"
+EDITED = "edited"
 VIEWED = "viewed"
 BULK_CANCEL = "bulk-cancel"
 BULK_MANY = "bulk-many"
 BULK_RETRY = "bulk-retry"
 PRODUCED = "produced"
-FLOW_TYPES = (PAUSING, EXPIRING, LIMITED, VIEWED, BULK_CANCEL, BULK_MANY, BULK_RETRY, PRODUCED)
+FLOW_TYPES = (PAUSING, EXPIRING, LIMITED, EDITED, VIEWED, BULK_CANCEL, BULK_MANY, BULK_RETRY, PRODUCED)
 
 TYPE_CONTROLS = """{ typeControls { type paused pausedUntil running maxRunning maxRunningPerKey
   rateLimit { limit periodSeconds perKey } timeoutSeconds } }"""
@@ -263,6 +264,24 @@ def test_limits_round_trip_and_an_out_of_range_value_shows_the_servers_error(tab
     assert [stored[k] for k in limits] == [None] * 4, stored
     expect(row.locator("td").nth(2)).to_have_text("no limit")
     assert axe_violations(page) == [], "the Types view"
+
+
+def test_saving_the_limits_form_keeps_what_another_admin_changed_meanwhile(tab: Tab) -> None:
+    server = tab.server
+    set_limits = "mutation($i: TypeControlInput!) { setTypeControl(input: $i) { type } }"
+    server.gql(set_limits, {"i": {"type": EDITED, "maxRunning": 2, "timeoutSeconds": 30}}).ok()
+    page = open_types(tab, server.admin_key)
+    type_row(page, EDITED).locator('button[data-action="limits"]').click()
+    expect(page.get_by_label("Max running", exact=True)).to_have_value("2")
+
+    # Another admin raises maxRunning while this form is open; this one changes only the timeout.
+    server.gql(set_limits, {"i": {"type": EDITED, "maxRunning": 7}}).ok()
+    page.get_by_label("Timeout (seconds)").fill("90")
+    page.get_by_role("button", name="Save limits").click()
+    expect(page.locator("#limits-form")).to_be_hidden()
+    stored = controls(server)[EDITED]
+    assert (stored["maxRunning"], stored["timeoutSeconds"]) == (7, 90), stored
+    expect(type_row(page, EDITED).locator("td").nth(2)).to_have_text("7")
 
 
 # ---- bulk actions on the filtered list --------------------------------------------------

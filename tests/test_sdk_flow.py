@@ -5,9 +5,10 @@ Proven:
 - `Client`/`AsyncClient.pause_type`, `resume_type`, `set_type_control` and `type_controls`
   read and write the server's controls as dataclasses (a pause stops claims, `until` ends it
   by itself, a naive `until` is UTC; a rate limit given as a RateLimit or a 2- or 3-tuple;
-  None clears a limit); the server's refusals come back as the SDK's error classes (an
-  unknown type or a number out of range BadInput, a WORKER key Forbidden) and a malformed
-  rate limit is a TypeError before anything is sent;
+  `set_type_control` changes only the limits it is given, and None clears one); the server's
+  refusals come back as the SDK's error classes (an unknown type or a number out of range
+  BadInput, a WORKER key Forbidden) and a malformed rate limit is a TypeError before anything
+  is sent;
 - `cancel_jobs`/`retry_jobs` call again while the server says `more` and return the total
   (in one call, and in chunks smaller than the backlog), go by every filter field, and a
   PRODUCER's cancel touches only its own jobs;
@@ -125,15 +126,26 @@ def test_async_client_sets_and_clears_limits(server: Server) -> None:
             ]
             (listed,) = [c for c in await client.type_controls() if c.type == "f_limits"]
             seen.append(listed)
-            seen.append(await client.set_type_control("f_limits"))  # every limit cleared
+            seen.append(await client.set_type_control("f_limits"))  # nothing given: nothing changes
+            seen.append(await client.set_type_control("f_limits", max_running=None, timeout_seconds=None))
+            seen.append(await client.set_type_control("f_limits", max_running_per_key=None, rate_limit=None))
             return seen
 
-    first, second, third, listed, cleared = asyncio.run(scenario())
+    first, second, third, listed, untouched, partly, cleared = asyncio.run(scenario())
     assert first == TypeControl("f_limits", False, None, 5, 2, RateLimit(100, 60, False), 30, 0)
-    # setTypeControl replaces all limits: what is not given is cleared
-    assert second == TypeControl("f_limits", False, None, None, None, RateLimit(7, 10, True), None, 0)
-    assert third.rate_limit == RateLimit(3, 5, False) and listed == third
+    # a limit left out stays as it was
+    assert second == TypeControl("f_limits", False, None, 5, 2, RateLimit(7, 10, True), 30, 0)
+    assert third.rate_limit == RateLimit(3, 5, False) and listed == third and untouched == third
+    assert partly == TypeControl("f_limits", False, None, None, 2, RateLimit(3, 5, False), None, 0)
     assert cleared == TypeControl("f_limits", False, None, None, None, None, None, 0)
+
+
+def test_the_sync_client_leaves_out_what_it_is_not_given(admin: Client) -> None:
+    admin.set_type_control("f_limits", max_running=4, timeout_seconds=20)
+    changed = admin.set_type_control("f_limits", rate_limit=(2, 1))
+    assert (changed.max_running, changed.timeout_seconds, changed.rate_limit) == (4, 20, RateLimit(2, 1))
+    cleared = admin.set_type_control("f_limits", max_running=None, timeout_seconds=None, rate_limit=None)
+    assert (cleared.max_running, cleared.timeout_seconds, cleared.rate_limit) == (None, None, None)
 
 
 def test_refusals_are_the_sdks_errors(server: Server, admin: Client) -> None:

@@ -81,6 +81,7 @@ const state = {
   typesRequest: 0,
   controls: new Map(), // type -> its TypeControl, as last read
   editing: null, // the type whose limits form is open
+  limitsOpened: null, // the limits form as it was opened: saving sends only what changed
   bulk: null, // the bulk action awaiting confirmation or under way: {action, filter, running}
   schedulesRequest: 0,
   schedules: new Map(), // name -> its Schedule, as last read
@@ -1000,6 +1001,7 @@ function openLimits(type) {
   limitInput("rateLimit.limit").value = value(control.rateLimit && control.rateLimit.limit);
   limitInput("rateLimit.periodSeconds").value = value(control.rateLimit && control.rateLimit.periodSeconds);
   limitInput("rateLimit.perKey").checked = Boolean(control.rateLimit && control.rateLimit.perKey);
+  state.limitsOpened = limitsInput(type);
   showLimitsMessage("");
   form.hidden = false;
   document.querySelectorAll('#type-controls button[data-action="limits"]').forEach((button) => {
@@ -1058,6 +1060,16 @@ function limitsInput(type) {
   };
 }
 
+// Only the limits the person changed: setTypeControl leaves out the rest, so a change another
+// admin made while the form was open is kept.
+function changedLimits(input, opened) {
+  const changed = { type: input.type };
+  for (const [name, value] of Object.entries(input)) {
+    if (name !== "type" && JSON.stringify(value) !== JSON.stringify(opened[name])) changed[name] = value;
+  }
+  return changed;
+}
+
 async function saveLimits() {
   const type = state.editing;
   if (!type) return;
@@ -1065,7 +1077,7 @@ async function saveLimits() {
   showLimitsMessage("");
   let input;
   try {
-    input = limitsInput(type);
+    input = changedLimits(limitsInput(type), state.limitsOpened);
   } catch (problem) {
     showLimitsMessage(problem.message, problem.input);
     return;
