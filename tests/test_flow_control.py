@@ -616,6 +616,25 @@ def test_max_running_per_key_takes_the_next_job_no_limit_forbids(flow: Flow) -> 
     assert ids(flow.claim([other], limit=10)) == [more[0]["id"], more[2]["id"], more[3]["id"]]
 
 
+def test_a_concurrency_key_is_shared_by_every_producer_of_the_type(flow: Flow) -> None:
+    # By design (API.md section 9): a tenant may be served by several services, so the key is
+    # the type's. One producer's tenant-42 jobs hold back another's, in the slot and the window.
+    job_type = flow.type()
+    other_producer = flow.server.make_key(f"producer-sharing-{next(_names)}", "producer")
+    flow.limits(job_type, maxRunningPerKey=1)
+    mine = flow.enqueue(job_type, concurrencyKey="tenant-42")
+    theirs = flow.enqueue(job_type, key=other_producer, concurrencyKey="tenant-42")
+    their_other = flow.enqueue(job_type, key=other_producer, concurrencyKey="tenant-7")
+    assert ids(flow.claim([job_type], limit=10)) == [mine["id"], their_other["id"]]
+
+    rated = flow.type()
+    flow.limits(rated, rateLimit={"limit": 1, "periodSeconds": 3600, "perKey": True})
+    first = flow.enqueue(rated, concurrencyKey="tenant-42")
+    flow.enqueue(rated, key=other_producer, concurrencyKey="tenant-42")
+    assert ids(flow.claim([rated], limit=10)) == [first["id"]]
+    assert flow.statuses([theirs]) == ["PENDING"]
+
+
 def test_max_running_counts_keyed_and_unkeyed_jobs_together(flow: Flow) -> None:
     # Keyed and unkeyed ready jobs are read from two indexes; the quota is the type's, not
     # each index's: 12 jobs, every other one keyed, one claim of 10 under maxRunning 3.
