@@ -131,14 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     copy = commands.add_parser(
         "copy-database",
-        help="copy a SQLite queue (jobs, events, keys) into an empty PostgreSQL database",
+        help="copy a SQLite queue (jobs, keys, type controls, schedules) into an empty PostgreSQL database",
         description=(
-            "Copy every job (same ids, statuses, timestamps, payloads and results), its events "
-            "and every API key (revoked ones stay revoked) from a SQLite database into a "
-            "PostgreSQL one, in one transaction: if anything fails, the target is left as it "
-            "was. Both are migrated to the current schema first; the source is otherwise only "
-            "read. Stop every server on both databases first: the copy holds SQLite's write "
-            "lock while it reads, but whatever a server writes afterwards is not copied."
+            "Copy a SQLite queue into a PostgreSQL database, in one transaction: if anything "
+            "fails, the target is left as it was. Copied: every job (same ids, statuses, "
+            "timestamps, payloads and results), its events and dependencies, every API key "
+            "(revoked ones stay revoked), the type controls (pauses, concurrency and rate "
+            "limits, the claims inside each rate window, default timeouts), the schedules with "
+            "their ticker state, and the throughput per minute; the job counts are recounted "
+            "from the copied jobs. Only SQLite to PostgreSQL. Both are migrated to the current "
+            "schema first; the source is otherwise only read. Stop every server on both "
+            "databases first: the copy holds SQLite's write lock while it reads, but whatever "
+            "a server writes afterwards is not copied."
         ),
     )
     copy.add_argument("--from", dest="source", required=True, metavar="SQLITE_URL", help="sqlite:///PATH")
@@ -146,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument(
         "--replace",
         action="store_true",
-        help="delete the jobs, events and keys the target holds (else it must hold none)",
+        help="delete the queue the target holds: jobs, keys, controls, schedules... (else it must hold none)",
     )
 
     keys_parser = commands.add_parser("keys", help="manage API keys")
@@ -548,7 +552,8 @@ def cmd_copy_database(args: argparse.Namespace) -> None:
         target.dispose()
     rows = copied.rows
     print(
-        f"copied {rows['jobs']} jobs, {rows['job_events']} job events and {rows['api_keys']} API keys "
+        f"copied {rows['jobs']} jobs, {rows['job_events']} job events, {rows['api_keys']} API keys, "
+        f"{rows['type_controls']} type controls and {rows['schedules']} schedules "
         f"to {_safe_url(args.target)}; new jobs start at id {copied.next_job_id}"
     )
 

@@ -11,17 +11,19 @@ itself would refuse a write, and rolled back at the end. The target is written i
 transaction that first locks its tables against other writers: a failure anywhere leaves
 it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is not).
 
-api_keys, jobs, job_events, job_dependencies and schedules are copied row for row (with
-their ids; a job's lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a
-large queue is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having
-no COPY:
+Every table that holds the queue's state is copied row for row (WITH_IDS and KEYED: keys,
+jobs and their events and dependencies, schedules and the schedule clock, type controls and
+the claims inside their rate windows, the throughput per minute), with their ids (a job's
+lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a large queue is never
+held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
-(postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
-server's own definition (counters.count_keys); job_minutes (throughput per minute) is
-copied as it is. Each id sequence restarts past the highest id the source ever gave out
-(AUTOINCREMENT remembers the ids of pruned jobs too), so a new job never takes the id of
-an old one.
+(postgres.py reads it the same way). The tables in NOT_COPIED are derived or the target's
+own: job_counts is recounted from the copied jobs with the server's own definition
+(counters.count_keys). Each id sequence restarts past the highest id the source ever gave
+out (AUTOINCREMENT remembers the ids of pruned jobs too), so a new job never takes the id of
+an old one. tests/test_copy_to_postgres.py checks that every table of a migrated database
+is one or the other.
 """
 
 from __future__ import annotations
@@ -59,9 +61,9 @@ from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of, protect_sqlite_file
 from queuelog.storage.postgres_statements import (
     COLUMN_TYPES,
-    LOCK_COPIED,
     SEQUENCE_OF,
     copy_binary,
+    lock_exclusive,
     restart_sequence,
     sequence_state,
 )
@@ -73,15 +75,35 @@ from queuelog.storage.tables import (
     job_events,
     job_minutes,
     jobs,
+    key_state,
+    rate_claims,
+    schedule_clock,
     schedules,
+    type_controls,
 )
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
-COPIED = (api_keys, jobs, job_events)
-# Copied row for row too, but without an id sequence: the edges that waiting jobs wait on
-# (without them a waiting job would wait forever) and the schedules.
-COPIED_TOO = (job_dependencies, schedules)
+# Copied row for row, ids included; each id sequence then restarts past the source's ids.
+# rate_claims: the claims inside each rate window, which the target's next claims count.
+WITH_IDS = (api_keys, jobs, job_events, rate_claims)
+# Copied row for row, without an id sequence.
+KEYED = (
+    job_dependencies,  # what waiting jobs wait for: without them one would wait forever
+    schedules,  # with their ticker state: next and last tick, last job
+    schedule_clock,  # when a ticker last ran: ticks missed since are misfires, as on the source
+    type_controls,  # pauses (and when they end), concurrency and rate limits, default timeouts
+    job_minutes,  # the throughput per minute, as it was: finished jobs may have been pruned since
+)
+COPIED = (*WITH_IDS, *KEYED)
+# Not copied, and why (tests/test_copy_to_postgres.py names the same).
+NOT_COPIED = {
+    "alembic_version": "the schema's revision: the CLI migrates both ends to head before copying",
+    job_counts.name: "derived: recounted from the copied jobs, as the server counts them",
+    key_state.name: "the target servers' key-cache generation, moved by its triggers: the source's is no use",
+}
+# A target holding rows in these is not empty; every migrated database holds the clock's row.
+HELD = tuple(t for t in COPIED if t is not schedule_clock)
 PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01 in Unix microseconds
 # Columns of a RUNNING attempt, copied as NULL for any other job: older versions left the
 # timeout set on completed jobs, and PostgreSQL's overdue probe reads these columns' indexes.
@@ -128,17 +150,16 @@ def _is_queue(path: Path) -> bool:
 def copy_database(
     source: Engine, target: Engine, *, replace: bool = False, batch_rows: int = BATCH_ROWS
 ) -> Copied:
-    """Copy the queue in `source` (SQLite) into `target` (PostgreSQL), which must hold no
-    jobs, events or keys unless `replace`: then they are deleted, in the same transaction."""
+    """Copy the queue in `source` (SQLite) into `target` (PostgreSQL), which must hold none
+    of it (HELD) unless `replace`: then it is deleted, in the same transaction."""
     try:
         with source.connect() as read, target.begin() as write:
             read.exec_driver_sql("PRAGMA query_only = ON")  # in a BEGIN IMMEDIATE: see engine.py
             try:
                 _empty_target(write, replace)
-                rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in (*COPIED, *COPIED_TOO)}
+                rows = {t.name: _copy_rows(read, write, t, batch_rows) for t in COPIED}
                 _recount(write)
-                _copy_minutes(read, write, batch_rows)
-                next_ids = {t.name: _restart_sequence(write, t, _highest_id(read, t)) for t in COPIED}
+                next_ids = {t.name: _restart_sequence(write, t, _highest_id(read, t)) for t in WITH_IDS}
             finally:
                 read.exec_driver_sql("PRAGMA query_only = OFF")
     except (SQLAlchemyError, psycopg.Error) as exc:
@@ -148,16 +169,15 @@ def copy_database(
 
 
 def _empty_target(write: Connection, replace: bool) -> None:
-    write.exec_driver_sql(LOCK_COPIED)
-    counted = (*COPIED, *COPIED_TOO)
-    held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in counted}
+    write.exec_driver_sql(lock_exclusive([t.name for t in (*COPIED, job_counts)]))
+    held = {t.name: write.execute(select(func.count()).select_from(t)).scalar_one() for t in HELD}
     if any(held.values()) and not replace:
         listing = ", ".join(f"{name}: {n}" for name, n in held.items() if n)
         raise Conflict(
             f"the target already holds rows ({listing}): copy into an empty database, "
             "or pass --replace to delete them first"
         )
-    for table in (*COPIED, *COPIED_TOO, job_counts, job_minutes):
+    for table in (*COPIED, job_counts):
         write.execute(delete(table))
 
 
@@ -204,13 +224,6 @@ def _recount(write: Connection) -> None:
                 for (scope, name, job_type, status), n in counts.items()
             ],
         )
-
-
-def _copy_minutes(read: Connection, write: Connection, batch_rows: int) -> None:
-    """The throughput per minute, as it was: finished jobs may have been pruned since."""
-    rows = read.execute(select(job_minutes).execution_options(yield_per=batch_rows))
-    for batch in rows.partitions():
-        write.execute(insert(job_minutes), [dict(row._mapping) for row in batch])
 
 
 def _highest_id(read: Connection, table: Table) -> int:

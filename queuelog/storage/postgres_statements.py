@@ -915,15 +915,16 @@ LISTENER_CHECKPOINT = (
 
 # --- `queuelog copy-database`, on the target ------------------------------------------------
 
-LOCK_COPIED = (
-    "LOCK TABLE api_keys, jobs, job_events, job_counts, job_minutes, job_dependencies, schedules"
-    " IN EXCLUSIVE MODE"
-)
 SEQUENCE_OF = "SELECT pg_get_serial_sequence(:table, 'id')"
 COLUMN_TYPES = (
     "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute"
     " WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped"
 )
+
+
+def lock_exclusive(tables: Sequence[str]) -> str:
+    """Lock `tables` (names from tables.py) against every other writer until the transaction ends."""
+    return f"LOCK TABLE {', '.join(tables)} IN EXCLUSIVE MODE"
 
 
 def sequence_state(sequence: str) -> str:
