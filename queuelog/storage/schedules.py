@@ -10,7 +10,8 @@ idempotency key `<name>@<tick>` is the last line of defence, not the mechanism.
 Misfire: `schedule_clock.alive_at` says when a ticker last ran anywhere. A tick found more
 than MISFIRE_GRACE old is "missed while no server ran" only when no ticker had run for
 DOWN_AFTER seconds before this one; then `misfire` decides (SKIP: none, RUN_ONCE: one job for
-the newest). A deployment that was up but slow still enqueues every tick.
+the newest, found by walking the cron backwards from the cutoff: never tick by tick, however
+long the downtime). A deployment that was up but slow still enqueues every tick.
 
 A due schedule that no longer parses (its time zone gone after a tzdata upgrade, say) is
 stopped: it gets no next tick, so it is neither due nor read again, and the others fire as
@@ -225,43 +226,19 @@ def _due_ticks(
     `cutoff`: the ticks before it were missed while no server ran (None: none was)."""
     if cutoff is None or first >= cutoff:
         return [first, *expression.ticks_between(first, now, MAX_TICKS_PER_FIRE)]
-    # Missed while no server ran: every tick from `first` to the cutoff, maybe far more than
-    # MAX_TICKS_PER_FIRE. The ticks still in time and the newest missed one are looked up
-    # from the end, never by walking from `first` (which would stop at the 1000th tick).
+    # Missed while no server ran: every tick from `first` to the cutoff, maybe millions. The
+    # ticks still in time and the newest missed one are looked up from the end, never by
+    # walking from `first`.
     in_time = expression.ticks_between(cutoff - _MICROSECOND, now, MAX_TICKS_PER_FIRE)
-    if misfire is Misfire.RUN_ONCE:
-        return [_newest_before(expression, first, cutoff), *in_time]
-    return in_time
+    if misfire is Misfire.SKIP:
+        return in_time
+    # `first` is a tick before the cutoff, so the newest missed one is `first` or later;
+    # unless the ticks moved under it (a tzdata upgrade), then `first` stands for it.
+    newest = expression.previous(cutoff)
+    return [first if newest is None or newest < first else newest, *in_time]
 
 
 _MICROSECOND = timedelta(microseconds=1)
-
-
-def _newest_before(expression: cron.Cron, first: datetime, cutoff: datetime) -> datetime:
-    """The newest tick from `first` (a tick, before `cutoff`) on that is before `cutoff`:
-    looked for in windows ending at the cutoff, each twice as long as the last."""
-    span = timedelta(seconds=1)
-    while True:
-        start = cutoff - span
-        if start <= first:
-            return _last_tick(expression, first, cutoff) or first
-        newest = _last_tick(expression, start, cutoff)
-        if newest is not None:
-            return newest
-        span *= 2
-
-
-def _last_tick(expression: cron.Cron, start: datetime, cutoff: datetime) -> datetime | None:
-    """The last tick t with start < t < cutoff, or None."""
-    newest = None
-    while True:
-        chunk = expression.ticks_between(start, cutoff - _MICROSECOND, MAX_TICKS_PER_FIRE)
-        if not chunk:
-            return newest
-        newest = chunk[-1]
-        if len(chunk) < MAX_TICKS_PER_FIRE:
-            return newest
-        start = newest
 
 
 def _open_last_jobs(tx: WriteTx, due: Sequence[Schedule]) -> set[int]:
