@@ -11,6 +11,10 @@ Here the real `fire_due` runs through a real Repository on SQLite and PostgreSQL
 cron walker replaced by one that counts its steps (cron_steps.py): the whole catch-up of
 four such schedules takes a few dozen steps, where walking the ticks takes millions (the
 counter stops it at the bound, so the old code fails at once rather than after seconds).
+
+And a deployment that ran but could not fire for long (a database stall) still enqueues
+every tick: at most MAX_TICKS_PER_FIRE of a schedule per transaction, the rest in the
+next ones, none lost, none twice. The bound used to drop the rest.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.repository import Repository
+from queuelog.storage.schedules import MAX_TICKS_PER_FIRE
 
 T = TypeVar("T")
 SECOND = timedelta(seconds=1)
@@ -117,5 +122,47 @@ def test_months_of_missed_ticks_are_caught_up_in_a_few_cron_steps(
             "once-minutes": first_second_of(year + 1, month, "UTC"),
             "skip": first_second_of(year + 1, month, "UTC"),
         }
+    finally:
+        engine.dispose()
+
+
+def test_a_backlog_longer_than_the_bound_is_enqueued_over_consecutive_transactions(
+    databases: Databases,
+) -> None:
+    """Two every-second schedules 25 minutes behind while a ticker ran throughout (the
+    schedule clock is fresh): 1,500 late ticks, more than MAX_TICKS_PER_FIRE. Misfire SKIP
+    does not apply (no downtime): every tick is enqueued, the first MAX_TICKS_PER_FIRE in the
+    first transaction, the rest in the next. With overlap SKIP, one job."""
+    url = databases.migrated()
+    backend = databases.backend
+    engine = create_sync_engine(url)
+    behind = timedelta(minutes=25)
+
+    async def scenario(repository: Repository) -> tuple[datetime, list[int], datetime]:
+        await repository.put_schedule(spec("late", "* * * * * *", "UTC", Misfire.SKIP))
+        await repository.put_schedule(spec("late-overlap", "* * * * * *", "UTC", Misfire.SKIP, Overlap.SKIP))
+        first = (repository.now() - behind).replace(microsecond=0)
+        with engine.begin() as connection:
+            connection.execute(
+                text("UPDATE schedules SET next_run_at = :t"), {"t": timestamp_value(backend, first)}
+            )
+        await repository.mark_schedules_alive()
+        enqueued = []
+        while not enqueued or enqueued[-1] > 0:
+            enqueued.append((await repository.fire_schedules()).enqueued)
+            assert len(enqueued) < 10, enqueued
+        return first, enqueued, repository.now()
+
+    try:
+        first, enqueued, done = with_repository(url, scenario)
+        ticks = ticks_by_schedule(engine)
+        late = ticks["late"]
+        assert late[0] == first
+        assert late == [first + n * SECOND for n in range(len(late))], "a tick missing or twice"
+        assert late[-1] >= done - 2 * SECOND
+        assert len(late) > behind.total_seconds()
+        assert enqueued[0] == MAX_TICKS_PER_FIRE + 1  # late's bound, and late-overlap's one job
+        assert ticks["late-overlap"] == [first]
+        assert all(next_run is not None and next_run > late[-1] for next_run in next_runs(engine).values())
     finally:
         engine.dispose()
