@@ -23,14 +23,17 @@ Proven here:
   other producer's job);
 - bad input is BAD_USER_INPUT naming the field, with nothing written: unparsable cron, a cron
   that never fires (`0 0 30 2 *`), an unknown time zone, bad names (empty, 101 characters,
-  space, '/'), a type not allowlisted, a payload that is not an object, maxRetries 26;
+  space, '/'), a type not allowlisted, a payload that is not an object, maxRetries 26; a
+  leap-day schedule gets the next 29 February as `nextRunAt`;
 - overlap SKIP: a schedule every second that nobody works on holds exactly one PENDING job;
   once that job is claimed and completed, the next tick enqueues one again;
 - misfire, after the whole deployment stopped (SIGTERM) for about 5 s: SKIP enqueues no tick
   of the downtime, RUN_ONCE exactly one, for the newest missed tick, never a flood; also
   after a downtime longer than 1000 ticks (the schedule's state moved back 20 minutes while
   the server is down, which the test cannot wait for), and on a database where no ticker had
-  ever fired (the server stopped before the schedules' first tick);
+  ever fired (the server stopped before the schedules' first tick); and after weeks down
+  with schedules firing every second of a month long past (a million missed ticks each):
+  one job for RUN_ONCE, none for SKIP, while the other schedules' ticks stay in time;
 - a deployment that is up but whose tick is held up for over a second (another transaction
   holds what the ticker needs) still enqueues that tick, even with misfire SKIP: only ticks
   that passed while no server ran are misfires.
