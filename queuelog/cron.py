@@ -1,4 +1,4 @@
-"""Cron expressions of schedules: parsing, and the next tick in a time zone.
+"""Cron expressions of schedules: parsing, and the ticks around an instant in a time zone.
 
 The contract (API.md section 10): an expression is 5 fields (minute hour day-of-month month
 day-of-week), or 6 with a leading seconds field, or one of @yearly @monthly @weekly @daily
@@ -22,11 +22,12 @@ cronsim, which follows Debian's cron, says otherwise than the contract:
   on every odd-numbered day and every Monday.
 * Daylight saving. cronsim runs a job whose time falls in a gap at the end of the gap, and
   fires a sub-hourly or 6-field schedule at both occurrences of a repeated local hour.
-  Here cronsim walks wall-clock time (naive datetimes); a wall-clock tick that does not
-  exist in the zone is dropped, and one that exists twice is taken at its first occurrence
-  only. So `30 2 * * *` in Europe/Paris does not fire on 2026-03-29, fires once (00:30 UTC)
-  on 2026-10-25, and `* * * * *` fires nothing from 01:00 to 01:59 UTC that night (local
-  02:00-02:59 again, already fired).
+  Here cronsim walks wall-clock time (naive datetimes), forwards for `next_after` and
+  backwards for `previous`; in both, a wall-clock tick that does not exist in the zone is
+  dropped, and one that exists twice is taken at its first occurrence only. So `30 2 * * *`
+  in Europe/Paris does not fire on 2026-03-29, fires once (00:30 UTC) on 2026-10-25, and
+  `* * * * *` fires nothing from 01:00 to 01:59 UTC that night (local 02:00-02:59 again,
+  already fired).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
@@ -248,6 +249,15 @@ class Cron:
             raise CronError(f"the cron expression '{self.expression}' has no tick after {moment.isoformat()}")
         return tick
 
+    def previous(self, before: datetime) -> datetime | None:
+        """The last tick strictly before `before` (aware, any zone), as an aware UTC datetime;
+        None if there is none in the _HORIZON_YEARS before it (or before the year 1).
+
+        Found the way `next_after` finds the next one, backwards: cronsim passes a month,
+        day, hour or minute that does not match in one step, so the cost does not grow with
+        the number of ticks between the answer and `before`."""
+        return next(self._ticks_before(before), None)
+
     def ticks_between(self, start: datetime, end: datetime, limit: int) -> list[datetime]:
         """The ticks t with start < t <= end, in order, at most `limit` of them (aware UTC)."""
         end_utc = _utc(end)
@@ -264,25 +274,63 @@ class Cron:
 
     def _ticks_after(self, moment: datetime) -> Iterator[datetime]:
         after = _utc(moment)
-        zone = self._zone
         # cronsim walks wall-clock time from the wall-clock time of `after`; it drops the
         # microseconds and yields strictly later whole seconds.
-        start = after.astimezone(zone).replace(tzinfo=None)
-        walk = CronSim(self._spec, start)
+        start = after.astimezone(self._zone).replace(tzinfo=None)
         last_year = start.year
-        while True:
-            try:
-                wall = next(walk)
-            except (StopIteration, OverflowError):
-                return
-            tick = wall.replace(tzinfo=zone).astimezone(UTC)  # fold=0: the first occurrence
-            if tick.astimezone(zone).replace(tzinfo=None) == wall and tick > after:
+        for wall in _walk(self._spec, start, reverse=False):
+            tick = self._instant(wall)
+            if tick is not None and tick > after:
                 last_year = wall.year
                 yield tick
             elif wall.year > last_year + _HORIZON_YEARS:
                 # Skipped: `wall` does not exist in the zone (a gap), or it happens twice
                 # and its first occurrence is not after `moment` (which is in the second).
                 return
+
+    def _ticks_before(self, moment: datetime) -> Iterator[datetime]:
+        before = _utc(moment)
+        local = before.astimezone(self._zone)
+        # The walk starts from the latest wall-clock time that a tick before `moment` can
+        # have. That is `moment`'s own, except in the second occurrence of a repeated hour:
+        # there the rest of the hour, fired at its first occurrence, is before `moment` too,
+        # and `moment` read with the first occurrence's (larger) offset is past it. The
+        # wall-clock times after the repeated hour that this adds are after `moment`, and
+        # dropped. cronsim yields whole seconds strictly before `start`.
+        start = (before + max(_offset(local), _offset(local.replace(fold=0)))).replace(tzinfo=None)
+        last_year = start.year
+        for wall in _walk(self._spec, start, reverse=True):
+            tick = self._instant(wall)
+            if tick is not None and tick < before:
+                last_year = wall.year
+                yield tick
+            elif wall.year < last_year - _HORIZON_YEARS:
+                # Skipped: `wall` does not exist in the zone (a gap), or it is after the
+                # repeated hour `moment` is in the second occurrence of.
+                return
+
+    def _instant(self, wall: datetime) -> datetime | None:
+        """The first occurrence of the wall-clock time `wall` in UTC; None in a gap."""
+        zone = self._zone
+        tick = wall.replace(tzinfo=zone).astimezone(UTC)  # fold=0: the first occurrence
+        return tick if tick.astimezone(zone).replace(tzinfo=None) == wall else None
+
+
+def _walk(spec: str, start: datetime, reverse: bool) -> Iterator[datetime]:
+    """cronsim's wall-clock candidates from `start` (naive), until it gives up (50 years
+    without one) or leaves the calendar (year 1 or 9999)."""
+    walk = CronSim(spec, start, reverse=reverse)
+    while True:
+        try:
+            yield next(walk)
+        except (StopIteration, OverflowError):
+            return
+
+
+def _offset(local: datetime) -> timedelta:
+    offset = local.utcoffset()
+    assert offset is not None  # a ZoneInfo always has one
+    return offset
 
 
 def _utc(moment: datetime) -> datetime:

@@ -6,11 +6,14 @@ of the schedule's zone; `utc()` and `local()` build them.
 
 from __future__ import annotations
 
+import functools
+import random
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from cron_steps import CronSteps
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -450,3 +453,186 @@ def test_next_after_is_a_later_tick(expression: str, zone: str, moment: datetime
     assert cron.next_after(tick - timedelta(microseconds=1)) == tick
     # and nothing lies between
     assert cron.ticks_between(moment, tick, 5) == [tick]
+
+
+# --- the last tick before an instant ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "before", "expected"),
+    [
+        ("15 10 * * *", "2026-01-02 10:15:00", "2026-01-01 10:15:00"),  # strictly before
+        ("15 10 * * *", "2026-01-02 10:15:00.000001", "2026-01-02 10:15:00"),
+        ("15 10 * * *", "2026-01-01 00:00:00", "2025-12-31 10:15:00"),
+        ("30 15 10 * * *", "2026-01-01 10:15:30", "2025-12-31 10:15:30"),
+        ("*/10 * * * * *", "2026-01-01 12:00:05", "2026-01-01 12:00:00"),
+        ("*/10 * * * * *", "2026-01-01 12:00:00", "2026-01-01 11:59:50"),
+        ("0 0 1 */3 *", "2026-03-31 23:59:59", "2026-01-01 00:00:00"),
+        ("10-50/20 * * * *", "2026-01-01 10:10:00", "2026-01-01 09:50:00"),
+        # 2026-05-13 is a Wednesday
+        ("0 12 * * 1-5", "2026-05-18 12:00:00", "2026-05-15 12:00:00"),
+        ("0 0 13 * FRI", "2026-03-13 00:00:00", "2026-03-06 00:00:00"),  # either day field
+        # every second of January, from December: the last second of January
+        ("* * * * 1 *", "2026-12-05 16:13:41.5", "2026-01-31 23:59:59"),
+        ("* * * * 1 *", "2026-01-20 08:00:00", "2026-01-20 07:59:59"),
+        # leap days; 2100 is not a leap year
+        ("0 0 0 29 2 *", "2028-02-29 00:00:00", "2024-02-29 00:00:00"),
+        ("0 0 29 2 *", "2104-02-28 12:00:00", "2096-02-29 00:00:00"),
+        ("* * * * * *", "0001-01-01 00:00:05", "0001-01-01 00:00:04"),
+    ],
+)
+def test_previous(expression: str, before: str, expected: str) -> None:
+    tick = parse(expression, "UTC").previous(utc(before))
+    assert tick == utc(expected)
+    assert tick is not None and tick.tzinfo is UTC
+
+
+def test_previous_takes_any_zone_and_refuses_naive() -> None:
+    cron = parse("0 * * * *", PARIS)
+    assert cron.previous(datetime(2026, 7, 1, 10, 0, 0, 1, tzinfo=ZoneInfo("Asia/Tokyo"))) == utc(
+        "2026-07-01 01:00:00"
+    )
+    with pytest.raises(ValueError, match="aware"):
+        cron.previous(datetime(2026, 1, 1))
+
+
+def test_previous_is_none_before_the_first_tick() -> None:
+    assert parse("0 0 1 1 *", "UTC").previous(utc("0001-01-01 00:00:00")) is None
+    assert parse("0 0 1 1 *", "UTC").previous(utc("0001-06-01 00:00:00")) == utc("0001-01-01 00:00:00")
+
+
+def test_previous_skips_the_missing_time_and_fires_the_repeated_one_once() -> None:
+    nightly = parse("30 2 * * *", PARIS)
+    # 2026-03-29 has no 02:30 in Paris
+    assert nightly.previous(utc("2026-03-30 00:30:00")) == utc("2026-03-28 01:30:00")
+    assert nightly.previous(utc("2026-03-30 00:30:01")) == utc("2026-03-30 00:30:00")
+    # 2026-10-25 has it twice (00:30 and 01:30 UTC): the first one is the tick, also from
+    # inside the second occurrence
+    assert nightly.previous(utc("2026-10-25 01:15:00")) == utc("2026-10-25 00:30:00")
+    assert nightly.previous(utc("2026-10-25 01:45:00")) == utc("2026-10-25 00:30:00")
+    assert nightly.previous(utc("2026-10-26 01:30:00")) == utc("2026-10-25 00:30:00")
+    assert nightly.previous(utc("2026-10-25 00:30:00")) == utc("2026-10-24 00:30:00")
+    minutely = parse("* * * * *", PARIS)
+    # inside the repeated hour (01:00-01:59 UTC): the last tick is the end of its first pass
+    assert minutely.previous(utc("2026-10-25 01:30:00")) == utc("2026-10-25 00:59:00")
+    assert minutely.previous(utc("2026-10-25 02:00:00")) == utc("2026-10-25 00:59:00")
+    assert minutely.previous(utc("2026-10-25 02:00:00.000001")) == utc("2026-10-25 02:00:00")
+    assert minutely.previous(utc("2026-10-25 00:59:30")) == utc("2026-10-25 00:59:00")
+    # across the spring gap (01:00 UTC is 03:00 CEST; 02:xx CET does not exist)
+    assert minutely.previous(utc("2026-03-29 01:00:00")) == utc("2026-03-29 00:59:00")
+    assert parse("0 * * * *", PARIS).previous(utc("2026-03-29 01:00:00")) == utc("2026-03-29 00:00:00")
+    every_second = parse("* * * * * *", NEW_YORK)
+    # 2026-11-01: 01:00-01:59 EDT (05:00-05:59 UTC) happens again as EST (06:00-06:59 UTC)
+    assert every_second.previous(utc("2026-11-01 06:59:59.5")) == utc("2026-11-01 05:59:59")
+    assert every_second.previous(utc("2026-11-01 07:00:00.5")) == utc("2026-11-01 07:00:00")
+
+
+def test_previous_walks_the_calendar_not_the_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From December, the last second of January is found in a few steps of the walk, not
+    in one per second of the eleven months (or of the 30 days before: 2.6 million)."""
+    steps = CronSteps(limit=100).install(monkeypatch)
+    every_january_second = parse("* * * * 1 *", PARIS)
+    assert every_january_second.previous(utc("2026-12-05 16:13:41")) == local("2026-01-31 23:59:59", PARIS)
+    assert every_january_second.previous(utc("2026-01-31 23:00:00")) == local("2026-01-31 23:59:59", PARIS)
+    assert parse("0 0 29 2 *", NEW_YORK).previous(utc("2104-02-28 12:00:00")) == local(
+        "2096-02-29 00:00:00", NEW_YORK
+    )
+    assert parse("59 59 23 31 12 *", "UTC").previous(utc("2026-12-31 23:59:59")) == utc("2025-12-31 23:59:59")
+    assert 0 < steps.count <= 40, steps
+
+
+def random_field(rng: random.Random, low: int, high: int, dense: bool) -> str:
+    """A field as the grammar allows it; `dense` ones match many values (ticks close together)."""
+    kind = rng.choice(
+        ["*", "*", "step", "range"] if dense else ["*", "n", "step", "range", "range/n", "list"]
+    )
+    first, second = sorted(rng.randint(low, high) for _ in range(2))
+    if kind == "*":
+        return "*"
+    if kind == "n":
+        return str(first)
+    if kind == "step":
+        return f"*/{rng.randint(1, 4 if dense else high - low + 1)}"
+    if kind == "range":
+        return f"{first}-{second}" if not dense else f"{low}-{rng.randint((low + high) // 2, high)}"
+    if kind == "range/n":
+        return f"{first}-{second}/{rng.randint(1, 12)}"
+    return ",".join(str(rng.randint(low, high)) for _ in range(rng.randint(2, 4)))
+
+
+def random_expression(rng: random.Random, dense: bool = False) -> str:
+    """Seconds (sometimes) minute hour day-of-month month day-of-week; in a `dense` one the
+    time of day fields match often, so that its ticks meet daylight-saving changes."""
+    seconds = random_field(rng, 0, 59, dense) + " " if rng.random() < 0.4 else ""
+    return seconds + " ".join(
+        (
+            random_field(rng, 0, 59, dense),
+            random_field(rng, 0, 23, dense),
+            random_field(rng, 1, 31, False),
+            random_field(rng, 1, 12, False),
+            random_field(rng, 0, 7, False),
+        )
+    )
+
+
+@functools.cache
+def offset_changes(zone: str) -> list[datetime]:
+    """The instants (UTC, to the second) at which `zone` changed or changes its offset in
+    2010-2031: each daylight-saving gap and fold, and Apia's skipped day (2011-12-30)."""
+    info = ZoneInfo(zone)
+    changes = []
+    moment, end, step = utc("2010-01-01 00:00:00"), utc("2032-01-01 00:00:00"), timedelta(hours=6)
+    while moment < end:
+        later = moment + step
+        if moment.astimezone(info).utcoffset() != later.astimezone(info).utcoffset():
+            low, high = moment, later
+            while high - low > timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                if middle.astimezone(info).utcoffset() == low.astimezone(info).utcoffset():
+                    low = middle
+                else:
+                    high = middle
+            changes.append(high.replace(microsecond=0))
+        moment = later
+    return changes
+
+
+def random_moment(rng: random.Random, zone: str) -> datetime:
+    """Any instant in 1990-2090, or one within two hours of one of `zone`'s offset changes;
+    a whole second, or not."""
+    changes = offset_changes(zone)
+    if changes and rng.random() < 0.6:
+        moment = rng.choice(changes) + timedelta(seconds=rng.randint(-7200, 7200))
+    else:
+        moment = utc("1990-01-01 00:00:00") + timedelta(seconds=rng.randint(0, 100 * 365 * 86400))
+    if rng.random() < 0.5:
+        moment += timedelta(microseconds=rng.randint(1, 999_999))
+    return moment
+
+
+def test_previous_is_the_last_tick_the_forward_walk_yields_before() -> None:
+    """For 3,000 random expressions, zones and instants (seeded, so a failure repeats), many
+    of them around daylight-saving changes: previous(t) is a tick of the forward walk
+    (`next_after` just before it gives it back), and the forward walk's next tick after it is
+    t or later. So is the tick before that one."""
+    rng = random.Random(20261205)
+    zones = [*ZONES, "Europe/London", "Asia/Tehran"]
+    checked = 0
+    while checked < 3000:
+        zone = rng.choice(zones)
+        expression = random_expression(rng, dense=rng.random() < 0.5)
+        try:
+            cron = parse(expression, zone)
+        except CronError as error:
+            assert "never fires" in str(error), expression
+            continue
+        moment = random_moment(rng, zone)
+        case = f"{expression!r} in {zone} before {moment.isoformat()}"
+        tick = cron.previous(moment)
+        assert tick is not None, case
+        assert tick < moment and tick.tzinfo is UTC, (case, tick)
+        assert cron.next_after(tick - timedelta(microseconds=1)) == tick, (case, tick)
+        assert cron.next_after(tick) >= moment, (case, tick)
+        earlier = cron.previous(tick)
+        assert earlier is not None and cron.next_after(earlier) == tick, (case, tick, earlier)
+        checked += 1

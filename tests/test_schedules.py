@@ -23,14 +23,17 @@ Proven here:
   other producer's job);
 - bad input is BAD_USER_INPUT naming the field, with nothing written: unparsable cron, a cron
   that never fires (`0 0 30 2 *`), an unknown time zone, bad names (empty, 101 characters,
-  space, '/'), a type not allowlisted, a payload that is not an object, maxRetries 26;
+  space, '/'), a type not allowlisted, a payload that is not an object, maxRetries 26; a
+  leap-day schedule gets the next 29 February as `nextRunAt`;
 - overlap SKIP: a schedule every second that nobody works on holds exactly one PENDING job;
   once that job is claimed and completed, the next tick enqueues one again;
 - misfire, after the whole deployment stopped (SIGTERM) for about 5 s: SKIP enqueues no tick
   of the downtime, RUN_ONCE exactly one, for the newest missed tick, never a flood; also
   after a downtime longer than 1000 ticks (the schedule's state moved back 20 minutes while
   the server is down, which the test cannot wait for), and on a database where no ticker had
-  ever fired (the server stopped before the schedules' first tick);
+  ever fired (the server stopped before the schedules' first tick); and after weeks down
+  with schedules firing every second of a month long past (a million missed ticks each):
+  one job for RUN_ONCE, none for SKIP, while the other schedules' ticks stay in time;
 - a deployment that is up but whose tick is held up for over a second (another transaction
   holds what the ticker needs) still enqueues that tick, even with misfire SKIP: only ticks
   that passed while no server ran are misfires.
@@ -40,6 +43,7 @@ Timings are asserted only where the contract states them (a tick's job within on
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import itertools
 import os
@@ -58,6 +62,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from conftest import Databases, GraphQLResponse, Server, launch_server, serving, stored_time
 from sqlalchemy import text
+from stale_month import first_second_of, last_second_of, stale_month
 
 TYPES = [f"s{i:02d}" for i in range(40)]
 JOB_TYPES = ",".join(["noop", *TYPES])
@@ -510,6 +515,8 @@ def test_roles_and_who_sees_the_jobs_of_schedules(server: Server, cleanup: list[
         pytest.param({"cron": "* * *"}, "cron", id="cron-3-fields"),
         pytest.param({"cron": "61 * * * *"}, "cron", id="cron-minute-61"),
         pytest.param({"cron": "0 0 30 2 *"}, "cron", id="cron-never-fires"),
+        pytest.param({"cron": "0 0 31 2 *"}, "cron", id="cron-never-fires-31-feb"),
+        pytest.param({"cron": "59 59 23 31 2,4,6,9,11 *"}, "cron", id="cron-never-fires-6-fields"),
         pytest.param({"timezone": "Mars/Olympus_Mons"}, "timezone", id="unknown-timezone"),
         pytest.param({"name": ""}, "name", id="name-empty"),
         pytest.param({"name": "n" * 101}, "name", id="name-101"),
@@ -542,6 +549,22 @@ def test_the_longest_name_and_every_name_character_are_accepted(server: Server, 
         cleanup.append(name)
         assert put(server, name=name, type="noop", cron="@yearly")["name"] == name
         assert server.gql(DELETE, {"name": name}).ok() == {"deleteSchedule": True}
+
+
+def test_a_rarely_firing_schedule_gets_its_next_run_at(server: Server, cleanup: list[str]) -> None:
+    """Once in four years (and not in 2100): the next leap day, found without a walk that
+    gives up or spins."""
+    name = fresh_name("leap")
+    cleanup.append(name)
+    after = now()
+    year = after.year + next(
+        n
+        for n in range(9)
+        if calendar.isleap(after.year + n) and datetime(after.year + n, 2, 29, tzinfo=UTC) > after
+    )
+    assert utc(put(server, name=name, type="noop", cron="0 0 29 2 *")["nextRunAt"]) == datetime(
+        year, 2, 29, tzinfo=UTC
+    )
 
 
 # --- overlap ---------------------------------------------------------------------------------
@@ -664,6 +687,54 @@ def test_misfire_after_the_deployment_was_down(start_server: Callable[..., Serve
     after = enqueued_since(second_server, stopped, before)
     assert min(j.created_at for jobs in after.values() for j in jobs) >= restarted_at
     assert_misfires(before, after)
+
+
+def test_misfire_after_weeks_down_is_caught_up_at_once(start_server: Callable[..., Server]) -> None:
+    """Schedules firing every second of the month before last, on a deployment whose stored
+    state says it has been down since that month's 10th (their next ticks then, the schedule
+    clock silent since): a million and more missed ticks each. On restart the server
+    answers /healthz; RUN_ONCE enqueues one job, for the month's last second (in its time
+    zone), SKIP none, exactly once, and each moves on to the month next year. The
+    every-second schedules beside them keep every tick in time: a catch-up that walked the
+    missed ticks held the write transaction, and every tick, for 10 s."""
+    year, month = stale_month(now())
+    every_second = f"* * * * {month} *"
+    month_schedules = {
+        "month-once": ("UTC", "RUN_ONCE"),
+        "month-paris": ("Europe/Paris", "RUN_ONCE"),
+        "month-skip": ("UTC", "SKIP"),
+    }
+    first_server = start_server(job_types=JOB_TYPES)
+    for name, (zone, misfire) in month_schedules.items():
+        put(first_server, name=name, type="noop", cron=every_second, timezone=zone, misfire=misfire)
+    stopped, before = ticking_until_stopped(first_server, ["skip", "once"])
+    down_since = datetime(year, month, 10, tzinfo=UTC)
+    first_server.sql(
+        "UPDATE schedules SET next_run_at = :t WHERE name IN :names",
+        t=first_server.timestamp(down_since),
+        names=list(month_schedules),
+    )
+    first_server.sql("UPDATE schedule_clock SET alive_at = :t", t=first_server.timestamp(down_since))
+    first_server.stop()  # disposes the engine the statements above opened
+    sleep_until(stopped + timedelta(seconds=5))
+
+    second_server = start_server(
+        database_url=first_server.database_url, admin_key=first_server.admin_key, job_types=JOB_TYPES
+    )
+    assert second_server.client.get(f"{second_server.url}/healthz").json() == {"status": "ok"}
+    after = enqueued_since(second_server, stopped, before)
+    assert_misfires(before, after)
+    fired = min(j.created_at for jobs in after.values() for j in jobs)
+    for name, (zone, misfire) in month_schedules.items():
+        jobs = tick_jobs(second_server, name)
+        newest_missed = last_second_of(year, month, zone)
+        assert [j.tick for j in jobs] == ([newest_missed] if misfire == "RUN_ONCE" else []), (name, jobs)
+        assert all(j.created_at == fired for j in jobs), (name, jobs, fired)
+        schedule = schedule_named(second_server, name)
+        assert utc(schedule["nextRunAt"]) == first_second_of(year + 1, month, zone), schedule
+        last_run = None if schedule["lastRunAt"] is None else utc(schedule["lastRunAt"])
+        assert last_run == (newest_missed if misfire == "RUN_ONCE" else None), schedule
+    assert second_server.client.get(f"{second_server.url}/healthz").json() == {"status": "ok"}
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -4,13 +4,17 @@ No server is special. Every server's ticker (queuelog/ticker.py) runs `fire_due`
 schedule is due; the transaction takes the due rows (PostgreSQL: `FOR UPDATE SKIP LOCKED`,
 under the schedule clock's row lock; SQLite: under the write lock), enqueues each due tick's
 job and moves `next_run_at` past now before it commits. A server that dies mid-way rolls
-back and the next one fires the same ticks: none is lost, none doubled. The job's
+back and the next one fires the same ticks: none is lost, none doubled. One pass enqueues
+at most MAX_TICKS_PER_FIRE ticks of a schedule: a longer backlog (left by a deployment that
+ran but could not write for long) moves `next_run_at` only past the last of them, and the
+next passes, at once, go on from there. The job's
 idempotency key `<name>@<tick>` is the last line of defence, not the mechanism.
 
 Misfire: `schedule_clock.alive_at` says when a ticker last ran anywhere. A tick found more
 than MISFIRE_GRACE old is "missed while no server ran" only when no ticker had run for
 DOWN_AFTER seconds before this one; then `misfire` decides (SKIP: none, RUN_ONCE: one job for
-the newest). A deployment that was up but slow still enqueues every tick.
+the newest, found by walking the cron backwards from the cutoff: never tick by tick, however
+long the downtime). A deployment that was up but slow still enqueues every tick.
 
 A due schedule that no longer parses (its time zone gone after a tzdata upgrade, say) is
 stopped: it gets no next tick, so it is neither due nor read again, and the others fire as
@@ -44,7 +48,7 @@ from queuelog.storage.types import compact_json, ids_json, to_micros
 
 DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment was down
 MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)
-MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule enqueued in one pass (the rest: missed)
+MAX_TICKS_PER_FIRE = 1000  # ticks of one schedule enqueued in one pass (the rest: the next pass)
 OPEN_STATUSES = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
 
 
@@ -180,7 +184,7 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> Fired:
     if not due:
         return Fired()
     still_open = _open_last_jobs(tx, due)
-    fired: list[tuple[Schedule, cron.Cron, list[datetime]]] = []
+    fired: list[tuple[Schedule, cron.Cron, list[datetime], datetime]] = []
     outcome = Fired()
     for schedule in due:
         assert schedule.next_run_at is not None  # DUE_SCHEDULES reads running schedules only
@@ -192,23 +196,26 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> Fired:
         ticks = _due_ticks(
             expression, schedule.next_run_at, tx.now, cutoff if was_down else None, schedule.misfire
         )
+        # At the bound, the rest of the backlog is the next pass's: from the tick after these.
+        resume_after = ticks[-1] if len(ticks) >= MAX_TICKS_PER_FIRE else tx.now
         if schedule.overlap is Overlap.SKIP:
             # The first tick's job is PENDING when the next one comes: one job at most.
             ticks = [] if schedule.last_job_id in still_open else ticks[:1]
-        fired.append((schedule, expression, ticks))
+            resume_after = tx.now
+        fired.append((schedule, expression, ticks, resume_after))
     newest, outcome.enqueued = _enqueue_ticks(
-        tx, [(schedule, tick) for schedule, _, ticks in fired for tick in ticks]
+        tx, [(schedule, tick) for schedule, _, ticks, _ in fired for tick in ticks]
     )
     moves: list[dict[str, object]] = [
         {"name": name, "next_run_at": None, "last_run_at": None, "last_job_id": None, "now": tx.now_us}
         for name, _ in outcome.stopped
     ]
-    for schedule, expression, _ in fired:
+    for schedule, expression, _, resume_after in fired:
         last = newest.get(schedule.name)
         moves.append(
             {
                 "name": schedule.name,
-                "next_run_at": to_micros(expression.next_after(tx.now)),
+                "next_run_at": to_micros(expression.next_after(resume_after)),
                 "last_run_at": None if last is None else to_micros(last[0]),
                 "last_job_id": None if last is None else last[1],
                 "now": tx.now_us,
@@ -221,47 +228,25 @@ def fire_due(tx: WriteTx, running_since: datetime | None = None) -> Fired:
 def _due_ticks(
     expression: cron.Cron, first: datetime, now: datetime, cutoff: datetime | None, misfire: Misfire
 ) -> list[datetime]:
-    """The ticks to enqueue, oldest first, of a schedule whose next tick was `first`;
-    `cutoff`: the ticks before it were missed while no server ran (None: none was)."""
+    """The ticks to enqueue, oldest first, at most MAX_TICKS_PER_FIRE, of a schedule whose
+    next tick was `first`; `cutoff`: the ticks before it were missed while no server ran
+    (None: none was)."""
     if cutoff is None or first >= cutoff:
-        return [first, *expression.ticks_between(first, now, MAX_TICKS_PER_FIRE)]
-    # Missed while no server ran: every tick from `first` to the cutoff, maybe far more than
-    # MAX_TICKS_PER_FIRE. The ticks still in time and the newest missed one are looked up
-    # from the end, never by walking from `first` (which would stop at the 1000th tick).
-    in_time = expression.ticks_between(cutoff - _MICROSECOND, now, MAX_TICKS_PER_FIRE)
-    if misfire is Misfire.RUN_ONCE:
-        return [_newest_before(expression, first, cutoff), *in_time]
-    return in_time
+        return [first, *expression.ticks_between(first, now, MAX_TICKS_PER_FIRE - 1)]
+    # Missed while no server ran: every tick from `first` to the cutoff, maybe millions. The
+    # ticks still in time and the newest missed one are looked up from the end, never by
+    # walking from `first`.
+    if misfire is Misfire.SKIP:
+        return expression.ticks_between(cutoff - _MICROSECOND, now, MAX_TICKS_PER_FIRE)
+    # `first` is a tick before the cutoff, so the newest missed one is `first` or later;
+    # unless the ticks moved under it (a tzdata upgrade), then `first` stands for it.
+    newest = expression.previous(cutoff)
+    newest_missed = first if newest is None or newest < first else newest
+    in_time = expression.ticks_between(cutoff - _MICROSECOND, now, MAX_TICKS_PER_FIRE - 1)
+    return [newest_missed, *in_time]
 
 
 _MICROSECOND = timedelta(microseconds=1)
-
-
-def _newest_before(expression: cron.Cron, first: datetime, cutoff: datetime) -> datetime:
-    """The newest tick from `first` (a tick, before `cutoff`) on that is before `cutoff`:
-    looked for in windows ending at the cutoff, each twice as long as the last."""
-    span = timedelta(seconds=1)
-    while True:
-        start = cutoff - span
-        if start <= first:
-            return _last_tick(expression, first, cutoff) or first
-        newest = _last_tick(expression, start, cutoff)
-        if newest is not None:
-            return newest
-        span *= 2
-
-
-def _last_tick(expression: cron.Cron, start: datetime, cutoff: datetime) -> datetime | None:
-    """The last tick t with start < t < cutoff, or None."""
-    newest = None
-    while True:
-        chunk = expression.ticks_between(start, cutoff - _MICROSECOND, MAX_TICKS_PER_FIRE)
-        if not chunk:
-            return newest
-        newest = chunk[-1]
-        if len(chunk) < MAX_TICKS_PER_FIRE:
-            return newest
-        start = newest
 
 
 def _open_last_jobs(tx: WriteTx, due: Sequence[Schedule]) -> set[int]:
