@@ -424,7 +424,7 @@ class QueuelogApp:
 
 def create_app(settings: Settings | None = None) -> QueuelogApp:
     settings = settings if settings is not None else Settings.from_env()
-    metrics = Metrics()
+    metrics = Metrics(settings.job_types)
     state = State()
     starlette = Starlette(
         routes=routes_for(state, metrics, settings) + web_routes(settings),
