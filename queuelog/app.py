@@ -16,6 +16,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
+import starlette.websockets
 from cross_web import HTTPException
 from graphql import GraphQLFormattedError
 from starlette.applications import Starlette
@@ -135,9 +136,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             await self.cleanup_operation(operation_id)
         try:
             await self.websocket.close(code=1001, reason=GOING_AWAY)
-        except (WebSocketDisconnected, RuntimeError) as exc:
+        except Exception as exc:
             if not _socket_gone(exc):
-                raise
+                raise  # logged by close_sockets_going_away
 
     async def handle_subscribe(self, message: Any) -> None:
         # Every operation reads the keys generation now (as every HTTP request does): a key
@@ -176,9 +177,14 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         await super().handle_task_exception(error)
 
 
+# Starlette's words for a socket that had already closed: uvicorn's own shutdown, or the
+# client, closed it a moment earlier; or the app had sent its close already.
+STARLETTE_GONE = (starlette.websockets.WebSocketDisconnect, starlette.websockets.WebSocketDisconnected)
+
+
 def _socket_gone(error: Exception) -> bool:
     """Whether `error` only says the websocket had already closed."""
-    return isinstance(error, WebSocketDisconnected) or (
+    return isinstance(error, WebSocketDisconnected | STARLETTE_GONE) or (
         isinstance(error, RuntimeError) and "after sending 'websocket.close'" in str(error)
     )
 

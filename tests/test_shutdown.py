@@ -6,7 +6,7 @@ both databases, each with long-polling `claimJob` and `claimJobs` (30 s) over HT
 subscription and a waiting claim over websockets.
 
 Proven: every waiting HTTP claim is answered at once with its ordinary empty answer (a 200,
-`null` or `[]`), every websocket is closed with 1001 (going away), the server exits 0 without
+`null` or `[]`), every websocket is closed cleanly (going away), the server exits 0 without
 waiting for uvicorn's shutdown grace, and its log holds no traceback, no ERROR line and no
 CancelledError: an ordinary deploy looks like one.
 
@@ -37,6 +37,8 @@ WAIT = 60.0  # bound for what the test waits for (a server under load); past it,
 CLAIM_ONE = 'mutation { claimJob(types: ["email"], waitSeconds: 30) { id } }'
 CLAIM_MANY = 'mutation { claimJobs(limit: 5, types: ["email", "report"], waitSeconds: 30) { id } }'
 EMPTY = {CLAIM_ONE: {"data": {"claimJob": None}}, CLAIM_MANY: {"data": {"claimJobs": []}}}
+ENQUEUED = {"type": "next", "id": "events", "payload": {"data": {"jobEvents": {"kind": "ENQUEUED"}}}}
+CLEAN_CLOSE = (1001, 1012)
 GRAPHQL_TRANSPORT_WS = Subprotocol("graphql-transport-ws")
 ENQUEUE_NOOP = 'mutation { enqueueJob(input: {type: "noop"}) { job { id } } }'
 
@@ -103,6 +105,21 @@ def until_closed(socket: ClientConnection) -> tuple[list[dict[str, Any]], int | 
         return messages, closed.rcvd.code if closed.rcvd is not None else None
 
 
+def wait_until_live(server: Server, socket: ClientConnection) -> None:
+    """Enqueue `noop` jobs until the subscription delivers one (it may not be registered yet
+    when the first is enqueued)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        server.gql(ENQUEUE_NOOP).ok()
+        try:
+            message = json.loads(socket.recv(timeout=0.5))
+        except TimeoutError:
+            assert time.monotonic() < deadline, "the subscription never delivered an event"
+            continue
+        assert message == ENQUEUED, message
+        return
+
+
 @pytest.fixture
 def sockets() -> Iterator[contextlib.ExitStack]:
     with contextlib.ExitStack() as stack:
@@ -123,12 +140,7 @@ def test_a_stop_answers_waiting_claims_closes_websockets_and_exits_cleanly(
     # A subscription, live: it has delivered an event.
     watching = sockets.enter_context(open_socket(server, server.admin_key))
     subscribe(watching, "events", 'subscription { jobEvents(types: ["noop"]) { kind } }')
-    server.gql(ENQUEUE_NOOP).ok()
-    delivered = json.loads(watching.recv(timeout=WAIT))
-    assert (delivered["type"], delivered["payload"]) == (
-        "next",
-        {"data": {"jobEvents": {"kind": "ENQUEUED"}}},
-    )
+    wait_until_live(server, watching)
     # A claim waiting over a websocket.
     claiming = sockets.enter_context(open_socket(server, worker_key))
     subscribe(claiming, "claim", CLAIM_ONE)
@@ -148,10 +160,12 @@ def test_a_stop_answers_waiting_claims_closes_websockets_and_exits_cleanly(
     stopped_after = time.monotonic() - signalled
 
     assert answers == [(200, EMPTY[query]) for query in queries]
+    # Going away: 1001 from the app as it hears of the signal, or 1012 (service restart)
+    # from uvicorn when its own shutdown reaches the socket first. Either is a clean close.
     events, events_code = until_closed(watching)
-    assert (events, events_code) == ([], 1001)
+    assert events_code in CLEAN_CLOSE and all(event == ENQUEUED for event in events), (events_code, events)
     claim_messages, claim_code = until_closed(claiming)
-    assert claim_code == 1001
+    assert claim_code in CLEAN_CLOSE
     # The claim over the websocket is either answered empty or ended with the socket.
     assert claim_messages in (
         [],
