@@ -16,6 +16,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
+import starlette.websockets
 from cross_web import HTTPException
 from graphql import GraphQLFormattedError
 from starlette.applications import Starlette
@@ -52,6 +53,7 @@ from queuelog.schema.context import RequestContext
 from queuelog.schema.extensions import cost_rule
 from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
+from queuelog.stopping import Stopping, on_stop_signals
 from queuelog.storage.repository import Repository
 from queuelog.ticker import tick_forever
 from queuelog.wakeup import WorkSignal
@@ -61,6 +63,7 @@ from queuelog.web import routes as web_routes
 log = logging.getLogger("queuelog.app")
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
 REVOKED_MESSAGE = "the API key of this connection has been revoked"
+GOING_AWAY = "the server is stopping"
 KEY_WATCH_SECONDS = 0.5
 
 
@@ -79,7 +82,8 @@ class Services:
         self.sockets: weakref.WeakSet[TransportWSHandler] = weakref.WeakSet()
         self.bus = EventBus()
         self.signal = WorkSignal()
-        self.queue = JobQueue(settings, self.repository, self.signal, metrics.observe_held)
+        self.stopping = Stopping()
+        self.queue = JobQueue(settings, self.repository, self.signal, metrics.observe_held, self.stopping)
         self.repository.add_listener(self.bus.publish)
         self.repository.add_listener(self.signal.on_events)
         # Metrics count this process's own work; each process is scraped on its own.
@@ -125,6 +129,17 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             await self.send_message(revoked)
         await self.websocket.close(code=4403, reason="Forbidden")
 
+    async def close_going_away(self) -> None:
+        """The server is stopping: end every operation and close the socket (1001, going
+        away), which clients take as a cue to connect again, to a server that runs."""
+        for operation_id in list(self.operations):
+            await self.cleanup_operation(operation_id)
+        try:
+            await self.websocket.close(code=1001, reason=GOING_AWAY)
+        except Exception as exc:
+            if not _socket_gone(exc):
+                raise  # logged by close_sockets_going_away
+
     async def handle_subscribe(self, message: Any) -> None:
         # Every operation reads the keys generation now (as every HTTP request does): a key
         # revoked by any process runs nothing more, from the very next operation.
@@ -157,11 +172,21 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         # crash: no traceback. uvicorn says so with WebSocketDisconnected, or with this
         # RuntimeError when it closed the socket itself a moment earlier (keepalive ping
         # timeout). Anything else is still logged, once, by Strawberry.
-        if isinstance(error, WebSocketDisconnected) or (
-            isinstance(error, RuntimeError) and "after sending 'websocket.close'" in str(error)
-        ):
+        if _socket_gone(error):
             return
         await super().handle_task_exception(error)
+
+
+# Starlette's words for a socket that had already closed: uvicorn's own shutdown, or the
+# client, closed it a moment earlier; or the app had sent its close already.
+STARLETTE_GONE = (starlette.websockets.WebSocketDisconnect, starlette.websockets.WebSocketDisconnected)
+
+
+def _socket_gone(error: Exception) -> bool:
+    """Whether `error` only says the websocket had already closed."""
+    return isinstance(error, WebSocketDisconnected | STARLETTE_GONE) or (
+        isinstance(error, RuntimeError) and "after sending 'websocket.close'" in str(error)
+    )
 
 
 class GraphQLView(GraphQL[RequestContext, None]):
@@ -303,34 +328,66 @@ def open_graphql_endpoint(services: Services) -> GraphQLEndpoint:
     return GraphQLEndpoint(services, view)
 
 
+async def close_sockets_going_away(services: Services) -> None:
+    sockets = list(services.sockets)
+    for outcome in await asyncio.gather(*(s.close_going_away() for s in sockets), return_exceptions=True):
+        if isinstance(outcome, Exception):
+            log.error("closing a websocket as the server stops failed", exc_info=outcome)
+
+
 def lifespan_for(settings: Settings, metrics: Metrics, state: State) -> Any:
-    """Opens the database and the GraphQL endpoint, runs the maintenance loops, closes all."""
+    """Opens the database and the GraphQL endpoint, runs the maintenance loops, closes all.
+
+    It hears of a stop signal as it arrives (stopping.py), before uvicorn waits for the open
+    connections: waiting claims answer at once and websockets close, so that the wait is short
+    and nothing is cancelled in the middle of a request."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.services = Services(settings, metrics)
-        await state.services.repository.open()
-        state.endpoint = open_graphql_endpoint(state.services)
-        tasks = maintenance.start(state.services.repository, settings)
-        tasks.append(asyncio.create_task(end_revoked_sockets_forever(state.services)))
-        tasks.append(
-            asyncio.create_task(
-                tick_forever(state.services.repository, state.services.queue.schedules_changed)
+        closing: list[asyncio.Task[None]] = []
+
+        def begin_stopping() -> None:
+            if state.services.stopping.is_set():
+                return
+            state.services.stopping.set()
+            log.info(
+                "stopping: waiting claims answer now; %d websocket(s) close (1001)",
+                len(state.services.sockets),
             )
-        )
-        # Everything loaded so far (schema, plans' machinery, modules) lives as long as the
-        # process: keep it out of the cyclic GC's full collections, whose pauses would
-        # otherwise show up as tail latency on every request in flight.
-        gc.freeze()
-        try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await state.services.repository.close()
+            closing.append(asyncio.create_task(close_sockets_going_away(state.services)))
+
+        with on_stop_signals(begin_stopping):
+            async with serving(state, settings):
+                try:
+                    yield
+                finally:
+                    begin_stopping()  # a stop without a signal: the same, late
+                    await asyncio.gather(*closing)
 
     return lifespan
+
+
+@contextlib.asynccontextmanager
+async def serving(state: State, settings: Settings) -> AsyncIterator[None]:
+    """The database, the GraphQL endpoint and the maintenance loops, from start to stop."""
+    services = state.services
+    await services.repository.open()
+    state.endpoint = open_graphql_endpoint(services)
+    tasks = maintenance.start(services.repository, settings)
+    tasks.append(asyncio.create_task(end_revoked_sockets_forever(services)))
+    tasks.append(asyncio.create_task(tick_forever(services.repository, services.queue.schedules_changed)))
+    # Everything loaded so far (schema, plans' machinery, modules) lives as long as the
+    # process: keep it out of the cyclic GC's full collections, whose pauses would
+    # otherwise show up as tail latency on every request in flight.
+    gc.freeze()
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await services.repository.close()
 
 
 class GraphQLRoute:
@@ -424,7 +481,7 @@ class QueuelogApp:
 
 def create_app(settings: Settings | None = None) -> QueuelogApp:
     settings = settings if settings is not None else Settings.from_env()
-    metrics = Metrics()
+    metrics = Metrics(settings.job_types)
     state = State()
     starlette = Starlette(
         routes=routes_for(state, metrics, settings) + web_routes(settings),

@@ -583,13 +583,15 @@ def cmd_serve(args: argparse.Namespace) -> None:
         record, plaintext = created
         if as_json:
             serve_log.warning(
-                "No active API key existed, so an ADMIN key named %r was created. It is shown only"
-                " this once, as admin_key: store it now",
+                "This database had never had an API key, so an ADMIN key named %r was created. It is"
+                " shown only this once, as admin_key: store it now",
                 record.name,
                 extra={"admin_key": plaintext},
             )
         else:
-            print(f"No active API key existed, so an ADMIN key named {record.name!r} was created.")
+            print(
+                f"This database had never had an API key, so an ADMIN key named {record.name!r} was created."
+            )
             print("It is shown only this once; store it now:")
             print(f"\n    {plaintext}\n", flush=True)
     notes = []

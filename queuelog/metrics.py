@@ -89,7 +89,7 @@ def token_accepted(authorization: str | None, token: str) -> bool:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, job_types: Sequence[str] = ()) -> None:
         self.registry = CollectorRegistry()
 
         def counter(name: str, what: str) -> Counter:
@@ -170,6 +170,26 @@ class Metrics:
             EventKind.FAILED: self.failed,
             EventKind.RETRYING: self.retried,
         }
+        self._type_counters = (
+            self.enqueued,
+            self.claimed,
+            self.completed,
+            self.failed,
+            self.retried,
+            self.lease_expired,
+            self.held_back,
+        )
+        self._counted_types: set[str] = set()
+        self.count_types(job_types)
+
+    def count_types(self, types: Sequence[str]) -> None:
+        """Give these types a sample of 0 in every per-type counter: an alert on a type that
+        has had no failure yet sees 0, not "no data"."""
+        for job_type in types:
+            if job_type not in self._counted_types:
+                self._counted_types.add(job_type)
+                for counter in self._type_counters:
+                    counter.labels(job_type)
 
     def observe_events(self, events: Sequence[JobEvent]) -> None:
         # Summed first: one labels().inc() per counter and type, not per event.
@@ -233,6 +253,7 @@ class Metrics:
     async def render(self, repository: Repository, types: Sequence[str] = ()) -> bytes:
         """The scrape. When the database is unavailable it still answers, with
         queuelog_database_up 0, this process's counters, and no database-read gauges."""
+        self.count_types(types)
         try:
             stats = await repository.queue_stats(ALL_JOBS)
             controls = await repository.type_controls(types) if types else []

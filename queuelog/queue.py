@@ -51,6 +51,7 @@ from queuelog.sanitize import sanitize_error
 from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
 from queuelog.shared_reads import ControlWatch, Recent
+from queuelog.stopping import Stopping
 from queuelog.storage.claims import Claimed
 from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.repository import ClaimerRevoked, Repository
@@ -108,10 +109,13 @@ class JobQueue:
         repository: Repository,
         signal: WorkSignal,
         on_held: Callable[[Sequence[str]], None] | None = None,
+        stopping: Stopping | None = None,
     ) -> None:
         self.settings = settings
         self.repository = repository
         self.signal = signal
+        # Once set, waiting claims answer what they have (usually nothing) instead of waiting.
+        self.stopping = stopping if stopping is not None else Stopping()
         self.on_held = on_held  # told the types a control held back in each claim (metrics)
         self._allowed_types = frozenset(settings.job_types)
         self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
@@ -431,7 +435,7 @@ class JobQueue:
         types claims them for it in its own transaction. A revoke of
         the worker's key ends the wait with nothing claimed: each claim checks the key in its
         transaction, and a moved keys generation (any process's revoke) ends it at the next
-        recheck.
+        recheck. So does the server stopping, at once: the claim answers as when its time is up.
         """
         deadline = time.monotonic() + wait
         gone = asyncio.ensure_future(client_gone()) if client_gone is not None else None
@@ -456,6 +460,8 @@ class JobQueue:
                     return []
                 if outcome.jobs:
                     return outcome.jobs
+                if self.stopping.is_set():
+                    return []
                 # Claims a control binds stay out of other transactions: they take the
                 # controlled-claim lock (flow.py).
                 parked = None if outcome.controls else park(wanted=wanted)
@@ -489,10 +495,10 @@ class JobQueue:
         mark: int,
     ) -> bool:
         """Sleep after a claim that found nothing: True when the claim should run again,
-        False when the wait is over (time is up, the client has gone, the key was revoked);
-        either as soon as `parked` has claimed."""
+        False when the wait is over (time is up, the client has gone, the key was revoked,
+        the server is stopping); either as soon as `parked` has claimed."""
         generation = self.repository.key_generation()
-        watched: builtins.list[asyncio.Future[Any]] = []
+        watched: builtins.list[asyncio.Future[Any]] = [self.stopping.future()]
         if gone is not None:
             watched.append(gone)
         if parked is not None:
@@ -508,7 +514,7 @@ class JobQueue:
         try:
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (gone is not None and gone.done()):
+                if remaining <= 0 or (gone is not None and gone.done()) or self.stopping.is_set():
                     return False
                 if parked is not None and parked.claimed.done():
                     return True

@@ -14,7 +14,9 @@ Proven:
 - `migrate` (and `keys` on a fresh file) creates the schema at Alembic's head;
 - every misuse ends with exactly one stderr line `queuelog: error: ...`, a non-zero exit
   and no traceback (nor a password from the URL);
-- `serve` prints a bootstrap ADMIN key on a database with no active key, and only then.
+- `serve` prints a bootstrap ADMIN key on a database that has never had a key, and only then
+  (not once every key is revoked: `keys create --role admin` recovers), and servers starting
+  together on a fresh PostgreSQL database make one between them.
 
 CLI calls are slow to start (imports), so the independent ones run concurrently.
 """
@@ -24,15 +26,15 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from alembic.script import ScriptDirectory
-from conftest import Databases, migrate, run_queuelog
+from conftest import Databases, launch_server, migrate, run_queuelog
 from sqlalchemy import inspect, text
 
 from queuelog.storage.engine import create_sync_engine
@@ -398,13 +400,24 @@ def test_created_keys_work_on_a_server_and_revoke_cuts_them_off(
 # --- serve's bootstrap key -----------------------------------------------------------------
 
 
-def test_serve_prints_a_bootstrap_key_only_on_a_database_without_active_keys(
+def key_rows(url: str) -> list[tuple[str, bool]]:
+    """Every row of api_keys, oldest first: (name, revoked)."""
+    engine = create_sync_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT name, revoked_at FROM api_keys ORDER BY id")).all()
+    finally:
+        engine.dispose()
+    return [(name, revoked_at is not None) for name, revoked_at in rows]
+
+
+def test_serve_prints_a_bootstrap_key_only_on_a_database_that_never_had_one(
     tmp_path: Path, databases: Databases, start_server: Callable[..., Server]
 ) -> None:
     url = databases.fresh(migrated=False)  # `serve` migrates it
     first = start_server(database_url=url)  # fails unless a key is printed
     log = first.log()
-    assert len(set(KEY_ANYWHERE.findall(log))) == 1
+    assert set(KEY_ANYWHERE.findall(log)) == {first.admin_key} and log.count(first.admin_key) == 1, log
     assert me(first, first.admin_key) == {"name": "admin", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
     first.stop()
 
@@ -413,14 +426,75 @@ def test_serve_prints_a_bootstrap_key_only_on_a_database_without_active_keys(
     assert me(second, first.admin_key)["name"] == "admin"
     second.stop()
 
-    # With every key revoked there is no active key again: the next start makes a new one.
+    # Every key revoked: the next start makes none (a key printed to the log at each restart
+    # would be one for whoever reads the logs). The CLI is the way back in.
     assert cli("keys", "revoke", "admin", "--database-url", url, cwd=tmp_path).returncode == 0
-    third = start_server(database_url=url)
-    assert third.admin_key != first.admin_key
-    assert me(third, third.admin_key) == {"name": "admin-2", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
-    old = httpx.post(
-        third.graphql_url,
-        json={"query": "{ me { name } }"},
-        headers={"Authorization": f"Bearer {first.admin_key}"},
+    third = start_server(database_url=url, admin_key=first.admin_key)
+    log = third.log()
+    assert "queuelog serving" in log, log
+    assert not KEY_ANYWHERE.search(log) and "ADMIN key" not in log, log
+    assert key_rows(url) == [("admin", True)]
+    assert third.gql("{ me { name } }", key=first.admin_key).status == 401
+
+    recovered = created_key(
+        cli("keys", "create", "--name", "ops", "--role", "admin", "--database-url", url, cwd=tmp_path)
     )
-    assert old.status_code == 401
+    assert me(third, recovered) == {"name": "ops", "roles": ["ADMIN"], "maxPriority": "CRITICAL"}
+    assert key_rows(url) == [("admin", True), ("ops", False)]
+    third.stop()
+    fourth = start_server(database_url=url, admin_key=recovered)
+    assert not KEY_ANYWHERE.search(fourth.log()), fourth.log()
+    assert me(fourth, recovered)["name"] == "ops"
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_servers_starting_together_on_a_fresh_database_make_one_bootstrap_key(
+    tmp_path: Path, databases: Databases
+) -> None:
+    """Both servers are held at their first read of api_keys (the test holds the table
+    locked until both wait there), then let go at once: each finds no key, and both try to
+    make one."""
+    import psycopg
+
+    url = databases.fresh()
+    placeholder = "ql_" + "x" * 40  # launch_server wants a key; which server prints one is read below
+    homes = [tmp_path / "one", tmp_path / "two"]
+    for home in homes:
+        home.mkdir()
+    with psycopg.connect(url) as holder, ThreadPoolExecutor(2) as pool:
+        holder.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        starting = [
+            pool.submit(launch_server, home, database_url=url, admin_key=placeholder) for home in homes
+        ]
+        deadline = time.monotonic() + 60
+        while waiting_on_api_keys(url) < 2:
+            assert time.monotonic() < deadline, "the servers never reached api_keys"
+            assert not any(future.done() for future in starting), [f.exception() for f in starting]
+            time.sleep(0.05)
+        holder.commit()
+        started = [future.exception() or future.result() for future in starting]
+    servers = [server for server in started if not isinstance(server, BaseException)]
+    try:
+        assert len(servers) == 2, started  # a server that crashed on the race raised here
+        logs = [server.log() for server in servers]
+        printed = [key for log in logs for key in KEY_ANYWHERE.findall(log)]
+        assert len(printed) == 1, logs
+        assert not any("Traceback" in log for log in logs), logs
+        assert key_rows(url) == [("admin", False)]
+        for server in servers:
+            assert me(server, printed[0])["name"] == "admin"
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def waiting_on_api_keys(url: str) -> int:
+    """How many sessions wait for a lock on api_keys."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'api_keys'::regclass AND NOT granted"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

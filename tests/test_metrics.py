@@ -9,10 +9,13 @@ short lane or through Starlette); a client cannot grow the number of series past
 from __future__ import annotations
 
 import math
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -203,6 +206,94 @@ def test_each_types_lag_is_queue_stats_figure_for_that_type(start_server: Callab
     assert [s.value for s in samples if s.name == "queuelog_database_up"] == [1.0]
 
 
+# --- per-type series from the start ------------------------------------------------------------------
+
+MONITORING = Path(__file__).resolve().parent.parent / "docs" / "monitoring.md"
+TYPES = ("email", "report", "resize", "noop")  # conftest's default allowlist
+STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+ENQUEUE_ONE = """mutation($type: String!, $maxRetries: Int!) {
+  enqueueJob(input: {type: $type, maxRetries: $maxRetries}) { job { id } } }"""
+CLAIM_ONE = """mutation($types: [String!]!, $lease: Int) {
+  claimJob(types: $types, leaseSeconds: $lease) { id attempt } }"""
+FAIL_NOW = """mutation($id: ID!, $attempt: Int!) {
+  failJob(id: $id, attempt: $attempt, error: "boom", retryInSeconds: 0) { status } }"""
+JOB_STATUS = """query($id: ID!) { job(id: $id) { status } }"""
+
+
+def documented_per_type_series() -> set[str]:
+    """The sample names docs/monitoring.md lists with a `type` label, but for the limits that
+    have a sample "only where one is set"."""
+    names = set()
+    for row in MONITORING.read_text().splitlines():
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if len(cells) == 5 and "`type`" in cells[2] and "only where" not in cells[3]:
+            (name,) = re.findall(r"`(queuelog_\w+)`", cells[0])
+            names.add(name)
+    return names
+
+
+def per_type(samples: list[Sample]) -> dict[tuple[str, str], float]:
+    """(sample name, type) -> value; queuelog_type_jobs summed over its statuses."""
+    found: dict[tuple[str, str], float] = {}
+    for sample in samples:
+        if "type" in sample.labels and not sample.name.endswith("_created"):
+            key = (sample.name, sample.labels["type"])
+            found[key] = found.get(key, 0.0) + sample.value
+    return found
+
+
+def test_every_per_type_series_is_0_from_the_start_and_counts_from_there(
+    start_server: Callable[..., Server],
+) -> None:
+    server = start_server()
+    names = documented_per_type_series()
+    assert "queuelog_jobs_failed_total" in names and "queuelog_claims_held_back_total" in names, names
+    fresh = scrape(server)
+    assert per_type(fresh) == {(name, t): 0.0 for name in names for t in TYPES}
+    statuses = {(s.labels["type"], s.labels["status"]) for s in fresh if s.name == "queuelog_type_jobs"}
+    assert statuses == {(t, status) for t in TYPES for status in STATUSES}
+
+    # report: one failed attempt sent back, then completed; one job whose lease expires on its
+    # last attempt. resize: paused, so a claim is held back. email and noop: nothing.
+    worker = server.make_key("per-type-worker", "WORKER")
+    retried = post(server, ENQUEUE_ONE, server.admin_key, variables={"type": "report", "maxRetries": 1})
+    claimed = post(server, CLAIM_ONE, worker, variables={"types": ["report"]})["claimJob"]
+    assert claimed["id"] == retried["enqueueJob"]["job"]["id"]
+    post(server, FAIL_NOW, worker, variables={"id": claimed["id"], "attempt": claimed["attempt"]})
+    again = post(server, CLAIM_ONE, worker, variables={"types": ["report"]})["claimJob"]
+    post(server, COMPLETE, worker, variables={"id": again["id"], "attempt": again["attempt"]})
+    post(server, ENQUEUE_ONE, server.admin_key, variables={"type": "report", "maxRetries": 0})
+    expiring = post(server, CLAIM_ONE, worker, variables={"types": ["report"], "lease": 1})["claimJob"]
+    post(server, PAUSE, server.admin_key, variables={"type": "resize"})
+    post(server, ENQUEUE_ONE, server.admin_key, variables={"type": "resize", "maxRetries": 0})
+    assert post(server, CLAIM_ONE, worker, variables={"types": ["resize"]})["claimJob"] is None
+    deadline = time.monotonic() + 60
+    while (
+        post(server, JOB_STATUS, server.admin_key, variables={"id": expiring["id"]})["job"]["status"]
+        != "FAILED"
+    ):
+        assert time.monotonic() < deadline, "the lease never expired"
+        time.sleep(0.2)
+
+    expected = {(name, t): 0.0 for name in names for t in TYPES}
+    expected.update(
+        {
+            ("queuelog_jobs_enqueued_total", "report"): 2,
+            ("queuelog_jobs_claimed_total", "report"): 3,
+            ("queuelog_jobs_retried_total", "report"): 1,
+            ("queuelog_jobs_completed_total", "report"): 1,
+            ("queuelog_jobs_lease_expired_total", "report"): 1,
+            ("queuelog_jobs_failed_total", "report"): 1,
+            ("queuelog_type_jobs", "report"): 2,  # one COMPLETED, one FAILED
+            ("queuelog_jobs_enqueued_total", "resize"): 1,
+            ("queuelog_claims_held_back_total", "resize"): 1,
+            ("queuelog_type_jobs", "resize"): 1,
+            ("queuelog_type_paused", "resize"): 1,
+        }
+    )
+    assert per_type(scrape(server)) == expected
+
+
 # --- the database going away ------------------------------------------------------------------------
 
 
@@ -248,7 +339,12 @@ def test_metrics_say_when_the_database_is_unavailable(
     down = scrape(server)
     assert [s.value for s in down if s.name == "queuelog_database_up"] == [0.0]
     # This process's own counters are still there; what only the database knows is not.
-    assert by_label(down, "queuelog_jobs_enqueued_total", "type") == {"email": 1.0}
+    assert by_label(down, "queuelog_jobs_enqueued_total", "type") == {
+        "email": 1.0,
+        "report": 0.0,
+        "resize": 0.0,
+        "noop": 0.0,
+    }
     read = {
         "queuelog_jobs",
         "queuelog_type_jobs",

@@ -527,9 +527,9 @@ def test_server_restart_loses_and_repeats_nothing(
 ) -> None:
     first = start_server(job_types="noop,report")
     port = int(first.url.rsplit(":", 1)[1])
-    # One at a time, so that while the slow job runs the worker has no claim waiting on
-    # the server (a waiting claim would hold the old server's shutdown for up to 20 s).
-    worker = start_worker(first, "mymod:RESTART", "--concurrency", "1")
+    # While the slow job runs, the worker's other slots wait in claims: the stopping server
+    # answers them at once (empty) instead of holding its shutdown or cancelling them.
+    worker = start_worker(first, "mymod:RESTART", "--concurrency", "4")
     before = enqueue_many(first, [{"type": "noop", "payload": {"n": n}} for n in range(3)])
     slow = enqueue(first, "report", {"seconds": 1.5})
     wait_for(lambda: started(workdir, slow), "the slow job to start")
@@ -546,6 +546,9 @@ def test_server_restart_loses_and_repeats_nothing(
     finished = sorted((r["id"], r["attempt"]) for r in records(workdir) if r["kind"] in ("done", "end"))
     assert finished == sorted((job_id, 1) for job_id in every)
     assert worker.alive(), worker.log()
+    assert "Traceback" not in worker.log(), worker.log()
+    for sign_of_a_bug in ("Traceback", "ERROR", "CancelledError"):
+        assert sign_of_a_bug not in first.log(), first.log()
 
 
 # --- concurrency and logs --------------------------------------------------------------------

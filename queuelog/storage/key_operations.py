@@ -59,12 +59,6 @@ def revoke_key(conn: Connection, name: str, now: datetime) -> None:
         raise NotFound(f"no active key named {name!r}")
 
 
-def has_active_key(conn: Connection) -> bool:
-    return (
-        conn.execute(select(api_keys.c.id).where(api_keys.c.revoked_at.is_(None)).limit(1)).first()
-        is not None
-    )
-
-
-def key_name_taken(conn: Connection, name: str) -> bool:
-    return conn.execute(select(api_keys.c.id).where(api_keys.c.name == name)).first() is not None
+def any_key(conn: Connection) -> bool:
+    """Whether the database has ever had a key (revoked keys stay, as their names do)."""
+    return conn.execute(select(api_keys.c.id).limit(1)).first() is not None
