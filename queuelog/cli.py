@@ -605,9 +605,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         else:
             print(note, flush=True)
     os.environ.update(settings.to_env())
-    from uvicorn.config import LOGGING_CONFIG
-
-    log_config = logformat.uvicorn_log_config(settings.log_format) or LOGGING_CONFIG  # None: uvicorn's own
+    log_config = logformat.uvicorn_log_config(settings.log_format)
     if args.workers == 1:
         # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it
         # found: Python's default would end the process by the signal (exit status 143).
@@ -713,9 +711,10 @@ def _is_database_error(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not logging.getLogger().handlers:  # as logging.basicConfig: a caller's own logging stays
+        logformat.configure("text")
+    for name in logformat.QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {
