@@ -41,3 +41,9 @@ class Conflict(QueuelogError):
 
 class DatabaseUnavailable(QueuelogError):
     """The database could not be reached or opened."""
+
+
+def job_not_found(job_id: int | str) -> NotFound:
+    """The refusal for a job that does not exist and for one the caller may not see (API.md
+    section 2): the same code and the same message, so that the answer reveals nothing."""
+    return NotFound(f"job {job_id} not found")
