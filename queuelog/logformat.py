@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from queuelog.errors import echo
 from queuelog.settings import LOG_FORMATS as LOG_FORMATS  # re-exported: the worker takes them too
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -207,7 +208,7 @@ def configure(log_format: str, stream: TextIO | None = None, level: int = loggin
     `logging.basicConfig` gives), or JSON on stdout. Replaces the plain StreamHandlers it had
     (basicConfig's), not handlers of other kinds (an application's or a test's)."""
     if log_format not in LOG_FORMATS:
-        raise ValueError(f"the log format is one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
+        raise ValueError(f"the log format is one of {', '.join(LOG_FORMATS)}, not {echo(log_format)}")
     handler = logging.StreamHandler(stream or (sys.stdout if log_format == "json" else sys.stderr))
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()

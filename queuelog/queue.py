@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from queuelog.auth import Principal
-from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge
+from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge, echo
 from queuelog.model import (
     BulkOutcome,
     CompleteAndClaimOutcome,
@@ -151,7 +151,7 @@ class JobQueue:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
         check_storable(type, "type")
         if type not in self._allowed_types:
-            raise BadInput(f"job type {type[:100]!r} is not allowed")
+            raise BadInput(f"job type {echo(type)} is not allowed")
         if not isinstance(payload, dict):
             raise BadInput("payload must be a JSON object")
         payload_json = self.check_json_size(payload, "payload")
@@ -293,7 +293,7 @@ class JobQueue:
         check_schedule_name(name)
         schedule = await self.repository.set_schedule_paused(name, paused)
         if schedule is None:
-            raise NotFound(f"schedule {name!r} not found")
+            raise NotFound(f"schedule {echo(name)} not found")
         log.info("schedule %r %s by %s", name, "paused" if paused else "resumed", principal.name)
         self.schedules_changed.set()
         return schedule
@@ -373,7 +373,7 @@ class JobQueue:
     def _check_controlled_type(self, job_type: str) -> None:
         check_storable(job_type, "type")
         if job_type not in self._allowed_types:
-            raise BadInput(f"job type {job_type[:100]!r} is not allowed")
+            raise BadInput(f"job type {echo(job_type)} is not allowed")
 
     # --- workers ---------------------------------------------------------------------------
 
