@@ -41,7 +41,7 @@ from queuelog import maintenance
 from queuelog.auth import Principal
 from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
-from queuelog.errors import DatabaseUnavailable, Unauthenticated
+from queuelog.errors import DatabaseUnavailable, Unauthenticated, shorten_echoes
 from queuelog.events import EventBus
 from queuelog.metrics import NOSNIFF, OPERATION, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, host_check, send_json
@@ -208,6 +208,12 @@ class GraphQLView(GraphQL[RequestContext, None]):
         if not isinstance(parsed, dict | list):
             raise HTTPException(400, "the request body must be a JSON object")
         return parsed
+
+    async def execute_single(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_single(*args, **kwargs)
+        except HTTPException as refusal:  # its reason may quote the request (an operationName)
+            raise HTTPException(refusal.status_code, shorten_echoes(refusal.reason)) from None
 
     async def get_context(self, request: Request | WebSocket, response: Any = None) -> RequestContext:
         return RequestContext(

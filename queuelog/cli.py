@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from queuelog import logformat
-from queuelog.errors import DatabaseUnavailable, QueuelogError
+from queuelog.errors import DatabaseUnavailable, QueuelogError, echo
 from queuelog.settings import (
     BOOLEAN_FORMS,
     LOG_FORMATS,
@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _flag_bool(text: str) -> bool:
     value = parse_bool(text)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text[:100]!r} is not a boolean: use {BOOLEAN_FORMS}")
+        raise argparse.ArgumentTypeError(f"{echo(text)} is not a boolean: use {BOOLEAN_FORMS}")
     return value
 
 
@@ -300,7 +300,7 @@ def open_migrated(url: str) -> Engine:
     from queuelog.storage.migrate import upgrade_to_head
 
     if dialect_of(url) not in ("sqlite", "postgresql"):
-        raise CommandError(f"unsupported database URL {url!r}: use sqlite:/// or postgresql://")
+        raise CommandError(f"unsupported database URL {echo(url)}: use sqlite:/// or postgresql://")
     engine = create_sync_engine(url)
     try:
         upgrade_to_head(engine)
@@ -400,7 +400,7 @@ def _allowed_type(settings: Settings, job_type: str) -> str:
     check_storable(job_type, "type")
     if job_type not in settings.job_types:
         raise CommandError(
-            f"job type {job_type[:100]!r} is not allowed (the allowed types are "
+            f"job type {echo(job_type)} is not allowed (the allowed types are "
             f"{', '.join(settings.job_types)}; pass --job-types as the server has it)"
         )
     return job_type
@@ -412,12 +412,12 @@ def parse_until(text: str, now: datetime) -> datetime:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise CommandError(
-            f"--until takes an ISO-8601 time such as 2026-01-02T15:04:05Z, not {text[:100]!r}"
+            f"--until takes an ISO-8601 time such as 2026-01-02T15:04:05Z, not {echo(text)}"
         ) from None
     try:
         moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     except OverflowError:
-        raise CommandError(f"--until {text[:100]!r} cannot be expressed in UTC") from None
+        raise CommandError(f"--until {echo(text)} cannot be expressed in UTC") from None
     if moment <= now:
         raise CommandError(f"--until {_utc(moment)} is not in the future (it is now {_utc(now)})")
     return moment
@@ -612,9 +612,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
         else:
             print(note, flush=True)
     os.environ.update(settings.to_env())
-    from uvicorn.config import LOGGING_CONFIG
-
-    log_config = logformat.uvicorn_log_config(settings.log_format) or LOGGING_CONFIG  # None: uvicorn's own
+    log_config = logformat.uvicorn_log_config(settings.log_format)
     if args.workers == 1:
         # uvicorn stops gracefully on SIGTERM, then raises the signal again under the handler it
         # found: Python's default would end the process by the signal (exit status 143).
@@ -646,13 +644,13 @@ def load_handlers(spec: str) -> dict[str, Handler]:
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise CommandError(f"--handlers takes module:attr, not {spec!r}")
+        raise CommandError(f"--handlers takes module:attr, not {echo(spec)}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CommandError(f"cannot import {module_name!r}: {exc}") from None
+        raise CommandError(f"cannot import {echo(module_name)}: {exc}") from None
     handlers = getattr(module, attr, None)
     if not isinstance(handlers, dict) or not handlers:
         raise CommandError(f"{spec} must be a non-empty dict {{job_type: handler}}")
@@ -677,7 +675,7 @@ def worker_log_format(given: str | None) -> str:
     chosen = (given or os.environ.get(env_name("log_format")) or "text").strip().lower()
     if chosen not in LOG_FORMATS:
         raise CommandError(
-            f"{env_name('log_format')} must be one of {', '.join(LOG_FORMATS)}, not {chosen[:100]!r}"
+            f"{env_name('log_format')} must be one of {', '.join(LOG_FORMATS)}, not {echo(chosen)}"
         )
     return chosen
 
@@ -720,9 +718,10 @@ def _is_database_error(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if not logging.getLogger().handlers:  # as logging.basicConfig: a caller's own logging stays
+        logformat.configure("text")
+    for name in logformat.QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {

@@ -64,6 +64,7 @@ from queuelog.errors import (
     PayloadTooLarge,
     QueuelogError,
     Unauthenticated,
+    echo,
 )
 
 T = TypeVar("T")
@@ -420,17 +421,16 @@ def moment_text(value: datetime | str, name: str = "run_at") -> str:
     guessed: it names a different moment in each time zone. TypeError for anything but a
     datetime or a string."""
     if isinstance(value, str):
-        shown = value[:100]
         try:
             moment = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(
-                f"{name} {shown!r} is not an ISO-8601 time such as 2030-01-01T09:00:00Z "
+                f"{name} {echo(value)} is not an ISO-8601 time such as 2030-01-01T09:00:00Z "
                 "or 2030-01-01T09:00:00+02:00"
             ) from None
         if moment.utcoffset() is None:
             raise ValueError(
-                f"{name} {shown!r} has no UTC offset, so it could be any time zone's: add one, "
+                f"{name} {echo(value)} has no UTC offset, so it could be any time zone's: add one, "
                 "e.g. 2030-01-01T09:00:00Z (UTC) or 2030-01-01T09:00:00+02:00"
             )
     elif isinstance(value, datetime):

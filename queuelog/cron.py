@@ -41,6 +41,8 @@ from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
+from queuelog.errors import echo
+
 __all__ = ["Cron", "CronError", "check_timezone", "parse"]
 
 MAX_LENGTH = 200
@@ -73,7 +75,7 @@ class _Field:
     names_start: int = 0
 
     def value(self, text: str, term: str) -> int:
-        where = "" if text == term else f" in '{term}'"
+        where = "" if text == term else f" in {echo(term)}"
         if text.isdigit():
             number = int(text)
             if not self.low <= number <= self.high:
@@ -85,9 +87,9 @@ class _Field:
             return self.names.index(text) + self.names_start
         if self.names:
             raise CronError(
-                f"{self.name} field: '{text}'{where} is not a number or one of {', '.join(self.names)}"
+                f"{self.name} field: {echo(text)}{where} is not a number or one of {', '.join(self.names)}"
             )
-        raise CronError(f"{self.name} field: '{text}'{where} is not a number")
+        raise CronError(f"{self.name} field: {echo(text)}{where} is not a number")
 
     def parse(self, text: str) -> frozenset[int]:
         """The values `text` (upper case) stands for."""
@@ -95,7 +97,7 @@ class _Field:
         for term in text.split(","):
             match = _TERM.fullmatch(term)
             if match is None:
-                raise CronError(f"{self.name} field: '{term}' is not valid ({_FORMS})")
+                raise CronError(f"{self.name} field: {echo(term)} is not valid ({_FORMS})")
             star, first, last, step_text = match.groups()
             if star:
                 low, high = self.low, self.high
@@ -104,15 +106,15 @@ class _Field:
                 high = self.value(last, term) if last else low
                 if step_text is not None and last is None:
                     raise CronError(
-                        f"{self.name} field: '{term}' steps from a single value; "
-                        f"write '{first}-{self.high}/{step_text}' or '*/{step_text}'"
+                        f"{self.name} field: {echo(term)} steps from a single value; "
+                        f"write {echo(f'{first}-{self.high}/{step_text}')} or {echo(f'*/{step_text}')}"
                     )
                 if high < low:
                     hint = " (Sunday is also 7)" if self is DAY_OF_WEEK and high == 0 else ""
-                    raise CronError(f"{self.name} field: the range '{term}' goes backwards{hint}")
+                    raise CronError(f"{self.name} field: the range {echo(term)} goes backwards{hint}")
             step = 1 if step_text is None else int(step_text)
             if step < 1:
-                raise CronError(f"{self.name} field: the step in '{term}' must be at least 1")
+                raise CronError(f"{self.name} field: the step in {echo(term)} must be at least 1")
             values.update(range(low, high + 1, step))
         return frozenset(values)
 
@@ -147,11 +149,11 @@ def _zone(name: object) -> ZoneInfo:
 def _load_zone(name: str) -> ZoneInfo:
     # "localtime" is this machine's own zone under another name, not an IANA zone.
     if name == "localtime" or name not in _known_zones():
-        raise CronError(f"unknown time zone '{name}' (use an IANA name such as 'Europe/Paris')")
+        raise CronError(f"unknown time zone {echo(name)} (use an IANA name such as 'Europe/Paris')")
     try:
         return ZoneInfo(name)
     except (KeyError, ValueError, OSError) as error:  # ZoneInfoNotFoundError is a KeyError
-        raise CronError(f"unknown time zone '{name}'") from error
+        raise CronError(f"unknown time zone {echo(name)}") from error
 
 
 @functools.lru_cache(maxsize=1)
@@ -176,14 +178,14 @@ def _parse(expression: str, timezone: str) -> Cron:
     if len(text) > MAX_LENGTH:
         raise CronError(f"the cron expression is longer than {MAX_LENGTH} characters")
     if not text.isascii():
-        raise CronError(f"the cron expression '{text}' has a character that is not plain ASCII")
+        raise CronError(f"the cron expression {echo(text)} has a character that is not plain ASCII")
     cron = Cron(text, timezone, _cronsim_spec(text), _load_zone(timezone))
     try:
         first = next(cron._ticks_after(datetime.now(UTC)), None)
     except CronSimError as error:  # not expected after _cronsim_spec's checks
-        raise CronError(f"the cron expression '{text}' is not valid ({error})") from error
+        raise CronError(f"the cron expression {echo(text)} is not valid ({error})") from error
     if first is None:
-        raise CronError(f"the cron expression '{text}' never fires")
+        raise CronError(f"the cron expression {echo(text)} never fires")
     return cron
 
 
@@ -193,7 +195,7 @@ def _cronsim_spec(text: str) -> str:
         macro = MACROS.get(text.lower())
         if macro is None:
             raise CronError(
-                f"'{text}' is not supported: use {', '.join(MACROS)}, or 5 fields "
+                f"{echo(text)} is not supported: use {', '.join(MACROS)}, or 5 fields "
                 "(minute hour day-of-month month day-of-week), or 6 with a leading seconds field"
             )
         text = macro
@@ -202,7 +204,7 @@ def _cronsim_spec(text: str) -> str:
         parts.insert(0, "0")
     elif len(parts) != 6:
         raise CronError(
-            f"the cron expression '{text}' has {len(parts)} field{'s' if len(parts) != 1 else ''}; "
+            f"the cron expression {echo(text)} has {len(parts)} field{'s' if len(parts) != 1 else ''}; "
             "it needs 5 (minute hour day-of-month month day-of-week) "
             "or 6 with a leading seconds field"
         )
@@ -216,7 +218,7 @@ def _cronsim_spec(text: str) -> str:
     days_restricted = len(days) < 31
     weekdays_restricted = len({d % 7 for d in weekdays}) < 7
     if not weekdays_restricted and max(DAYS_IN_MONTH[m - 1] for m in months) < min(days):
-        raise CronError(f"the cron expression '{text}' never fires (no such day in its months)")
+        raise CronError(f"the cron expression {echo(text)} never fires (no such day in its months)")
 
     def listed(values: frozenset[int], restricted: bool) -> str:
         return ",".join(str(v) for v in sorted(values)) if restricted else "*"
@@ -246,7 +248,9 @@ class Cron:
         """The first tick strictly after `moment` (aware, any zone), as an aware UTC datetime."""
         tick = next(self._ticks_after(moment), None)
         if tick is None:
-            raise CronError(f"the cron expression '{self.expression}' has no tick after {moment.isoformat()}")
+            raise CronError(
+                f"the cron expression {echo(self.expression)} has no tick after {moment.isoformat()}"
+            )
         return tick
 
     def previous(self, before: datetime) -> datetime | None:

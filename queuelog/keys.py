@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from queuelog import clock
 from queuelog.auth import default_max_priority, generate_key, hash_key
-from queuelog.errors import BadInput, Conflict
+from queuelog.errors import BadInput, Conflict, echo
 from queuelog.model import ApiKey, Priority, Role
 from queuelog.storage import key_operations as ops
 
@@ -23,7 +23,7 @@ def parse_role(value: str) -> Role:
         return Role[value.strip().upper()]
     except KeyError:
         choices = ", ".join(r.name.lower() for r in Role)
-        raise BadInput(f"unknown role {value!r} (choose from {choices})") from None
+        raise BadInput(f"unknown role {echo(value)} (choose from {choices})") from None
 
 
 def parse_priority(value: str) -> Priority:
@@ -31,7 +31,7 @@ def parse_priority(value: str) -> Priority:
         return Priority[value.strip().upper()]
     except KeyError:
         choices = ", ".join(p.name.lower() for p in Priority)
-        raise BadInput(f"unknown priority {value!r} (choose from {choices})") from None
+        raise BadInput(f"unknown priority {echo(value)} (choose from {choices})") from None
 
 
 def create_key(

@@ -1,4 +1,4 @@
-"""ASGI middleware: the allowed hosts, the request-body limit and request timing."""
+"""ASGI middleware: one Host header and the allowed hosts, the request-body limit and request timing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 
 from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queuelog.metrics import OPERATION, Metrics
@@ -38,15 +39,40 @@ async def send_json(
 
 
 def host_check(app: ASGIApp, hosts: Sequence[str]) -> ASGIApp:
-    """`app` answering only requests and websockets whose Host is listed (else 400; DNS
-    rebinding), or `app` itself, with no layer added, when no host is listed.
+    """`app` answering only requests and websockets with exactly one Host header (else 400,
+    whatever the settings) and, when hosts are listed, one that is listed (else 400; DNS
+    rebinding).
 
     No www redirect: an API client is never helped by one, and it would answer a host
     that is not listed.
     """
-    if not hosts:  # (Settings has checked the patterns)
-        return app
-    return TrustedHostMiddleware(app, allowed_hosts=list(hosts), www_redirect=False)
+    if hosts:  # (Settings has checked the patterns)
+        app = TrustedHostMiddleware(app, allowed_hosts=list(hosts), www_redirect=False)
+    return OneHost(app)
+
+
+class OneHost:
+    """Refuse (400) a request or websocket handshake with more than one Host header.
+
+    RFC 9112 (section 3.2) has a server answer 400 to one: the host check reads the first,
+    and a proxy in front, or the app behind, may go by another. Checked in front of
+    everything, with or without QUEUELOG_ALLOWED_HOSTS.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            hosts = 0
+            for name, _ in scope["headers"]:
+                if name == b"host":
+                    hosts += 1
+            if hosts > 1:
+                response = PlainTextResponse("more than one Host header", status_code=400)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class BodyLimit:

@@ -11,6 +11,10 @@ lone surrogates, which have no UTF-8 form at all (`check_storable`). JSON docume
 NUL as the escape `\u0000` and are fine; a lone surrogate in one is refused. A failure's
 error text is sanitised before it is stored, which replaces lone surrogates; NUL in it is
 refused all the same (`check_no_nul`).
+
+Concurrency and idempotency keys are NFC-normalised where they come in (enqueues and bulk
+filters alike), so that one key typed two ways ("é", "e" + U+0301) is one key, and stored and
+answered in that form; a key of spaces only is refused (`checked_key`).
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ import dataclasses
 import functools
 import logging
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from queuelog.auth import Principal
-from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge
+from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge, echo
 from queuelog.model import (
     BulkOutcome,
     CompleteAndClaimOutcome,
@@ -155,7 +160,7 @@ class JobQueue:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
         check_storable(type, "type")
         if type not in self._allowed_types:
-            raise BadInput(f"job type {type[:100]!r} is not allowed")
+            raise BadInput(f"job type {echo(type)} is not allowed")
         if not isinstance(payload, dict):
             raise BadInput("payload must be a JSON object")
         payload_json = self.check_json_size(payload, "payload")
@@ -166,9 +171,9 @@ class JobQueue:
                 f"priority {priority.name} is above this key's maximum {principal.max_priority.name}"
             )
         if idempotency_key is not None:
-            check_idempotency_key(idempotency_key)
+            idempotency_key = checked_idempotency_key(idempotency_key)
         if concurrency_key is not None:
-            check_concurrency_key(concurrency_key)
+            concurrency_key = checked_concurrency_key(concurrency_key)
         if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
         return NewJob(
@@ -297,7 +302,7 @@ class JobQueue:
         check_schedule_name(name)
         schedule = await self.repository.set_schedule_paused(name, paused)
         if schedule is None:
-            raise NotFound(f"schedule {name!r} not found")
+            raise NotFound(f"schedule {echo(name)} not found")
         log.info("schedule %r %s by %s", name, "paused" if paused else "resumed", principal.name)
         self.schedules_changed.set()
         return schedule
@@ -368,7 +373,8 @@ class JobQueue:
         if job_filter.type is not None:
             check_storable(job_filter.type, "filter.type")
         if job_filter.concurrency_key is not None:
-            check_concurrency_key(job_filter.concurrency_key)
+            key = checked_concurrency_key(job_filter.concurrency_key)
+            job_filter = dataclasses.replace(job_filter, concurrency_key=key)
         before = job_filter.created_before
         if before is not None:
             job_filter = dataclasses.replace(job_filter, created_before=as_utc(before, "createdBefore"))
@@ -377,7 +383,7 @@ class JobQueue:
     def _check_controlled_type(self, job_type: str) -> None:
         check_storable(job_type, "type")
         if job_type not in self._allowed_types:
-            raise BadInput(f"job type {job_type[:100]!r} is not allowed")
+            raise BadInput(f"job type {echo(job_type)} is not allowed")
 
     # --- workers ---------------------------------------------------------------------------
 
@@ -666,12 +672,21 @@ def check_dependencies(item: NewJob, position: int) -> NewJob:
     return item
 
 
-def check_concurrency_key(key: str) -> None:
-    if not 1 <= len(key) <= MAX_CONCURRENCY_KEY or not key.isprintable():
-        raise BadInput(f"concurrencyKey must be 1 to {MAX_CONCURRENCY_KEY} printable characters")
-    check_storable(key, "concurrencyKey")
+def checked_key(key: str, field: str, limit: int) -> str:
+    """A concurrency or idempotency key as it is stored and answered: NFC-normalised (so "é"
+    and "e" + U+0301 are one key), 1 to `limit` printable characters, not all spaces."""
+    key = unicodedata.normalize("NFC", key)
+    if not 1 <= len(key) <= limit or not key.isprintable():
+        raise BadInput(f"{field} must be 1 to {limit} printable characters")
+    if key.isspace():  # printable, yet it tells nothing apart (and looks like no key at all)
+        raise BadInput(f"{field} must not be only spaces")
+    check_storable(key, field)
+    return key
 
 
-def check_idempotency_key(key: str) -> None:
-    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY or not key.isprintable():
-        raise BadInput(f"idempotencyKey must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters")
+def checked_concurrency_key(key: str) -> str:
+    return checked_key(key, "concurrencyKey", MAX_CONCURRENCY_KEY)
+
+
+def checked_idempotency_key(key: str) -> str:
+    return checked_key(key, "idempotencyKey", MAX_IDEMPOTENCY_KEY)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from queuelog.errors import echo
+
 ENV_PREFIX = "QUEUELOG_"
 EVENT_FEEDS = ("auto", "notify", "poll", "local")
 LOG_FORMATS = ("text", "json")
@@ -130,9 +132,11 @@ def _check_host_pattern(host: str) -> None:
     it would only `assert` against, or one with a port (never matched: ports are not
     compared), is refused here, before the server starts."""
     if "*" in host[1:] or (host.startswith("*") and not host.startswith("*.")):
-        raise SettingsError(f"{env_name('allowed_hosts')}: {host!r}: wildcards look like *.example.com")
+        raise SettingsError(f"{env_name('allowed_hosts')}: {echo(host)}: wildcards look like *.example.com")
     if ":" in host and not host.startswith("["):
-        raise SettingsError(f"{env_name('allowed_hosts')}: {host!r}: no port here (IPv6 in brackets: [::1])")
+        raise SettingsError(
+            f"{env_name('allowed_hosts')}: {echo(host)}: no port here (IPv6 in brackets: [::1])"
+        )
 
 
 def env_name(field_name: str) -> str:
@@ -147,18 +151,18 @@ def parse_value(f: dataclasses.Field[Any], raw: str) -> object:
     if kind is bool:
         value = parse_bool(raw)
         if value is None:
-            raise SettingsError(f"{name} must be a boolean: {BOOLEAN_FORMS}, not {raw!r}")
+            raise SettingsError(f"{name} must be a boolean: {BOOLEAN_FORMS}, not {echo(raw)}")
         return value
     if kind is int:
         try:
             return int(raw)
         except ValueError:
-            raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
+            raise SettingsError(f"{name} must be a whole number, not {echo(raw)}") from None
     if kind is float:
         try:
             return float(raw)
         except ValueError:
-            raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+            raise SettingsError(f"{name} must be a number, not {echo(raw)}") from None
     return raw
 
 

@@ -97,7 +97,15 @@ from typing import Any, TextIO, TypeVar
 
 from queuelog import logformat
 from queuelog.client import WORKER_JOB_FIELDS, AsyncClient, Job, ServerUnreachable
-from queuelog.errors import Conflict, Forbidden, NotFound, PayloadTooLarge, QueuelogError, Unauthenticated
+from queuelog.errors import (
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    QueuelogError,
+    Unauthenticated,
+    echo,
+)
 
 log = logging.getLogger("queuelog.worker")
 # One JSON object per finished job; `run_forever` prints them as bare JSON lines (stderr for
@@ -539,7 +547,8 @@ class Worker:
         Raises KeyRefused (after stopping) when the server refuses the key.
         """
         if log_format not in logformat.LOG_FORMATS:
-            raise ValueError(f"log_format is one of {', '.join(logformat.LOG_FORMATS)}, not {log_format!r}")
+            formats = ", ".join(logformat.LOG_FORMATS)
+            raise ValueError(f"log_format is one of {formats}, not {echo(log_format)}")
         self._json_lines = log_format == "json"
         stream = sys.stdout if self._json_lines else sys.stderr
         if self._json_lines and not logging.getLogger().handlers:
@@ -868,7 +877,7 @@ class Worker:
     def _launch(self, context: JobContext) -> asyncio.Future[Any]:
         handler = self.handlers.get(context.type)
         if handler is None:  # the server sent a type that was not asked for
-            return self._failed_future(LookupError(f"no handler for job type {context.type!r}"))
+            return self._failed_future(LookupError(f"no handler for job type {echo(context.type)}"))
         if not self._is_async[context.type]:
             return self._threads.submit(handler, context)
         try:

@@ -1126,7 +1126,7 @@ def test_heartbeat(writes: Pair) -> None:
     )
     for query, key, code in (
         (f'mutation {{ heartbeatJob(id: "{job_id}", attempt: 2) {{ id }} }}', "worker", "CONFLICT"),
-        (f'mutation {{ heartbeatJob(id: "{job_id}") {{ id }} }}', "worker2", "CONFLICT"),
+        (f'mutation {{ heartbeatJob(id: "{job_id}") {{ id }} }}', "worker2", "NOT_FOUND"),
         ('mutation { heartbeatJob(id: "999999") { id } }', "worker", None),
         ('mutation { heartbeatJob(id: "abc") { id } }', "worker", "BAD_USER_INPUT"),
         (
@@ -1160,7 +1160,7 @@ def test_complete(writes: Pair) -> None:
     )
     for query, variables, key, code in (
         (f'mutation {{ completeJob(id: "{first}") {{ id }} }}', None, "worker", "CONFLICT"),
-        (f'mutation {{ completeJob(id: "{third}") {{ id }} }}', None, "worker2", "CONFLICT"),
+        (f'mutation {{ completeJob(id: "{third}") {{ id }} }}', None, "worker2", "NOT_FOUND"),
         (f'mutation {{ completeJob(id: "{third}", attempt: 7) {{ id }} }}', None, "worker", "CONFLICT"),
         (
             "mutation($id: ID!, $r: JSON) { completeJob(id: $id, result: $r) { id } }",
@@ -1255,7 +1255,7 @@ def test_fail(writes: Pair) -> None:
             "BAD_USER_INPUT",
         ),
         (f'mutation {{ failJob(id: "{other}", error: "x", attempt: 3) {{ id }} }}', "worker", "CONFLICT"),
-        (f'mutation {{ failJob(id: "{other}", error: "x") {{ id }} }}', "worker2", "CONFLICT"),
+        (f'mutation {{ failJob(id: "{other}", error: "x") {{ id }} }}', "worker2", "NOT_FOUND"),
         (f'mutation {{ failJob(id: "{final}", error: "x") {{ id }} }}', "worker", "CONFLICT"),
         ('mutation { failJob(id: "", error: "x") { id } }', "worker", "BAD_USER_INPUT"),
     ):

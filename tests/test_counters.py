@@ -635,8 +635,8 @@ class Mix:
 
     def op_complete_one(self) -> None:
         roll = self.rng.random()
-        if roll < 0.12:  # late: the lease may have expired (CONFLICT), even long enough ago for
-            # the job to have failed for good and been pruned (NOT_FOUND), or not yet (done)
+        if roll < 0.12:  # late: the lease may have expired (the job failed for good under this
+            # worker: CONFLICT; back to PENDING, taken by another or pruned: NOT_FOUND), or not yet (done)
             late = self.take_abandoned()
             if late is not None:
                 worker, job_id, attempt = late
@@ -650,7 +650,7 @@ class Mix:
         worker, job_id, attempt = taken
         if roll < 0.2:  # the wrong holder or the wrong attempt: nothing changes
             if self.rng.random() < 0.5:
-                self.refuse(self.other_worker(worker), COMPLETE, {"id": job_id}, ("CONFLICT",))
+                self.refuse(self.other_worker(worker), COMPLETE, {"id": job_id}, ("NOT_FOUND",))
             else:
                 self.refuse(worker, COMPLETE, {"id": job_id, "attempt": attempt + 1}, ("CONFLICT",))
             self.give_back(worker, job_id, attempt)
@@ -736,7 +736,8 @@ class Mix:
                 return
             worker, job_id, attempt = late
             variables = {"id": job_id, "attempt": attempt, "lease": HELD_LEASE}
-            # Too late: its lease expired (CONFLICT), or it then failed for good and was pruned.
+            # Too late: its lease expired (failed for good: CONFLICT; retried: NOT_FOUND), or it
+            # then failed for good and was pruned (NOT_FOUND).
             data = self.call(worker, HEARTBEAT, variables, ("CONFLICT", "NOT_FOUND"))
             if data is not None:
                 self.give_back(worker, job_id, attempt)

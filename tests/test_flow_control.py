@@ -768,7 +768,8 @@ def test_the_types_timeout_applies_to_jobs_without_their_own_with_retries(flow: 
     claimed = flow.claim([job_type], limit=2, lease=60)
     assert ids(claimed) == [plain["id"], own["id"]]
     response, _ = heartbeat_until_refused(flow, claimed[0], within=6)
-    refused(response, "CONFLICT")
+    # Back to PENDING, worker cleared: no longer the worker's job to see (API.md section 2).
+    refused(response, "NOT_FOUND", f"job {plain['id']} not found")
     retried = flow.job(plain["id"])
     assert retried["status"] == "PENDING" and retried["retryCount"] == 1 and retried["error"] == "timed out"
     assert flow.heartbeat(claimed[1]).ok()["heartbeatJob"]["status"] == "RUNNING"  # its own 60 s

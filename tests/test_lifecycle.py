@@ -549,7 +549,9 @@ def test_stale_holder_is_fenced_off(eager: Server, unique: Callable[[str], str])
 
     for label, call in STALE_CALLS:
         response = call(srv, a, first["id"])
-        assert response.codes == ["CONFLICT"], f"stale {label}: {response.body}"
+        # No longer A's job (B holds it): exactly as if it did not exist (API.md section 2).
+        assert response.codes == ["NOT_FOUND"], f"stale {label}: {response.body}"
+        assert response.errors[0]["message"] == f"job {first['id']} not found", response.body
         job = admin_job(srv, first["id"])
         assert (job["status"], job["workerId"], job["attempt"]) == ("RUNNING", b.name, 2), f"after {label}"
         assert job["result"] is None
@@ -575,8 +577,8 @@ def test_completion_racing_lease_expiry_is_never_overwritten(
         time.sleep(max(0.0, claimed_at + offset - time.monotonic()))
         result = {"offset": offset}
         response = complete(srv, worker, job["id"], result=result, attempt=1)
-        if response.errors:
-            assert response.codes == ["CONFLICT"], response.body
+        if response.errors:  # expired and back to PENDING: no longer the worker's to see
+            assert response.codes == ["NOT_FOUND"], response.body
             refused.append(job["id"])
         else:
             assert response.data["completeJob"]["status"] == "COMPLETED"

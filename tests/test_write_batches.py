@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import Databases
 
-from queuelog.errors import Conflict
+from queuelog.errors import NotFound
 from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import claims, postgres
@@ -116,7 +116,7 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
             completed_first, before, refused, after, completed_third, keyed, again = outcomes
             assert len(batches) == 7 and len(set(batches)) == 1, "the seven operations ran in one batch"
             assert completed_first.status is JobStatus.COMPLETED and completed_first.result == {"n": 1}
-            assert isinstance(refused, Conflict)
+            assert isinstance(refused, NotFound)  # not that worker's job
             assert isinstance(before, Failed) and str(before) == "before any statement"
             assert isinstance(after, Failed) and str(after) == "after writing"
             assert completed_third.status is JobStatus.COMPLETED and completed_third.result == {"n": 3}

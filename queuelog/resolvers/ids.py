@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from queuelog.errors import BadInput
+from queuelog.errors import BadInput, echo
 
 CURSOR_PREFIX = "job:"
 MAX_ID = 2**63 - 1
@@ -14,7 +14,7 @@ MAX_ID = 2**63 - 1
 def parse_job_id(value: str, field: str | None = None) -> int:
     """`field`: the input field the id came from, named in the error."""
     if not value.isascii() or not value.isdigit() or len(value) > 19 or not 0 < int(value) <= MAX_ID:
-        raise BadInput(f"{field + ': ' if field else ''}invalid job id {value[:40]!r}")
+        raise BadInput(f"{field + ': ' if field else ''}invalid job id {echo(value)}")
     return int(value)
 
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 from strawberry.types import Info
 
-from queuelog.errors import NotFound
+from queuelog.errors import job_not_found
 from queuelog.model import Job
 from queuelog.model import JobEvent as JobEventRecord
 from queuelog.resolvers.common import caller, queue
@@ -30,7 +30,7 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
     with info.context.bus.subscribe(lambda e: e.job.id == job_id, latest_only=True) as updates:
         current = await queue(info).get(principal, job_id)
         if current is None:
-            raise NotFound(f"job {job_id} not found")
+            raise job_not_found(job_id)
         yield current
         if current.status.is_terminal:
             return

@@ -14,9 +14,10 @@ from strawberry.extensions import (
     SchemaExtension,
     ValidationCache,
 )
+from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.types.graphql import OperationType
 
-from queuelog.errors import QueuelogError
+from queuelog.errors import QueuelogError, shorten_echoes
 from queuelog.metrics import OperationName
 from queuelog.schema.cost import CostRule, CostTooHigh
 from queuelog.schema.limits import document_rules
@@ -45,6 +46,12 @@ def classify(error: GraphQLError) -> tuple[str, str]:
     The same answer decides what the client sees (`shape_error`) and what the server logs
     (`queuelog.schema.logging`): a refusal one line at most, an unexpected error its traceback.
     """
+    message, code = _classify(error)
+    # graphql-core and Strawberry quote names and values whole: cut as queuelog's own echo.
+    return shorten_echoes(message), code
+
+
+def _classify(error: GraphQLError) -> tuple[str, str]:
     original = error.original_error
     if isinstance(original, QueuelogError):
         return original.message, original.code
@@ -56,6 +63,9 @@ def classify(error: GraphQLError) -> tuple[str, str]:
     ):
         # Refused before execution: syntax, validation, limits, variable coercion.
         return _SUGGESTION.sub("", error.message), "BAD_USER_INPUT"
+    if isinstance(original, CannotGetOperationTypeError):
+        # An operationName the document does not define (over the websocket; HTTP answers 400).
+        return error.message, "BAD_USER_INPUT"
     if (original is None or isinstance(original, GraphQLError)) and error.message.startswith(
         ARGUMENT_REFUSAL
     ):

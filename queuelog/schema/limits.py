@@ -24,6 +24,7 @@ from graphql import (
 from graphql.validation.rules.max_introspection_depth_rule import MaxIntrospectionDepthRule
 from strawberry.extensions.max_aliases import create_validator as alias_rule
 
+from queuelog.errors import echo
 from queuelog.settings import Settings
 
 
@@ -37,7 +38,7 @@ def depth_limit_rule(max_depth: int) -> type[ValidationRule]:
             }
             depth = _selection_depth(node.selection_set, fragments, {}, frozenset())
             if depth > max_depth:
-                name = f"'{node.name.value}'" if node.name else "the operation"
+                name = echo(node.name.value) if node.name else "the operation"
                 self.report_error(
                     GraphQLError(f"{name} is {depth} levels deep; the limit is {max_depth}", [node])
                 )

@@ -9,6 +9,9 @@ once, with its traceback, at ERROR on `queuelog.errors`.
 Strawberry's default `Schema.process_errors` logged every error with `exc_info`: one full
 traceback per refusal (issue 6: 4,058 tracebacks from 9,000 fuzzing requests), and a second
 one for each unexpected error on top of the one the error policy wrote.
+
+Operation names, paths and messages quote the client: the log's formatters escape and cut
+every such argument (queuelog/logformat.py), so they are passed here as they are.
 """
 
 from __future__ import annotations
@@ -24,13 +27,6 @@ from queuelog.schema.extensions import classify
 
 errors_log = logging.getLogger("queuelog.errors")
 refusals_log = logging.getLogger("queuelog.refusals")
-MAX_LOGGED_MESSAGE = 300
-
-
-def one_line(text: str) -> str:
-    """`text` on one line and not too long (messages may echo client input)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= MAX_LOGGED_MESSAGE else flat[: MAX_LOGGED_MESSAGE - 3] + "..."
 
 
 def log_errors(errors: list[GraphQLError], operation_name: str | None) -> bool:
@@ -39,16 +35,14 @@ def log_errors(errors: list[GraphQLError], operation_name: str | None) -> bool:
 
     True when one of them is a database outage: the answer is then 503.
     """
-    operation = one_line(operation_name or "-")
+    operation = operation_name or "-"
     outage = False
     for error in errors:
         message, code = classify(error)
         path = ".".join(str(key) for key in error.path) if error.path else "-"
         if code != "INTERNAL_SERVER_ERROR":
             if refusals_log.isEnabledFor(logging.DEBUG):
-                refusals_log.debug(
-                    "refused %s (operation %s, path %s): %s", code, operation, path, one_line(message)
-                )
+                refusals_log.debug("refused %s (operation %s, path %s): %s", code, operation, path, message)
             continue
         if isinstance(error.original_error, DatabaseUnavailable):
             # An outage, not a bug: /healthz reports it too; one line per failed request.
@@ -59,7 +53,7 @@ def log_errors(errors: list[GraphQLError], operation_name: str | None) -> bool:
             "unexpected error (operation %s, path %s): %s",
             operation,
             path,
-            one_line(error.message),
+            error.message,
             exc_info=error.original_error or error,
         )
     return outage

@@ -55,7 +55,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import ColumnElement
 
-from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError
+from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError, echo
 from queuelog.model import JobStatus
 from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of, protect_sqlite_file
@@ -124,7 +124,7 @@ def check_urls(source_url: str, target_url: str) -> None:
     """Refuse what this copy does not do, before anything is opened (opening an absent
     SQLite file would create it)."""
     if (kind := dialect_of(source_url)) != "sqlite":
-        raise BadInput(f"the source must be a SQLite database (sqlite:///PATH), not {kind!r}")
+        raise BadInput(f"the source must be a SQLite database (sqlite:///PATH), not {echo(kind)}")
     path = make_url(source_url).database
     if not path or path == ":memory:":
         raise BadInput("the source URL names no SQLite file (sqlite:///PATH)")
@@ -134,7 +134,7 @@ def check_urls(source_url: str, target_url: str) -> None:
         raise BadInput(f"{path} is not a queuelog database")
     protect_sqlite_file(path)  # the probe may have made a -shm as open as the file itself
     if (kind := dialect_of(target_url)) != "postgresql":
-        raise BadInput(f"the target must be a PostgreSQL database (postgresql://...), not {kind!r}")
+        raise BadInput(f"the target must be a PostgreSQL database (postgresql://...), not {echo(kind)}")
 
 
 def _is_queue(path: Path) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from queuelog.errors import Conflict, NotFound
+from queuelog.errors import Conflict, job_not_found
 from queuelog.model import EventKind, Job, JobScope, JobStatus, NewJob
 from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
@@ -35,7 +35,7 @@ def lock_existing(tx: WriteTx, ids: set[int], scope: JobScope) -> dict[int, str]
     found = {row[0]: row for row in rows if scope.allows_owned(row[2], row[3])}
     for job_id in sorted(ids):
         if job_id not in found:
-            raise NotFound(f"job {job_id} not found")
+            raise job_not_found(job_id)
     for job_id, status, _, _ in found.values():
         if status in ENDED_BADLY:
             raise Conflict(f"dependency {job_id} is {status.upper()}")

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from queuelog.errors import DatabaseUnavailable
+from queuelog.errors import DatabaseUnavailable, echo
 from queuelog.storage.write_lock import WriteLock
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -27,7 +27,7 @@ def dialect_of(url: str) -> str:
     try:
         return make_url(url).get_backend_name()
     except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {url!r}") from None
+        raise DatabaseUnavailable(f"not a database URL: {echo(url)}") from None
 
 
 def sync_url(url: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, insert, select, update
 
-from queuelog.errors import Conflict, NotFound
+from queuelog.errors import Conflict, NotFound, echo
 from queuelog.model import ApiKey, Priority, Role
 from queuelog.storage.tables import api_keys
 
@@ -35,7 +35,7 @@ def create_key(
     now: datetime,
 ) -> ApiKey:
     if conn.execute(select(api_keys.c.id).where(api_keys.c.name == name)).first() is not None:
-        raise Conflict(f"a key named {name!r} already exists")
+        raise Conflict(f"a key named {echo(name)} already exists")
     role_text = ",".join(sorted(r.value for r in roles))
     conn.execute(
         insert(api_keys).values(
@@ -56,7 +56,7 @@ def revoke_key(conn: Connection, name: str, now: datetime) -> None:
         .values(revoked_at=now)
     )
     if result.rowcount == 0:
-        raise NotFound(f"no active key named {name!r}")
+        raise NotFound(f"no active key named {echo(name)}")
 
 
 def any_key(conn: Connection) -> bool:

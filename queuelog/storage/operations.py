@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from queuelog import jsonutil
-from queuelog.errors import Conflict, NotFound
+from queuelog.errors import Conflict, NotFound, job_not_found
 from queuelog.model import (
     ALL_JOBS,
     Completion,
@@ -225,24 +225,29 @@ def _inserted_id(cursor: Cursor) -> int:
 # --- the holder's reports -----------------------------------------------------------------
 
 
-def check_holder(job: Job, worker: str, attempt: int | None) -> None:
+def check_holder(job: Job | None, job_id: int, worker: str, attempt: int | None) -> Job:
+    """`job` (as read under its row's lock) if a report of `worker` on it applies: RUNNING,
+    held by `worker`, at `attempt` when one is given.
+
+    A worker sees only the jobs whose worker it is (API.md section 2): any other job, whatever
+    its state, is refused exactly as one that does not exist is (NOT_FOUND, same message). A
+    job it can see (held or finished by it) in the wrong state or attempt is a CONFLICT.
+    """
+    if job is None or job.worker_id != worker:
+        raise job_not_found(job_id)
     if job.status is not JobStatus.RUNNING:
-        raise Conflict(f"job {job.id} is {job.status.name}, not RUNNING")
-    if job.worker_id != worker:
-        raise Conflict(f"job {job.id} is not held by this worker")
+        raise Conflict(f"job {job_id} is {job.status.name}, not RUNNING")
     if attempt is not None and attempt != job.attempt:
-        raise Conflict(f"job {job.id} is at attempt {job.attempt}, not {attempt}")
+        raise Conflict(f"job {job_id} is at attempt {job.attempt}, not {attempt}")
+    return job
 
 
 def _refusal(tx: WriteTx, job_id: int, worker: str, attempt: int | None) -> Exception:
     """Why a guarded UPDATE on a held job matched nothing."""
-    job = fetch_job(tx, job_id)
-    if job is None:
-        return NotFound(f"job {job_id} not found")
     try:
-        check_holder(job, worker, attempt)
-    except Conflict as conflict:
-        return conflict
+        check_holder(fetch_job(tx, job_id), job_id, worker, attempt)
+    except (NotFound, Conflict) as refusal:
+        return refusal
     return Conflict(f"job {job_id} changed while being updated")  # pragma: no cover
 
 
@@ -367,10 +372,7 @@ def fail(
     attempt: int | None,
     delay: RetryDecision,
 ) -> Job:
-    held = fetch_job(tx, job_id)
-    if held is None:
-        raise NotFound(f"job {job_id} not found")
-    check_holder(held, worker, attempt)
+    held = check_holder(fetch_job(tx, job_id), job_id, worker, attempt)
     params = _failure_params(held, tx.now, error, delay(held, retryable, retry_in))
     row = tx.execute(tx.sql.FAIL_RUNNING, params).fetchone()
     if row is None:  # pragma: no cover - the write lock keeps the row as read
@@ -440,7 +442,7 @@ def _after_failure(job: Job, values: dict[str, Any]) -> Job:
 def cancel(tx: WriteTx, job_id: int, scope: JobScope) -> Job:
     job = fetch_job(tx, job_id)
     if job is None or not scope.allows(job):
-        raise NotFound(f"job {job_id} not found")
+        raise job_not_found(job_id)
     if job.status is not JobStatus.PENDING:
         raise Conflict(f"job {job_id} is {job.status.name}; only PENDING jobs can be cancelled")
     row = tx.execute(tx.sql.CANCEL_PENDING, {"id": job_id, "now": tx.now_us}).fetchone()
@@ -454,7 +456,7 @@ def cancel(tx: WriteTx, job_id: int, scope: JobScope) -> Job:
 def retry(tx: WriteTx, job_id: int) -> Job:
     job = fetch_job(tx, job_id)
     if job is None:
-        raise NotFound(f"job {job_id} not found")
+        raise job_not_found(job_id)
     if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
         raise Conflict(f"job {job_id} is {job.status.name}; only FAILED or CANCELLED jobs can be retried")
     row = tx.execute(tx.sql.RETRY_FINISHED, {"id": job_id, "now": tx.now_us}).fetchone()

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from queuelog import cron, jsonutil
-from queuelog.errors import Conflict
+from queuelog.errors import Conflict, echo
 from queuelog.model import (
     EventKind,
     JobStatus,
@@ -134,7 +134,8 @@ def set_paused(tx: WriteTx, name: str, paused: bool) -> Schedule | None:
             next_tick = cron.parse(schedule.cron, schedule.timezone).next_after(tx.now)
         except cron.CronError as error:
             raise Conflict(
-                f"schedule {name!r} no longer parses ({error}): put it again with a valid cron and time zone"
+                f"schedule {echo(name)} no longer parses ({error}):"
+                " put it again with a valid cron and time zone"
             ) from None
     params = {
         "name": name,

@@ -10,7 +10,7 @@ to report on that worker's job.
 Proven: the claimed job's workerId (in the response, through ADMIN and in the database) is the
 key's name; unknown arguments and input fields are GraphQL validation errors (BAD_USER_INPUT,
 data null) that change nothing; a duplicate key name is refused; a spoofed header gives no
-access to another worker's job (CONFLICT, job unchanged).
+access to another worker's job (NOT_FOUND, as for a job that does not exist; job unchanged).
 """
 
 from __future__ import annotations
@@ -193,9 +193,10 @@ def test_a_spoofed_header_gives_no_access_to_another_workers_job(
         'mutation($id: ID!) { failJob(id: $id, error: "x", retryable: false) { id } }',
     ):
         body = post(server, attacker, {"query": query, "variables": {"id": job_id}}, spoof)
-        assert body["data"] is None and [e["extensions"]["code"] for e in body["errors"]] == ["CONFLICT"], (
+        assert body["data"] is None and [e["extensions"]["code"] for e in body["errors"]] == ["NOT_FOUND"], (
             body
         )
+        assert body["errors"][0]["message"] == f"job {job_id} not found", body
     assert admin_view(server, job_id) == before
     seen = post(server, attacker, {"query": JOB, "variables": {"id": job_id}}, spoof)
     assert seen["data"]["job"] is None, "the attacker saw the victim's job"

@@ -7,8 +7,10 @@ a job it holds depends on: section 10); completeJobs
 mixing the caller's own jobs with foreign, unclaimed and repeated ids; roles reaching for
 operations they never have (worker cancel, producer retry, viewer cancel).
 
-Proven: CONFLICT for reports on a job the caller does not hold (job unchanged: status, worker,
-attempt, lease, result, error), NOT_FOUND / null / absent for jobs a caller may not see,
+Proven: NOT_FOUND, worded as for a job that does not exist, for reports on a job the caller
+does not hold and never held (job unchanged: status, worker, attempt, lease, result, error);
+CONFLICT for the holder's reports with a wrong attempt; NOT_FOUND / null / absent for jobs a
+caller may not see,
 foreign items of completeJobs in `rejected` and unchanged while the caller's own ones apply,
 FORBIDDEN for role violations; the rightful holder can still finish the job afterwards.
 """
@@ -95,7 +97,8 @@ def test_another_worker_cannot_report_on_a_held_job(
     before = admin_view(server, job_id)
     for attempt in (None, held["attempt"]):  # with and without the (correct) fencing token
         response = server.gql(report, {"id": job_id, "a": attempt}, key=worker_b)
-        assert response.data is None and response.codes == ["CONFLICT"], response.body
+        assert response.data is None and response.codes == ["NOT_FOUND"], response.body
+        assert response.errors[0]["message"] == f"job {job_id} not found", response.body
         assert admin_view(server, job_id) == before
     # The rightful holder is unaffected and can still finish it.
     done = server.gql(
@@ -120,13 +123,13 @@ def test_the_holder_with_a_wrong_attempt_gets_conflict(
     assert admin_view(server, job_id) == before
 
 
-def test_reports_on_a_job_that_is_not_running_get_conflict(server: Server, workers: tuple[str, str]) -> None:
+def test_reports_on_a_job_that_is_not_running_get_not_found(server: Server, workers: tuple[str, str]) -> None:
     worker_a, _ = workers
-    job_id = enqueue(server)  # PENDING, held by nobody
+    job_id = enqueue(server)  # PENDING, held by nobody: no worker may see it
     before = admin_view(server, job_id)
     for report in REPORTS.values():
         response = server.gql(report, {"id": job_id, "a": None}, key=worker_a)
-        assert response.data is None and response.codes == ["CONFLICT"], response.body
+        assert response.data is None and response.codes == ["NOT_FOUND"], response.body
     assert admin_view(server, job_id) == before
 
 
