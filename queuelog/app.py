@@ -184,7 +184,7 @@ STARLETTE_GONE = (starlette.websockets.WebSocketDisconnect, starlette.websockets
 
 def _socket_gone(error: Exception) -> bool:
     """Whether `error` only says the websocket had already closed."""
-    return isinstance(error, WebSocketDisconnected | STARLETTE_GONE) or (
+    return isinstance(error, (WebSocketDisconnected, *STARLETTE_GONE)) or (
         isinstance(error, RuntimeError) and "after sending 'websocket.close'" in str(error)
     )
 
