@@ -48,8 +48,28 @@ def value_size(value: Any) -> int:
     if kind is str:
         return text_size(value)
     if kind is dict or kind is list:
-        return len(jsonutil.dumps(value))
+        try:
+            return len(jsonutil.dumps(value))
+        except RecursionError:  # nested deeper than the stack left here allows
+            return _nested_size(value)
     return OTHER_VALUE
+
+
+def _nested_size(value: Any) -> int:
+    """value_size of a JSON value, without recursion."""
+    size = 0
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if type(item) is dict:
+            size += 2 + keys_size(item)
+            todo.extend(item.values())
+        elif type(item) is list:
+            size += 2 + len(item)
+            todo.extend(item)
+        else:
+            size += value_size(item)
+    return size
 
 
 def keys_size(keys: Iterable[str]) -> int:
