@@ -562,6 +562,8 @@ def ratio_row(old: Row, new: Row, columns: Sequence[tuple[str, Any, str]]) -> Ro
             a, b = old.get(k), new.get(k)
             if isinstance(a, Bound) and isinstance(b, Bound) or a is None or b is None:
                 continue
+            if isinstance(a, str) or isinstance(b, str):  # a verdict, not a figure
+                continue
             if isinstance(a, Bound) and a.value:
                 out[k] = Bound("<" if a.sign == ">" else ">", b / a.value)
             elif isinstance(b, Bound) and a:
