@@ -1,7 +1,8 @@
-"""The two denial-of-service attacks of issue 14, measured on one or more checkouts of queuelog.
+"""The denial-of-service attacks of issues 14 and 30, measured on one or more checkouts of queuelog.
 
     .venv/bin/python -m bench.security_attacks --code-dir /tmp/before --code-dir /work/main
     .venv/bin/python -m bench.security_attacks --database sqlite          # this checkout only
+    .venv/bin/python -m bench.security_attacks --only size                # issue 30's only
 
 1. The cost attack: one `enqueueJobs` of 1,000 inputs that all name the same idempotency key
    (so all answer the same job), each answer selecting 29 aliases of `events(last: 100)`, on a
@@ -12,6 +13,14 @@
    selecting those 29 aliases, while a producer enqueues 1,000 `noop` jobs (10 x 100).
    Measured: the server's CPU over the 15 s from the first enqueue, with and without the
    subscriber, and the events the socket received meanwhile.
+3. Answers too large (QUEUELOG_MAX_RESPONSE_BYTES): a producer stores 100 jobs with 64 KB
+   payloads, completed with 64 KB results (and, where the attack needs them, 100 schedules
+   with 64 KB payloads, 100 FAILED jobs with 2,000-character errors, 100 more PENDING jobs);
+   then one request asks for far more than that (30 aliases of a page of payloads, ...).
+   Measured: its wall time and answer size, the serving process's RSS before and after and
+   its peak during the request (VmHWM, reset first through /proc/PID/clear_refs), its CPU,
+   and the latency of another producer's `enqueueJob` sent every 50 ms meanwhile. Target,
+   not a pass/fail: under 2 s and 100 MB over the RSS before, each.
 
 Each measurement gets its own `queuelog serve` on a fresh database (a SQLite file in the
 temp directory, or a PostgreSQL database created and dropped on --postgres-url's cluster),
@@ -72,7 +81,13 @@ PING_INTERVAL = 0.05
 SUBSCRIPTIONS = 20
 WINDOW = 15.0
 MB = 1024 * 1024
-KEYS = [("attack-producer", "producer"), ("attack-worker", "worker"), ("attack-viewer", "viewer")]
+KEYS = [
+    ("attack-producer", "producer"),
+    ("attack-worker", "worker"),
+    ("attack-viewer", "viewer"),
+    ("attack-admin", "admin"),
+    ("attack-bystander", "producer"),
+]
 
 Row = dict[str, Any]
 # (heading, key, format): the columns of each table; ratios are taken of every numeric one.
@@ -176,9 +191,11 @@ class Bound:
     value: float
 
 
-async def pinger(url: str, key: str, timeout: float, out: list[list[float]], stop: asyncio.Event) -> None:
-    """`{ me { name } }` every 50 ms (at once after a late answer), each [sent, answered]; a ping
-    still unanswered stays [sent] (a timeout reconnects)."""
+async def pinger(
+    url: str, key: str, timeout: float, out: list[list[float]], stop: asyncio.Event, body: bytes = PING
+) -> None:
+    """`body` (`{ me { name } }`) every 50 ms (at once after a late answer), each [sent,
+    answered]; a ping still unanswered stays [sent] (a timeout reconnects)."""
     conn = HttpConnection(url, bearer(key))
     try:
         next_at = time.perf_counter()
@@ -186,7 +203,7 @@ async def pinger(url: str, key: str, timeout: float, out: list[list[float]], sto
             ping = [time.perf_counter()]
             out.append(ping)
             try:
-                graphql_data(*await asyncio.wait_for(conn.post("/graphql", PING), timeout))
+                graphql_data(*await asyncio.wait_for(conn.post("/graphql", body), timeout))
                 ping.append(time.perf_counter())
             except TimeoutError:
                 await conn.close()
@@ -329,14 +346,203 @@ async def amplification(
     return row
 
 
+# --- 3. answers too large -------------------------------------------------------------------
+
+BLOB = 65_000  # characters: payloads and results of 65,011 bytes, under the 64 KiB limit
+PER_REQUEST = 15  # 64 KB items per request, under the 1 MiB body limit
+CRON_NEVER_SOON = "0 0 1 1 *"
+FILL_ENQUEUE = "mutation Fill($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { job { id } } }"
+FILL_CLAIM = 'mutation FillClaim { claimJobs(limit: 100, types: ["report"]) { id attempt } }'
+FILL_COMPLETE = (
+    "mutation FillComplete($items: [CompleteJobInput!]!) { completeJobs(items: $items) { rejected } }"
+)
+FILL_FAIL = "mutation FillFail($id: ID!, $e: String!) { failJob(id: $id, error: $e) { status } }"
+FILL_SCHEDULE = "mutation FillSchedule($s: ScheduleInput!) { putSchedule(input: $s) { name } }"
+BYSTANDER = graphql_body(
+    'mutation Bystander { enqueueJob(input: {type: "noop", payload: {n: 1}}) { job { id } } }'
+)
+SIZE_TARGET_SECONDS = 2.0
+SIZE_TARGET_MB = 100.0
+
+
+def repeated(count: int, selection: str, prefix: str = "a") -> str:
+    return " ".join(f"{prefix}{n}: {selection}" for n in range(count))
+
+
+@dataclass(frozen=True)
+class SizeAttack:
+    role: str
+    document: str
+    needs: frozenset[str] = frozenset()  # "errors", "schedules", "pending": more to store first
+
+
+SIZE_ATTACKS: dict[str, SizeAttack] = {
+    "30 x jobs(first: 100) { nodes { payload } }": SizeAttack(
+        "producer", "query A { " + repeated(30, "jobs(first: 100) { nodes { payload } }") + " }"
+    ),
+    "30 x jobs(first: 100) { nodes { result } }": SizeAttack(
+        "producer", "query A { " + repeated(30, "jobs(first: 100) { nodes { result } }") + " }"
+    ),
+    "jobs(first: 100) { nodes { 29 x payload } } (compiled)": SizeAttack(
+        "producer", "query A { jobs(first: 100) { nodes { " + repeated(29, "payload", "p") + " } } }"
+    ),
+    "jobs(first: 100) { nodes and edges { payload result } }": SizeAttack(
+        "producer",
+        "query A { jobs(first: 100) { nodes { payload result } edges { node { payload result } } } }",
+    ),
+    "VIEWER: 30 x schedules { payload }": SizeAttack(
+        "viewer", "query A { " + repeated(30, "schedules { payload }") + " }", frozenset({"schedules"})
+    ),
+    "ADMIN: 30 x jobs(status: FAILED) { nodes { error } }": SizeAttack(
+        "admin",
+        "query A { " + repeated(30, "jobs(first: 100, status: FAILED) { nodes { error } }") + " }",
+        frozenset({"errors"}),
+    ),
+    "30 x job(id) { payload result }": SizeAttack(
+        "producer", "query A($id: ID!) { " + repeated(30, "job(id: $id) { payload result }") + " }"
+    ),
+    "allowed: one full page { id payload result }": SizeAttack(
+        "producer", "query A { jobs(first: 100) { nodes { id payload result } } }"
+    ),
+    "mutation, not cut: claimJobs(limit: 100) { 29 x payload }": SizeAttack(
+        "worker",
+        'mutation A { claimJobs(limit: 100, types: ["report"]) { ' + repeated(29, "payload", "p") + " } }",
+        frozenset({"pending"}),
+    ),
+}
+SIZE_COLUMNS = (
+    ("wall s", "seconds", "{:.2f}"),
+    ("answer bytes", "bytes", "{:,.0f}"),
+    ("RSS before/after MB", ("rss_before", "rss_after"), "{:.0f}"),
+    ("peak - before MB", "peak_growth", "{:.0f}"),
+    ("server CPU s", "cpu", "{:.2f}"),
+    ("PG CPU s", "db_cpu", "{:.2f}"),
+    ("bystander enqueue p50/max ms", ("ping_p50", "ping_max"), "{:.0f}"),
+    ("< 2 s, < 100 MB", "met", "{}"),
+)
+
+
+def blob(tag: str) -> dict[str, str]:
+    return {"blob": (tag * BLOB)[:BLOB]}
+
+
+async def enqueue_large(api: Api, count: int, **fields: Any) -> list[str]:
+    ids: list[str] = []
+    while len(ids) < count:
+        size = min(PER_REQUEST, count - len(ids))
+        inputs = [
+            {"type": "report", "payload": blob(f"payload {len(ids) + n} "), **fields} for n in range(size)
+        ]
+        ids += [a["job"]["id"] for a in (await api.call(FILL_ENQUEUE, {"inputs": inputs}))["enqueueJobs"]]
+    return ids
+
+
+async def fill(server: ServerProcess, keys: dict[str, str], needs: frozenset[str]) -> dict[str, Any]:
+    """100 COMPLETED jobs of the producer with 64 KB payloads and results; then what `needs`
+    asks for. The variables the attack's document takes."""
+    async with contextlib.AsyncExitStack() as stack:
+        api = {role: await stack.enter_async_context(Api(server.url, keys[role])) for role in keys}
+        job_ids = await enqueue_large(api["producer"], 100)
+        claimed = (await api["worker"].call(FILL_CLAIM))["claimJobs"]
+        for start in range(0, len(claimed), PER_REQUEST):
+            items = [
+                {"id": c["id"], "attempt": c["attempt"], "result": blob(f"result {c['id']} ")}
+                for c in claimed[start : start + PER_REQUEST]
+            ]
+            await api["worker"].call(FILL_COMPLETE, {"items": items})
+        if "errors" in needs:  # 100 FAILED jobs with errors of QUEUELOG_MAX_ERROR_CHARS (2000)
+            await enqueue_large(api["admin"], 100, maxRetries=0)
+            for job in (await api["worker"].call(FILL_CLAIM))["claimJobs"]:
+                await api["worker"].call(FILL_FAIL, {"id": job["id"], "e": "e" * 2000})
+        if "schedules" in needs:
+            for n in range(100):
+                schedule = {
+                    "name": f"big-{n}",
+                    "type": "report",
+                    "cron": CRON_NEVER_SOON,
+                    "payload": blob("s"),
+                }
+                await api["admin"].call(FILL_SCHEDULE, {"s": schedule})
+        if "pending" in needs:
+            await enqueue_large(api["producer"], 100)
+    return {"id": job_ids[0]}
+
+
+def reset_peak(pid: int) -> bool:
+    """Set the process's VmHWM back to its VmRSS (Linux: `5` to /proc/PID/clear_refs)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+async def size_attack(
+    server: ServerProcess, pid: int, keys: dict[str, str], attack: SizeAttack, timeout: float
+) -> Row:
+    variables = await fill(server, keys, attack.needs)
+    uses_id = "$id" in attack.document
+    body = graphql_body(attack.document, variables if uses_id else None)
+    pings: list[list[float]] = []
+    stop = asyncio.Event()
+    ping_task = asyncio.create_task(pinger(server.url, keys["bystander"], timeout, pings, stop, BYSTANDER))
+    request = HttpConnection(server.url, bearer(keys[attack.role]))
+    row: Row = {}
+    try:
+        await asyncio.sleep(1.0)  # the bystander's idle enqueues first
+        peak_reset = reset_peak(pid)
+        rss_before, cpu_before, db_before = readings(server, pid)
+        started = time.perf_counter()
+        try:
+            status, answer = await asyncio.wait_for(request.post("/graphql", body), timeout)
+        except TimeoutError:
+            status, answer = 0, b""
+            row["note"] = f"no answer in {timeout:.0f} s (the figures are at that moment)"
+        ended = time.perf_counter()
+        rss_after, cpu_after, db_after = readings(server, pid)
+    finally:
+        stop.set()
+        await request.close()
+        await stop_task(ping_task, wait=5.0)
+    during = [p for p in pings if p[0] < ended and (len(p) == 1 or p[1] > started)]
+    latencies = sorted(((p[1] if len(p) == 2 else ended) - p[0]) * 1000 for p in during)
+    slowest = max(latencies, default=float("nan"))
+    peak_growth = (rss_after[1] - rss_before[0]) / MB if peak_reset and rss_before and rss_after else None
+    seconds = ended - started
+    row |= {
+        "seconds": seconds if status else Bound(">", seconds),
+        "bytes": len(answer) if status else None,
+        "rss_before": rss_before[0] / MB if rss_before else None,
+        "rss_after": rss_after[0] / MB if rss_after else None,
+        "peak_growth": peak_growth,
+        "cpu": difference(cpu_before, cpu_after),
+        "db_cpu": cpu_delta(db_before, db_after),
+        "ping_p50": percentile(latencies, 50),
+        "ping_max": Bound(">", slowest) if any(len(p) == 1 for p in during) else slowest,
+        "met": "yes"
+        if status and seconds < SIZE_TARGET_SECONDS and (peak_growth or 0) < SIZE_TARGET_MB
+        else "NO",
+    }
+    if status and len(answer) < 4096:
+        errors = json.loads(answer).get("errors")
+        row["note"] = f"HTTP {status}: " + (errors[0]["message"] if errors else "answered")
+    elif status:
+        row["note"] = f"HTTP {status}: answered in full"
+    if not peak_reset:
+        row["note"] = row.get("note", "") + " (VmHWM could not be reset: no peak figure)"
+    return row
+
+
 # --- running and the table ------------------------------------------------------------------
 
+KINDS = ("cost", "subs", "size")
 Measure = Callable[..., Any]  # (server, serving pid, {role: key}, timeout=) -> a coroutine of a Row
 MEASUREMENTS: list[tuple[str, str, Measure]] = [
     ("cost", "job with 1 event", functools.partial(cost_attack, failures=0)),
     ("cost", "job with 53 events", functools.partial(cost_attack, failures=26)),
     ("subs", "no subscriber", functools.partial(amplification, subscriptions=0)),
     ("subs", f"{SUBSCRIPTIONS} subscriptions", functools.partial(amplification, subscriptions=SUBSCRIPTIONS)),
+    *(("size", name, functools.partial(size_attack, attack=attack)) for name, attack in SIZE_ATTACKS.items()),
 ]
 
 
@@ -355,6 +561,8 @@ def ratio_row(old: Row, new: Row, columns: Sequence[tuple[str, Any, str]]) -> Ro
         for k in (key,) if isinstance(key, str) else key:
             a, b = old.get(k), new.get(k)
             if isinstance(a, Bound) and isinstance(b, Bound) or a is None or b is None:
+                continue
+            if isinstance(a, str) or isinstance(b, str):  # a verdict, not a figure
                 continue
             if isinstance(a, Bound) and a.value:
                 out[k] = Bound("<" if a.sign == ">" else ">", b / a.value)
@@ -417,6 +625,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--timeout", type=float, default=120.0, help="seconds to wait for any one request (default 120)"
     )
     parser.add_argument(
+        "--only",
+        action="append",
+        choices=KINDS,
+        help="run only these attacks; repeatable (default: all): cost, subs (amplification), "
+        "size (answers too large)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the temp directory (server logs, databases)"
     )
     return parser.parse_args(argv)
@@ -429,7 +644,12 @@ def measure(ctx: Context, row: Row, run: Measure, timeout: float) -> Row:
         server = ctx.queuelog(job_types="report,noop")
         keys = make_keys(server.database_url, KEYS)
         row |= ctx.run(
-            run(server, serving_pid(server), {role: keys[name] for name, role in KEYS}, timeout=timeout)
+            run(
+                server,
+                serving_pid(server),
+                {name.removeprefix("attack-"): keys[name] for name, _ in KEYS},
+                timeout=timeout,
+            )
         )
     except Exception as exc:  # the other measurements still run
         row["note"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
@@ -450,6 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     heading += f"; PostgreSQL {_pg.server_version(args.postgres_url)}"
                 settings = Settings.make(quick=True, database=database, postgres_url=args.postgres_url)
                 for kind, measurement, run in MEASUREMENTS:
+                    if args.only and kind not in args.only:
+                        continue
                     measured = []
                     for code_dir in code_dirs:  # old and new side by side, measurement by measurement
                         row = {
@@ -465,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             )
                             measured.append(measure(ctx, row, run, args.timeout))
                     if len(measured) > 1:
-                        columns = COST_COLUMNS if kind == "cost" else SUB_COLUMNS
+                        columns = {"cost": COST_COLUMNS, "subs": SUB_COLUMNS, "size": SIZE_COLUMNS}[kind]
                         measured[-1]["ratio"] = ratio_row(measured[0], measured[-1], columns)
                     rows += measured
     finally:
@@ -475,6 +697,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         subs = [r for r in rows if r["kind"] == "subs"]
         title = f"2. subscription amplification: 1,000 noop jobs enqueued, CPU over {WINDOW:.0f} s"
         print(table(title, subs, SUB_COLUMNS))
+        size = [r for r in rows if r["kind"] == "size"]
+        title = "3. answers too large: 100 jobs with 64 KB payloads and results (100 schedules, 100 errors)"
+        print(table(title, size, SIZE_COLUMNS))
     return 1 if any(str(r.get("note", "")).startswith("failed") for r in rows) else 0
 
 

@@ -259,7 +259,11 @@ class GraphQLEndpoint:
         self.view = view
         settings = services.settings
         planner = Planner(
-            view.schema._schema, document_rules(settings), settings.max_tokens, cost_rule(settings)
+            view.schema._schema,
+            document_rules(settings),
+            settings.max_tokens,
+            cost_rule(settings),
+            settings.max_response_bytes,
         )
         self.compiled = CompiledRequests(planner, self._context)
 

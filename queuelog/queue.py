@@ -284,6 +284,10 @@ class JobQueue:
     async def schedules(self) -> builtins.list[Schedule]:
         return await self.repository.schedules()
 
+    async def schedule_count(self) -> int:
+        """How many schedules `schedules` answers now (its cost, schema/cost.py)."""
+        return await self.repository.schedule_count()
+
     async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
         spec = validate_schedule(self, principal, **fields)
         schedule = await self.repository.put_schedule(spec)

@@ -49,6 +49,9 @@ class Settings:
     max_tokens: int = 2000
     # A document's cost: fields it may return, lists counted by their bound (schema/cost.py).
     max_cost: int = 50000
+    # A query's (or subscription event's) answer, in bytes, measured while it is built
+    # (schema/response_size.py); mutations are not cut.
+    max_response_bytes: int = 16777216
     # When set, GET /metrics wants `Authorization: Bearer <token>`.
     metrics_token: str = ""
     # When set, any other Host header gets 400 (DNS rebinding); `*.example.com` allowed.
@@ -75,6 +78,7 @@ class Settings:
             "max_aliases",
             "max_tokens",
             "max_cost",
+            "max_response_bytes",
             "prune_interval_seconds",
         )
         for name in positive:

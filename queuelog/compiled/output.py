@@ -97,8 +97,9 @@ class ValuePlan:
     convert_name: str = ""  # how the generated code spells `convert`
     item: ValuePlan | None = None  # list
     fields: list[FieldPlan] = dataclasses.field(default_factory=list)  # object
-    type_name: str = ""  # object
+    type_name: str = ""  # object; scalar and enum: the type's name too (compiled/size.py reads it)
     fast: Callable[[Any], Any] = _not_planned  # object: the generated serializer
+    enum_names: dict[Any, str] = dataclasses.field(default_factory=dict)  # enum: value -> name
 
 
 @dataclasses.dataclass
@@ -154,15 +155,15 @@ def plan_value(
         return ValuePlan("list", non_null, item=plan_value(schema, named.of_type, selection))
     if isinstance(named, GraphQLScalarType):
         if named.name == "DateTime":
-            return ValuePlan("scalar", non_null, _isoformat, "_isoformat")
+            return ValuePlan("scalar", non_null, _isoformat, "_isoformat", type_name=named.name)
         if named.name == "ID":
-            return ValuePlan("scalar", non_null, str, "str")
+            return ValuePlan("scalar", non_null, str, "str", type_name=named.name)
         if named.name in ("String", "Int", "Float", "Boolean", "JSON"):
-            return ValuePlan("scalar", non_null, _identity)
+            return ValuePlan("scalar", non_null, _identity, type_name=named.name)
         raise Unsupported
     if isinstance(named, GraphQLEnumType):
         names = _enum_names(named)
-        return ValuePlan("enum", non_null, names.__getitem__)
+        return ValuePlan("enum", non_null, names.__getitem__, type_name=named.name, enum_names=names)
     if isinstance(named, GraphQLObjectType) and selection is not None:
         plan = ValuePlan("object", non_null, type_name=named.name)
         plan.fields = [_plan_field(schema, named, node) for node in _fields_of(selection)]

@@ -55,9 +55,11 @@ from queuelog.compiled.output import (
     plan_value,
     site_of,
 )
-from queuelog.schema.cost import CostRule, CostTooHigh
+from queuelog.compiled.size import Charge, charger
+from queuelog.schema.cost import CostRule, CostTooHigh, SizeNotKnown
 from queuelog.schema.extensions import shape_errors
 from queuelog.schema.logging import log_errors
+from queuelog.schema.response_size import ResponseBudget, ResponseTooLarge
 
 log = logging.getLogger("queuelog.errors")
 MAX_PLANS = 512
@@ -90,6 +92,9 @@ class OperationPlan:
     variables: list[Variable]
     value: ValuePlan
     guards: list[Any]  # every guarded field in the selection (e.g. Job.error)
+    # Queries: what charges the answer's bytes to a budget of `response_limit` (size.py).
+    charge: Charge | None = None
+    response_limit: int = 0
 
 
 class CompiledInfo:
@@ -108,11 +113,13 @@ class Planner:
         rules: Sequence[type[ASTValidationRule]],
         max_tokens: int,
         cost: CostRule,
+        max_response_bytes: int,
     ) -> None:
         self._schema = schema
         self._rules = (*specified_rules, *rules)
         self._max_tokens = max_tokens
         self._cost = cost
+        self._max_response_bytes = max_response_bytes
         self._plans: OrderedDict[tuple[str, str | None], OperationPlan | None] = OrderedDict()
 
     def plan_for(self, query: str, operation_name: str | None) -> OperationPlan | None:
@@ -145,7 +152,7 @@ class Planner:
             # With every variable at its bound: a document that could go over the limit runs
             # the general way, which checks the cost of the request's own variables.
             self._cost.check(self._schema, chosen, {}, None)
-        except CostTooHigh:
+        except (CostTooHigh, SizeNotKnown):
             return None
         try:
             return self._plan_operation(chosen, operation_name)
@@ -206,6 +213,7 @@ class Planner:
         key = node.alias.value if node.alias else node.name.value
         if operation_name is None and operation.name is not None:
             operation_name = operation.name.value
+        is_query = operation.operation is OperationType.QUERY
         return OperationPlan(
             root=FieldPlan(key, None, value, root.name, node.name.value, site_of(node)),
             key=key,
@@ -216,6 +224,8 @@ class Planner:
             variables=variables,
             value=value,
             guards=_guards_of(value),
+            charge=charger(value) if is_query else None,
+            response_limit=self._max_response_bytes,
         )
 
 
@@ -278,7 +288,12 @@ async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> d
             errors.append(error_at(plan.root.site, path, failure))
             data = _null_root(plan)
         else:
-            data = _serialize(plan, result, info, errors)
+            refusal = _too_large(plan, result)
+            if refusal is not None:
+                errors.append(GraphQLError(refusal.message, original_error=refusal))
+                data = None
+            else:
+                data = _serialize(plan, result, info, errors)
     response: dict[str, Any] = {"data": data}
     if errors:
         # Strawberry's error policy, as its path applies it: every error logged, then
@@ -287,6 +302,17 @@ async def run(plan: OperationPlan, context: Any, variables: dict[str, Any]) -> d
             context.database_unavailable = True
         response["errors"] = [error.formatted for error in shape_errors(errors)]
     return response
+
+
+def _too_large(plan: OperationPlan, result: Any) -> ResponseTooLarge | None:
+    """The refusal of a query whose answer would exceed QUEUELOG_MAX_RESPONSE_BYTES."""
+    if plan.charge is None or result is None:
+        return None
+    try:
+        plan.charge(result, ResponseBudget(plan.response_limit))
+    except ResponseTooLarge as refusal:
+        return refusal
+    return None
 
 
 def _null_root(plan: OperationPlan) -> dict[str, Any] | None:

@@ -7,35 +7,15 @@ document limits follow the configuration.
 
 from __future__ import annotations
 
-from typing import Any
-
 import strawberry
 from graphql import GraphQLDefaultInput, GraphQLInputObjectType, parse_const_value
 from strawberry.schema.config import StrawberryConfig
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from queuelog.schema.executor import executor_for
 from queuelog.schema.extensions import schema_extensions
 from queuelog.schema.logging import LoggingSchema
 from queuelog.schema.root import Mutation, Query, Subscription
 from queuelog.settings import Settings
-
-
-class Executor(StrawberryGraphQLCoreExecutionContext):
-    """Strawberry's executor, with a per-event memo of collected subfields.
-
-    graphql-core memoizes `collect_subfields` in `_relevant_sub_fields`, keyed by the id() of
-    a field list and keeping that list alive. The executor of each subscription event is a
-    shallow copy of the subscription's, so they all share one memo, and every event collects
-    its fields into new lists: the memo gained two entries (~2.7 kB) per event delivered, for
-    as long as the subscription lived (issue 6: 4 `jobEvents` subscribers took the server
-    from ~80 MB to 600 MB in two minutes). Each event now starts with an empty memo, which is
-    dropped with its executor once the event is sent.
-    """
-
-    def build_per_event_executor(self, payload: Any) -> Any:
-        executor = super().build_per_event_executor(payload)
-        executor._relevant_sub_fields = {}
-        return executor
 
 
 def build_schema(settings: Settings) -> strawberry.Schema:
@@ -45,7 +25,7 @@ def build_schema(settings: Settings) -> strawberry.Schema:
         subscription=Subscription,
         extensions=schema_extensions(settings),
         config=StrawberryConfig(disable_field_suggestions=True),
-        execution_context_class=Executor,
+        execution_context_class=executor_for(settings.max_response_bytes),
     )
     _keep_json_default_printable(built)
     return built

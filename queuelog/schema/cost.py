@@ -15,6 +15,12 @@ No maintained library fits: graphql-complexity's Strawberry extension ignores va
 re-evaluates a fragment at every spread (exponential for nested spreads) and knows no
 connection sizes, and the cost must also run on the compiled path, which Strawberry's
 extensions never see. So the rule is written once here and used by both paths.
+
+A list no argument bounds counts by the rule's `unsized_list` (`byType`: one per allowed
+job type), except the lists of REAL_SIZE_LISTS, whose rows nothing bounds (an ADMIN may
+create any number of schedules): those count by their real size, read before the check
+(CostLimit in extensions.py); a check that meets one without its size raises SizeNotKnown,
+and the compiled planner leaves such documents to the general path.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ SIZE_BOUNDS = {
     "inputs": queue.MAX_ENQUEUE_BATCH,
     "items": queue.MAX_COMPLETE_BATCH,
 }
+# "Type.field" of the lists that count by how many items they hold now.
+REAL_SIZE_LISTS = frozenset({"Query.schedules"})
 UNSET = object()  # a variable whose value is not known (planning), counted at the bound
 ABSENT = object()  # a variable the request did not send: the argument's default applies
 
@@ -64,6 +72,14 @@ class CostTooHigh(ValueError):
         super().__init__(f"the document's cost is {cost:,}, over the limit of {limit:,} (QUEUELOG_MAX_COST)")
         self.cost = cost
         self.limit = limit
+
+
+class SizeNotKnown(LookupError):
+    """The cost needs the real size of this list ("Type.field" of REAL_SIZE_LISTS)."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(field)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -80,12 +96,14 @@ class CostRule:
         operation: OperationDefinitionNode,
         fragments: Mapping[str, FragmentDefinitionNode],
         variables: Mapping[str, Any] | None,
+        real_sizes: Mapping[str, int] | None = None,
     ) -> int:
-        """The operation's cost; raises CostTooHigh over the limit. `variables` None: unknown."""
+        """The operation's cost; raises CostTooHigh over the limit. `variables` None: unknown;
+        `real_sizes`: the items each list of REAL_SIZE_LISTS holds (SizeNotKnown without)."""
         root = _root_type(schema, operation)
         if root is None:
             return 0
-        counter = _Counter(schema, fragments, variables, operation, self)
+        counter = _Counter(schema, fragments, variables, operation, self, real_sizes or {})
         cost = counter.selection(root, operation.selection_set, None)
         if cost > self.limit:
             raise CostTooHigh(cost, self.limit)
@@ -119,8 +137,10 @@ class _Counter:
         variables: Mapping[str, Any] | None,
         operation: OperationDefinitionNode,
         rule: CostRule,
+        real_sizes: Mapping[str, int],
     ) -> None:
         self.schema = schema
+        self.real_sizes = real_sizes
         self.fragments = fragments
         self.variables = variables
         self.defaults = {d.variable.name.value: d.default_value for d in operation.variable_definitions or ()}
@@ -172,8 +192,20 @@ class _Counter:
             return 1 + self.selection(named, node.selection_set, own if own is not None else None)
         if node.selection_set is None:
             return 1  # a list of scalars or enums
-        items = own if own is not None else inherited if inherited is not None else self.rule.unsized_list
+        if own is not None:
+            items = own
+        elif inherited is not None:
+            items = inherited
+        else:
+            items = self.unsized(f"{parent.name}.{name}")
         return 1 + items * self.selection(named, node.selection_set, None)
+
+    def unsized(self, field: str) -> int:
+        if field not in REAL_SIZE_LISTS:
+            return self.rule.unsized_list
+        if field not in self.real_sizes:
+            raise SizeNotKnown(field)
+        return self.real_sizes[field]
 
     def size_of(self, definition: GraphQLField, node: FieldNode) -> int | None:
         """The items this field (or the lists inside it) may return, from its size argument."""

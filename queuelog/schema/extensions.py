@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode, get_operation_ast
@@ -19,7 +19,8 @@ from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError, shorten_echoes
 from queuelog.metrics import OperationName
-from queuelog.schema.cost import CostRule, CostTooHigh
+from queuelog.schema.context import RequestContext
+from queuelog.schema.cost import CostRule, CostTooHigh, SizeNotKnown
 from queuelog.schema.limits import document_rules
 from queuelog.settings import Settings
 
@@ -154,12 +155,19 @@ def cost_rule(settings: Settings) -> CostRule:
     return CostRule(limit=settings.max_cost, unsized_list=max(1, len(settings.job_types)))
 
 
+# How to read the real size of each list of cost.REAL_SIZE_LISTS.
+REAL_SIZES: dict[str, Callable[[RequestContext], Awaitable[int]]] = {
+    "Query.schedules": lambda context: context.queue.schedule_count(),
+}
+
+
 def cost_limit(rule: CostRule) -> type[SchemaExtension]:
     class CostLimit(SchemaExtension):
         """Refuses a document over QUEUELOG_MAX_COST before it runs. Not a validation rule:
-        the cost depends on the request's variables, and validation is cached by text."""
+        the cost depends on the request's variables (and on how many schedules there are),
+        and validation is cached by text."""
 
-        def on_execute(self) -> Iterator[None]:
+        async def on_execute(self) -> AsyncIterator[None]:
             context = self.execution_context
             document = context.graphql_document
             assert document is not None  # parsed before execution starts
@@ -168,10 +176,17 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
                 fragments = {
                     d.name.value: d for d in document.definitions if isinstance(d, FragmentDefinitionNode)
                 }
-                try:
-                    rule.check(context.schema._schema, operation, fragments, context.variables or {})
-                except CostTooHigh as refusal:
-                    raise GraphQLError(str(refusal), extensions={"code": "BAD_USER_INPUT"}) from None
+                real_sizes: dict[str, int] = {}
+                while True:
+                    try:
+                        rule.check(
+                            context.schema._schema, operation, fragments, context.variables or {}, real_sizes
+                        )
+                        break
+                    except SizeNotKnown as unknown:
+                        real_sizes[unknown.field] = await REAL_SIZES[unknown.field](context.context)
+                    except CostTooHigh as refusal:
+                        raise GraphQLError(str(refusal), extensions={"code": "BAD_USER_INPUT"}) from None
             yield
 
     return CostLimit

@@ -36,6 +36,7 @@ from queuelog.storage.statements import (
     PROMOTE_BATCH,
     PRUNE_BATCH,
     SCHEDULE_COLUMN_LIST,
+    SCHEDULE_COUNT_SQL,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
     TYPE_CONTROL_COLUMN_LIST,
@@ -700,6 +701,7 @@ class PostgresStatements(Statements):
         FOR UPDATE SKIP LOCKED"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules WHERE paused = 0"
     BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
+    SCHEDULE_COUNT = SCHEDULE_COUNT_SQL
     SCHEDULE_FIRED = f"""
         UPDATE schedules SET next_run_at = {as_timestamp("%(next_run_at)s::bigint")},
             last_run_at = coalesce({as_timestamp("%(last_run_at)s::bigint")}, last_run_at),

@@ -354,6 +354,9 @@ class Repository:
     async def schedules(self) -> list[Schedule]:
         return await self._db.read(schedules.list_all)
 
+    async def schedule_count(self) -> int:
+        return await self._db.read(schedules.count)
+
     async def put_schedule(self, spec: ScheduleSpec) -> Schedule:
         return await self._db.write(lambda tx: schedules.put(tx, spec))
 

@@ -97,6 +97,11 @@ def list_all(conn: Connection) -> list[Schedule]:
     return [decode(row) for row in conn.execute(conn.sql.SCHEDULES).fetchall()]
 
 
+def count(conn: Connection) -> int:
+    row = conn.execute(conn.sql.SCHEDULE_COUNT).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
 def put(tx: WriteTx, spec: ScheduleSpec) -> Schedule:
     """Create or replace; a replaced schedule keeps its pause and its last run, and its next
     tick is the first after now by the new expression."""

@@ -29,6 +29,7 @@ from queuelog.storage.statements import (
     PRUNE_BATCH,
     RUNNING,
     SCHEDULE_COLUMN_LIST,
+    SCHEDULE_COUNT_SQL,
     SCHEDULES_PER_PASS,
     TERMINAL_SQL,
     TYPE_CONTROL_COLUMN_LIST,
@@ -626,6 +627,7 @@ class SqliteStatements(Statements):
         WHERE paused = 0 AND next_run_at <= :now ORDER BY next_run_at LIMIT {SCHEDULES_PER_PASS}"""
     NEXT_SCHEDULE_AT = "SELECT min(next_run_at) FROM schedules INDEXED BY ix_schedules_due WHERE paused = 0"
     BROKEN_SCHEDULES = BROKEN_SCHEDULES_SQL
+    SCHEDULE_COUNT = SCHEDULE_COUNT_SQL
     SCHEDULE_FIRED = """
         UPDATE schedules SET next_run_at = :next_run_at, last_run_at = coalesce(:last_run_at, last_run_at),
             last_job_id = coalesce(:last_job_id, last_job_id), updated_at = :now

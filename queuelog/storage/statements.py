@@ -78,6 +78,7 @@ PENDING_TYPES_SQL = (
     " GROUP BY type HAVING SUM(n) > 0"
 )
 BROKEN_SCHEDULES_SQL = "SELECT count(*) FROM schedules WHERE paused = 0 AND next_run_at IS NULL"
+SCHEDULE_COUNT_SQL = "SELECT count(*) FROM schedules"
 KIND_TEXT = {kind: kind.value for kind in EventKind}
 STATUS_TEXT = counters.STATUS_TEXT
 # Positions of columns in a row of JOB_COLUMN_LIST, for checks made before decoding.
@@ -220,6 +221,8 @@ class Statements:
     DELETE_DEPENDENCIES_OF: ClassVar[str]
     # schedules and schedule_clock (schedules.py)
     SCHEDULES: ClassVar[str]
+    # How many SCHEDULES answers: what `schedules` costs (schema/cost.py).
+    SCHEDULE_COUNT: ClassVar[str]
     SCHEDULE_BY_NAME: ClassVar[str]
     PUT_SCHEDULE: ClassVar[str]
     DELETE_SCHEDULE: ClassVar[str]
