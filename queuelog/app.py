@@ -311,7 +311,7 @@ def lifespan_for(settings: Settings, metrics: Metrics, state: State) -> Any:
         state.services = Services(settings, metrics)
         await state.services.repository.open()
         state.endpoint = open_graphql_endpoint(state.services)
-        tasks = maintenance.start(state.services.repository, settings)
+        tasks = maintenance.start(state.services.repository, settings, state.services.signal.notify)
         tasks.append(asyncio.create_task(end_revoked_sockets_forever(state.services)))
         tasks.append(
             asyncio.create_task(

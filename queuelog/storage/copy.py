@@ -11,10 +11,10 @@ itself would refuse a write, and rolled back at the end. The target is written i
 transaction that first locks its tables against other writers: a failure anywhere leaves
 it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is not).
 
-api_keys, jobs, job_events, job_dependencies and schedules are copied row for row (with
-their ids; a job's lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a
-large queue is never held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having
-no COPY:
+api_keys, jobs, job_events, job_dependencies, dependency_settlements and schedules are
+copied row for row (with their ids; a job's lease and timeout only while it is RUNNING:
+RUNNING_ONLY), streamed (a large queue is never held in memory) into PostgreSQL's binary
+COPY, SQLAlchemy Core having no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
 (postgres.py reads it the same way). job_counts is recounted from the copied jobs with the
@@ -68,6 +68,7 @@ from queuelog.storage.postgres_statements import (
 from queuelog.storage.sqlite_statements import GIVEN_OUT, IS_MIGRATED
 from queuelog.storage.tables import (
     api_keys,
+    dependency_settlements,
     job_counts,
     job_dependencies,
     job_events,
@@ -78,7 +79,9 @@ from queuelog.storage.tables import (
 from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
-COPIED = (api_keys, jobs, job_events)
+# dependency_settlements: dependents still to release or cancel (storage/settlements.py),
+# with their ids, which edges' spared_by name.
+COPIED = (api_keys, jobs, job_events, dependency_settlements)
 # Copied row for row too, but without an id sequence: the edges that waiting jobs wait on
 # (without them a waiting job would wait forever) and the schedules.
 COPIED_TOO = (job_dependencies, schedules)

@@ -94,6 +94,10 @@ class GroupCommit:
         self._idle = asyncio.Event()
         self._idle.set()
         self.db_clock = DatabaseClock()
+        # Set (from the writer's thread, if it has one) when a committed batch wrote down
+        # dependents to settle later; the loop then sets `settlements_left` for the sweeper.
+        self._wrote_settlements = False
+        self.settlements_left = asyncio.Event()
 
     def now(self) -> datetime:
         """The time by the clock this database's writes use (queuelog/clock.py)."""
@@ -196,8 +200,16 @@ class GroupCommit:
         if events:
             self._on_commit(events)
 
+    def _committed(self, tx: WriteTx) -> None:
+        """After a batch's COMMIT (on whichever thread ran it)."""
+        if tx.settlements_left:
+            self._wrote_settlements = True
+
     def _look_again(self) -> None:
         """The next batch, if operations wait; idle, if none is under way."""
+        if self._wrote_settlements:
+            self._wrote_settlements = False
+            self.settlements_left.set()
         self._schedule()
         if not self._working():
             self._idle.set()

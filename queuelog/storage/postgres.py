@@ -474,6 +474,7 @@ class PostgresDatabase(GroupCommit):
             with self._tickets_lock:
                 tickets.append(next(self._tickets))
             raw.commit()
+        self._committed(tx)
         return outcomes, tx.events
 
     def _run_one(self, connection: PgConnection, tx: WriteTx, operation: Operation) -> tuple[Any, Any]:
