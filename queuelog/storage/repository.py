@@ -341,11 +341,12 @@ class Repository:
     async def settle_dependents(self, on_ready: Callable[[frozenset[str]], None] | None = None) -> int:
         """Settle the dependents that finished jobs left for later (settlements.py), one short
         transaction after another, until no settlement this server may take is left; returns
-        how many dependents were passed. Chunks are sized by time and followed by a pause, as
-        bulk actions' are. `on_ready` hears the types of the jobs each chunk released."""
+        how many dependents were passed. Chunks are sized by time (settlements.CHUNK_SECONDS)
+        and followed by a bulk action's pause. `on_ready` hears the types of the jobs each
+        chunk released."""
         if await self._db.read_one(self._db.sql.ANY_SETTLEMENT) is None:
             return 0  # the common case, read without taking a write transaction
-        passed, size = 0, bulk.FIRST_CHUNK
+        passed, size = 0, settlements.FIRST_CHUNK
         while True:
             chunk = functools.partial(settlements.sweep, limit=size)
             started = time.perf_counter()
@@ -356,9 +357,7 @@ class Repository:
                 on_ready(swept.ready_types)
             if not swept.found:
                 return passed
-            # At most halved at once: on a busy machine one chunk in a few is held up for tens
-            # of milliseconds by another process, and its successors need not be tiny for it.
-            size = max(size // 2, bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds))
+            size = settlements.next_chunk_size(size, took, self._db.settle_chunk_seconds)
             await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
 
     async def settlements_left(self, timeout: float) -> None:
