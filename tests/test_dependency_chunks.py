@@ -18,7 +18,9 @@ dependents are cancelled (or released) in short transactions after its own. Prov
   it by, as it would have had it ended before the retry);
 - a job retried while a release is still on its way to it counts that dependency as not done
   until the release reaches it: it waits for its other, failed dependency, and is claimable
-  only once that one has been retried and completed.
+  only once that one has been retried and completed;
+- a root retried and completed while its cascade is under way releases its new dependent
+  only after the cascade has cancelled every old one, none of which is ever claimed.
 Each waits for what it observes (counts read from the database), with a generous deadline;
 no timing is asserted.
 """
@@ -337,3 +339,26 @@ def test_a_job_retried_before_a_release_reaches_it_counts_that_dependency_once(q
     queue.gql(RETRY, {"id": q})
     queue.complete(queue.held(q, q_type))
     assert queue.held(d, last)["id"] == d
+
+
+def test_a_root_retried_and_completed_during_its_cascade_releases_only_after_it(queue: Queue) -> None:
+    """R is cancelled; while its cascade is under way R is retried, gets a new dependent E,
+    and completes. The cascade still cancels every dependent R had when it was cancelled (as
+    it would have before the retry), and only then does R's completion release what waits
+    for it now: E, and none of the others."""
+    top, dep, late = fresh_type(), fresh_type(), fresh_type()
+    r = queue.enqueue(top)
+    queue.fill(dep, DEPENDENTS, [r])
+    queue.cancel(r)
+    assert queue.gql(RETRY, {"id": r})["retryJob"]["status"] == "PENDING"
+    e = queue.enqueue(late, dependsOn=[r])
+    queue.complete(queue.held(r, top))
+    assert count(queue.server, dep, CANCELLED) < DEPENDENTS, "the cascade had ended before R completed"
+
+    def claim_none_of_them() -> None:
+        assert queue.claim(dep) is None, "a dependent of the cancelled R was claimed"
+
+    watch(lambda: count(queue.server, dep, CANCELLED), DEPENDENTS, claim_none_of_them)
+    nothing_left_to_settle(queue.server)
+    cancelled_by(queue, dep, r, "CANCELLED", DEPENDENTS)
+    assert queue.held(e, late)["id"] == e
