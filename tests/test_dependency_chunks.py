@@ -37,6 +37,8 @@ from typing import Any
 import pytest
 from conftest import Server, serving
 
+from queuelog.storage import settlements
+
 DEPENDENTS = 20_000
 DEADLINE_SECONDS = 180
 TYPE_POOL = [f"c{i:02d}" for i in range(60)]
@@ -179,6 +181,17 @@ def nothing_left_to_settle(server: Server) -> None:
     while server.sql("SELECT count(*) FROM dependency_settlements")[0][0]:
         assert time.monotonic() < deadline, "settlements left"
         time.sleep(0.05)
+
+
+def test_a_sweepers_chunks_grow_at_most_twofold_and_shrink_at_most_by_half() -> None:
+    target = settlements.CHUNK_SECONDS
+    assert settlements.next_chunk_size(1000, target / 100, target) == 2000
+    assert settlements.next_chunk_size(1000, target * 100, target) == 500  # one slow chunk
+    assert settlements.next_chunk_size(1000, target * 2, target) == 500
+    assert settlements.next_chunk_size(1000, target * 1.25, target) == 800
+    assert settlements.next_chunk_size(settlements.LARGEST_CHUNK, 0.0, target) == settlements.LARGEST_CHUNK
+    smallest = settlements.SMALLEST_CHUNK
+    assert settlements.next_chunk_size(smallest, 10.0, target) == smallest
 
 
 @pytest.fixture(scope="module")
