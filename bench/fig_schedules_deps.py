@@ -24,11 +24,13 @@ fanin      1,000 jobs and one that waits for all of them. A job names at most 10
            finished_at of the job that released it (one transaction). Baseline: the same
            long poll woken by a plain `enqueueJob` (from its answer).
 cascade    a root job with --deps-dependents dependents (100 direct, 99 more under each),
-           claimed, then `failJob(retryable: false)`: the call's time (target <= 500 ms on
-           SQLite), every dependent CANCELLED with the root's finished_at (one transaction),
-           and figure 5's dispatch sample (`claimJob(types: ["D"], waitSeconds: 5)` woken by
-           one enqueue) before, during and in the 2 s after the call (target p99 <= 25 ms
-           after).
+           claimed, then `failJob(retryable: false)`: the call's time, the time until every
+           dependent is CANCELLED with error `dependency <root> FAILED` (the database read
+           every 10 ms from outside the server: the first are cancelled in the call's
+           transaction, the rest in chunks after it; target <= 5 s per 100,000), and
+           figure 5's dispatch sample (`claimJob(types: ["D"], waitSeconds: 5)` woken by one
+           enqueue) before, while the dependents are being cancelled (target p99 <= 25 ms)
+           and in the 2 s after.
 schedules  --deps-schedules schedules `* * * * *` (`putSchedule`), then --deps-seconds of
            nothing else: the server's CPU against an idle server started with it (target
            < 5 % of one core for the difference) and every tick's job (`idempotencyKey`
@@ -810,7 +812,8 @@ def _fanin_part(ctx: Context, fig: Figure) -> None:
 # --- cascade: failJob of a root with 10,000 dependents ----------------------------------------
 
 CASCADE_TYPES = "root,child,D"
-CASCADE_TARGET = 0.500
+CASCADE_SECONDS_PER_100K = 5.0  # API.md section 10: 100,000 dependents within seconds
+CASCADE_POLL_SECONDS = 0.01
 CASCADE_DIRECT = 100
 DISPATCH_TARGET = 0.025
 AFTER_SECONDS = 2.0
@@ -837,25 +840,23 @@ class TimedDispatch(Dispatch):
 
 async def _cascade_fill(url: str, producer: str, worker: str, dependents: int) -> dict[str, Any]:
     """A root job, then `dependents` jobs: CASCADE_DIRECT depend on the root, the rest evenly
-    under them (dependsOnItems); returns the claimed root."""
+    under them, 1,000 a call; returns the claimed root."""
     async with Api(url, producer) as api:
         root_id = (await api.call(ENQUEUE_IDS, {"inputs": [{"type": "root", "payload": {}}]}))["enqueueJobs"][
             0
         ]["job"]["id"]
         direct = min(CASCADE_DIRECT, dependents)
         under, extra = divmod(dependents - direct, direct)
-        # Whole families per call: dependsOnItems names earlier inputs of the same call.
+        heads = [{"type": "child", "payload": {"d": d}, "dependsOn": [root_id]} for d in range(direct)]
+        answer = (await api.call(ENQUEUE_IDS, {"inputs": heads}))["enqueueJobs"]
+        head_ids = [item["job"]["id"] for item in answer]
         batch: list[dict[str, Any]] = []
-        for d in range(direct):
-            size = under + (1 if d < extra else 0)
-            if batch and len(batch) + 1 + size > 1000:
-                await _enqueue_batch(api, batch)
-                batch = []
-            head = len(batch)
-            batch.append({"type": "child", "payload": {"d": d}, "dependsOn": [root_id]})
-            batch.extend(
-                {"type": "child", "payload": {"d": d, "k": k}, "dependsOnItems": [head]} for k in range(size)
-            )
+        for d, head_id in enumerate(head_ids):
+            for k in range(under + (1 if d < extra else 0)):
+                batch.append({"type": "child", "payload": {"d": d, "k": k}, "dependsOn": [head_id]})
+                if len(batch) == 1000:
+                    await _enqueue_batch(api, batch)
+                    batch = []
         if batch:
             await _enqueue_batch(api, batch)
     async with Api(url, worker) as api:
@@ -871,13 +872,22 @@ async def _enqueue_batch(api: Api, batch: list[dict[str, Any]]) -> None:
         raise HttpError(f"enqueueJobs answered {len(answer)} of {len(batch)}")
 
 
+@dataclass
+class CascadeRun:
+    start: float  # perf_counter when failJob was sent
+    answered: float  # ... when it answered
+    settled: float  # ... when every dependent was seen CANCELLED
+    samples: Samples
+
+
 async def _cascade_run(
-    url: str, worker: str, sampler: TimedDispatch, root: dict[str, Any]
-) -> tuple[float, float, float, Samples]:
-    """failJob(retryable: false) of the root while `sampler` samples, from 0.3 s before to
-    AFTER_SECONDS after; returns (call seconds, call start, call end, samples)."""
+    url: str, database_url: str, worker: str, sampler: TimedDispatch, root: dict[str, Any], n: int
+) -> CascadeRun:
+    """failJob(retryable: false) of the root while `sampler` samples, from 0.3 s before until
+    AFTER_SECONDS after every dependent is CANCELLED (read from the database)."""
     window: dict[str, float] = {}
     conn = HttpConnection(url, bearer(worker))
+    cancelled = "SELECT count(*) FROM jobs WHERE type = 'child' AND status = 'cancelled'"
 
     async def fail() -> None:
         try:
@@ -888,18 +898,25 @@ async def _cascade_run(
                     "/graphql", graphql_body(FAIL, {"id": root["id"], "attempt": root["attempt"]})
                 )
             )
-            window["end"] = time.perf_counter()
+            window["answered"] = time.perf_counter()
             if answer["failJob"]["status"] != "FAILED":
                 raise RuntimeError(f"failJob answered {answer}")
+            deadline = time.perf_counter() + 600
+            while (await asyncio.to_thread(_db_rows, database_url, cancelled))[0][0] < n:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("the dependents were not all CANCELLED within 600 s")
+                await asyncio.sleep(CASCADE_POLL_SECONDS)
+            window["settled"] = time.perf_counter()
         finally:
-            window.setdefault("end", time.perf_counter())
+            window.setdefault("answered", time.perf_counter())
+            window.setdefault("settled", window["answered"])
             await conn.close()
 
     def done() -> bool:
-        return "end" in window and time.perf_counter() > window["end"] + AFTER_SECONDS
+        return "settled" in window and time.perf_counter() > window["settled"] + AFTER_SECONDS
 
     _, samples = await asyncio.gather(fail(), sampler.run(0, done))
-    return window["end"] - window["start"], window["start"], window["end"], samples
+    return CascadeRun(window["start"], window["answered"], window["settled"], samples)
 
 
 def _cascade_part(ctx: Context, fig: Figure) -> None:
@@ -921,49 +938,64 @@ def _cascade_part(ctx: Context, fig: Figure) -> None:
         ctx.run(sampler.run(3, None))
         quiet = ctx.run(sampler.run(quiet_n, None))
         sampler.sent.clear()
-        call, start, end, samples = ctx.run(_cascade_run(server.url, keys["worker"], sampler, root))
+        run = ctx.run(_cascade_run(server.url, server.database_url, keys["worker"], sampler, root, n))
     ctx.run(sampler.close())
+    samples, start, end = run.samples, run.start, run.settled
+    call, settling = run.answered - run.start, run.settled - run.start
     after = ctx.run(_by_type(server.url, server.admin_key))
     timed = list(zip(sampler.sent, samples.dispatch, samples.enqueued, strict=True))
     during = [d for t, d, _ in timed if start <= t <= end]
     overlapping = [d for t, d, _ in timed if t < start and t + d > start]
     following = [d for t, d, _ in timed if end < t <= end + AFTER_SECONDS]
-    same_tx = _db_rows(
+    error = f"dependency {root['id']} FAILED"
+    with_error = _db_rows(
         server.database_url,
-        "SELECT count(*) FROM jobs c, jobs r WHERE r.id = ? AND c.type = 'child' AND c.status = 'cancelled' "
-        "AND c.finished_at = r.finished_at AND c.error = ?",
-        (int(root["id"]), f"dependency {root['id']} FAILED"),
+        "SELECT count(*) FROM jobs WHERE type = 'child' AND status = 'cancelled' AND error = ?",
+        (error,),
+    )[0][0]
+    # Two reads: as one join, PostgreSQL's plan for a table not analyzed yet ran for minutes.
+    root_row = _db_rows(server.database_url, "SELECT finished_at FROM jobs WHERE id = ?", (int(root["id"]),))
+    ended = root_row[0][0]
+    in_call = _db_rows(
+        server.database_url,
+        "SELECT count(*) FROM jobs WHERE type = 'child' AND status = 'cancelled' AND finished_at = ?",
+        (ended,),
     )[0][0]
     cancelled = after.get("child", {}).get("cancelled", 0)
-    on_sqlite = not s.postgres
+    target = CASCADE_SECONDS_PER_100K * n / 100_000
     fig.add(f"cascade: failJob(retryable: false) of a root with {n:,} dependents ({CASCADE_DIRECT} direct)")
+    fig.add("  the call, ms", ms(call))
     fig.add(
-        "  the call, ms (one transaction)",
-        ms(call),
+        "  until every dependent is CANCELLED, ms (from the call)",
+        ms(settling),
         "",
         "",
-        f"<= {CASCADE_TARGET * 1000:.0f} ms" + ("" if on_sqlite else " (SQLite's)"),
-        met=call <= CASCADE_TARGET if on_sqlite else None,
+        f"<= {target * 1000:,.0f} ms",
+        met=settling <= target,
     )
     fig.add(
-        "    dependents CANCELLED / with the root's finished_at",
-        f"{cancelled:,} / {same_tx:,}",
+        f"    dependents CANCELLED / with error `{error}` / in the call's transaction",
+        f"{cancelled:,} / {with_error:,} / {in_call:,}",
         f"{n:,}",
         "",
-        "all",
-        met=cancelled == n and same_tx == n,
+        "all / all",
+        met=cancelled == n and with_error == n,
     )
     fig.add(
-        f"  dispatch p50 / p99 ms, {AFTER_SECONDS:g} s after (left) vs quiet, "
-        f"{len(following)}/{len(quiet.dispatch)}",
+        f"  dispatch p50 / p99 ms, while cancelling (left) vs quiet, {len(during)}/{len(quiet.dispatch)}",
+        _p50_p99(during),
+        _p50_p99(quiet.dispatch),
+        rx(ratio(percentile(during, 99), percentile(quiet.dispatch, 99))),
+        f"p99 <= {DISPATCH_TARGET * 1000:.0f} ms",
+        met=bool(during) and percentile(during, 99) <= DISPATCH_TARGET,
+    )
+    fig.add(
+        f"    dispatch p50 / p99 ms, {AFTER_SECONDS:g} s after ({len(following)})",
         _p50_p99(following),
         _p50_p99(quiet.dispatch),
-        rx(ratio(percentile(following, 99), percentile(quiet.dispatch, 99))),
-        f"p99 <= {DISPATCH_TARGET * 1000:.0f} ms",
-        met=bool(following) and percentile(following, 99) <= DISPATCH_TARGET,
     )
     fig.add(
-        "    dispatch max ms: enqueued during the call / before it, waiting",
+        "    dispatch max ms: enqueued while cancelling / before it, waiting",
         f"{ms(max(during, default=None))} ({len(during)}) / "
         f"{ms(max(overlapping, default=None))} ({len(overlapping)})",
         ms(max(quiet.dispatch, default=None)),
@@ -976,8 +1008,10 @@ def _cascade_part(ctx: Context, fig: Figure) -> None:
     fig.data["cascade"] = {
         "dependents": n,
         "call_s": round(call, 4),
+        "settled_s": round(settling, 4),
         "cancelled": cancelled,
-        "same_transaction": same_tx,
+        "with_error": with_error,
+        "in_the_call": in_call,
         "dispatch_quiet": _sample_rows(quiet.dispatch),
         "dispatch_during": [round(x, 4) for x in during],
         "dispatch_overlapping": [round(x, 4) for x in overlapping],

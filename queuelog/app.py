@@ -384,7 +384,7 @@ async def serving(state: State, settings: Settings) -> AsyncIterator[None]:
     services = state.services
     await services.repository.open()
     state.endpoint = open_graphql_endpoint(services)
-    tasks = maintenance.start(services.repository, settings)
+    tasks = maintenance.start(services.repository, settings, services.signal.notify)
     tasks.append(asyncio.create_task(end_revoked_sockets_forever(services)))
     tasks.append(asyncio.create_task(tick_forever(services.repository, services.queue.schedules_changed)))
     # Everything loaded so far (schema, plans' machinery, modules) lives as long as the

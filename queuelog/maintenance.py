@@ -1,13 +1,16 @@
-"""Background loops every server process runs: lease expiry and pruning.
+"""Background loops every server process runs: lease expiry, pruning, and the settling of
+finished jobs' dependents left for later (storage/settlements.py).
 
-Both are safe to run in many processes at once: every UPDATE and DELETE re-checks the
-row's state, so two servers expiring the same lease change it once.
+All are safe to run in many processes at once: every UPDATE and DELETE re-checks the
+row's state, so two servers expiring the same lease change it once, and a settlement is
+worked on by one server at a time (its row is locked, or SQLite's write lock is held).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.settings import Settings
@@ -65,8 +68,29 @@ async def prune_forever(repository: Repository, retention_seconds: int, interval
         await asyncio.sleep(interval)
 
 
-def start(repository: Repository, settings: Settings) -> list[asyncio.Task[None]]:
+async def settle_dependents_forever(
+    repository: Repository, interval: float, on_ready: Callable[[frozenset[str]], None]
+) -> None:
+    """Whenever a transaction of this server leaves dependents to settle, and every
+    `interval` seconds for those another server left (it may have died meanwhile)."""
+    outage = OutageLog("settling dependents")
+    while True:
+        try:
+            await repository.settle_dependents(on_ready)
+            outage.succeeded()
+        except DatabaseUnavailable as exc:
+            outage.failed(exc)
+        except Exception:
+            log.exception("settling dependents failed; trying again")
+        await repository.settlements_left(interval)
+
+
+def start(
+    repository: Repository, settings: Settings, on_ready: Callable[[frozenset[str]], None]
+) -> list[asyncio.Task[None]]:
+    """`on_ready`: told the types of the jobs that releases made claimable."""
     return [
+        asyncio.create_task(settle_dependents_forever(repository, settings.lease_check_seconds, on_ready)),
         asyncio.create_task(expire_leases_forever(repository, settings.lease_check_seconds)),
         asyncio.create_task(
             prune_forever(repository, settings.retention_seconds, settings.prune_interval_seconds)

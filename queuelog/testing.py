@@ -500,8 +500,8 @@ class LocalQueue:
         self, claimable: list[str], move_clock: bool, deadline: float, thread: threading.Thread
     ) -> None:
         while thread.is_alive():  # else: it failed, and run_until_idle says why
-            running, next_due = self._snapshot(claimable)
-            if not running and (next_due is None or next_due > _clock.now()):
+            running, settling, next_due = self._snapshot(claimable)
+            if not running and not settling and (next_due is None or next_due > _clock.now()):
                 if next_due is None or not move_clock:
                     return
                 _clock.move_to(next_due)
@@ -512,23 +512,26 @@ class LocalQueue:
                 raise TimeoutError(f"the LocalQueue was not idle in time: {running} job(s) RUNNING{due}")
             time.sleep(POLL_SECONDS)
 
-    def _snapshot(self, claimable: list[str]) -> tuple[int, datetime | None]:
-        """How many jobs of the handled types are RUNNING, and the earliest runAt of the
-        PENDING jobs of the claimable ones that wait for no dependency: in one statement, so
-        of one state of the database (two reads could miss a job going from one to the other)."""
+    def _snapshot(self, claimable: list[str]) -> tuple[int, int, datetime | None]:
+        """How many jobs of the handled types are RUNNING, how many finished jobs' dependents
+        are still being released or cancelled in chunks (storage/settlements.py), and the
+        earliest runAt of the PENDING jobs of the claimable ones that wait for no dependency:
+        in one statement, so of one state of the database (two reads could miss a job going
+        from one to the other)."""
         if self._held.reader is None:
             uri = Path(self._database).as_uri() + "?mode=ro"
             self._held.reader = sqlite3.connect(uri, uri=True, check_same_thread=False)
         handled = list(self.handlers)
         row = self._held.reader.execute(
             "SELECT (SELECT count(*) FROM jobs WHERE status = ? AND type IN ({})),"
+            " (SELECT count(*) FROM dependency_settlements),"
             " (SELECT min(run_at) FROM jobs WHERE status = ? AND waiting_for = 0 AND type IN ({}))".format(
                 ",".join("?" * len(handled)), ",".join("?" * len(claimable)) or "NULL"
             ),
             [JobStatus.RUNNING.value, *handled, JobStatus.PENDING.value, *claimable],
         ).fetchone()
-        running, due = row
-        return running, (None if due is None else from_micros(due))
+        running, settling, due = row
+        return running, settling, (None if due is None else from_micros(due))
 
 
 def _is_async(handler: Handler) -> bool:

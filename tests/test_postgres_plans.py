@@ -478,7 +478,9 @@ FROM generate_series(1, 20000) AS g
 def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, analyzed: bool) -> None:
     """A completion that releases dependents (200 chains of 100 jobs, 30 done in each, the
     next of 64 chains just completed) reads only those jobs' rows of job_dependencies and
-    jobs, whatever the statistics: the join it once was read both tables whole each time."""
+    jobs, whatever the statistics: the join it once was read both tables whole each time.
+    The edges are walked in the index's order (no sort), so that a chunk's walk stops at its
+    limit."""
     import psycopg
 
     with psycopg.connect(databases.fresh(), autocommit=True) as connection:
@@ -492,14 +494,57 @@ def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, ana
             connection.execute("ANALYZE job_dependencies")
         connection.execute("SET plan_cache_mode = force_generic_plan")
         completed = "[" + ",".join(str(100 * chain + 30) for chain in range(64)) + "]"
-        shown = plan(connection, PostgresStatements.RELEASE_DEPENDENTS, ids=completed, now=0)
-    assert "Seq Scan" not in shown, shown
+        shown = plan(
+            connection,
+            PostgresStatements.RELEASE_NEXT,
+            ids=completed,
+            passed=0,
+            reaches=2**62,
+            limit=1000,
+            now=0,
+        )
+    assert "Seq Scan" not in shown and "Sort" not in shown, shown
     assert re.search(
         r"(Index Scan using jobs_pkey on jobs|Bitmap Index Scan on jobs_pkey)\s.*\n\s+Index Cond: \(id = ANY",
         shown,
     ), shown
     assert re.search(
-        r"Scan (using|on) ix_job_dependencies_on\s.*\n\s+Index Cond: \(depends_on = ANY", shown
+        r"Index Scan using ix_job_dependencies_on\s.*\n\s+Index Cond: \(\(depends_on = ANY", shown
+    ), shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("analyzed", [False, True], ids=["never analyzed", "analyzed"])
+@pytest.mark.parametrize("statement", ["NEXT_EDGES", "RELEASE_NEXT"])
+def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
+    databases: Databases, analyzed: bool, statement: str
+) -> None:
+    """A chunk of a settlement (storage/settlements.py) of a job with 50,000 dependents, far
+    into them, reads its next edges from ix_job_dependencies_on in order and stops at its
+    limit: a bitmap scan and a sort (the plan a table not analyzed yet invited) read every
+    edge left, each chunk."""
+    import psycopg
+
+    with psycopg.connect(databases.fresh(), autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO jobs (type, payload, priority, status, max_retries, run_at, created_by,"
+            " created_at, updated_at, delayed, waiting_for, dependency_count)"
+            " SELECT 'noop', '{}', 10, 'pending', 3, now(), 'p', now(), now(), 2, 1, 1"
+            " FROM generate_series(1, 50001)"
+        )
+        connection.execute(
+            "INSERT INTO job_dependencies (job_id, depends_on) SELECT id, 1 FROM jobs WHERE id > 1"
+        )
+        if analyzed:
+            connection.execute("ANALYZE jobs")
+            connection.execute("ANALYZE job_dependencies")
+        connection.execute("SET plan_cache_mode = force_generic_plan")
+        sql = getattr(PostgresStatements, statement)
+        shown = plan(connection, sql, ids="[1]", passed=30000, reaches=50001, limit=500, now=0)
+    assert "Sort" not in shown and "Seq Scan" not in shown, shown
+    assert not re.search(r"Bitmap \w+ Scan on (job_dependencies|ix_job_dependencies_on)", shown), shown
+    assert re.search(
+        r"Limit .*\n\s+(InitPlan.*\n.*\n\s+)?->  Index Scan using ix_job_dependencies_on", shown
     ), shown
 
 

@@ -50,7 +50,7 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(*shape).startswith("SELECT") for shape in HELD_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
-        elif name == "PROMOTE_READS_CONTROLS":
+        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES"):
             assert isinstance(statement, bool)
         elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER"):  # optional
             assert statement is None or statement.strip(), name
@@ -77,7 +77,7 @@ def test_both_databases_take_the_same_parameters() -> None:
             pairs = [
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
-        elif name == "PROMOTE_READS_CONTROLS":
+        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES"):
             continue
         elif name == "WALK_IN_INDEX_ORDER":  # PostgreSQL's takes no parameter
             assert SqliteStatements.WALK_IN_INDEX_ORDER is None

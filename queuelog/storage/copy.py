@@ -13,7 +13,8 @@ it as it was (the id sequences too: ALTER SEQUENCE is transactional, setval is n
 
 Every table that holds the queue's state is copied row for row (WITH_IDS and KEYED: keys,
 jobs and their events and dependencies, schedules and the schedule clock, type controls and
-the claims inside their rate windows, the throughput per minute), with their ids (a job's
+the claims inside their rate windows, the throughput per minute, the dependents still to
+release or cancel), with their ids (a job's
 lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a large queue is never
 held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
@@ -70,6 +71,7 @@ from queuelog.storage.postgres_statements import (
 from queuelog.storage.sqlite_statements import GIVEN_OUT, IS_MIGRATED
 from queuelog.storage.tables import (
     api_keys,
+    dependency_settlements,
     job_counts,
     job_dependencies,
     job_events,
@@ -86,7 +88,9 @@ from queuelog.storage.types import JsonDocument, UtcTimestamp
 BATCH_ROWS = 5000  # rows fetched from the source at a time
 # Copied row for row, ids included; each id sequence then restarts past the source's ids.
 # rate_claims: the claims inside each rate window, which the target's next claims count.
-WITH_IDS = (api_keys, jobs, job_events, rate_claims)
+# dependency_settlements: dependents still to release or cancel (settlements.py), whose ids
+# the edges' spared_by name.
+WITH_IDS = (api_keys, jobs, job_events, rate_claims, dependency_settlements)
 # Copied row for row, without an id sequence.
 KEYED = (
     job_dependencies,  # what waiting jobs wait for: without them one would wait forever

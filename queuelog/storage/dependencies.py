@@ -3,9 +3,9 @@
 A job with dependencies is PENDING with `waiting_for` > 0 and `delayed` = 2, which keeps it
 out of every index a claim reads: a claim never walks the jobs that wait. Finishing a job
 that something depends on (`has_dependents`, so the common job costs nothing) settles its
-dependents in the same transaction, right after the operation that finished it (`settle`,
-called by the group-commit writers): COMPLETED counts it done for each dependent, and one
-at 0 becomes claimable at once; FAILED or CANCELLED cancels everything downstream.
+dependents (settlements.py): COMPLETED counts it done for each dependent, and one at 0
+becomes claimable at once; FAILED or CANCELLED cancels everything downstream. This module
+writes the edges of new jobs and makes retried jobs wait again.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from queuelog.errors import Conflict, job_not_found
-from queuelog.model import EventKind, Job, JobScope, JobStatus, NewJob
+from queuelog.model import Job, JobScope, JobStatus, NewJob
 from queuelog.storage.codec import decode_job
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import ids_json
@@ -75,51 +75,52 @@ def write_edges(tx: WriteTx, items: Sequence[NewJob], ids: Sequence[int]) -> Non
         tx.executemany(tx.sql.INSERT_DEPENDENCY, rows)
 
 
-def settle(tx: WriteTx) -> None:
-    """Release or cancel the dependents of the jobs the operation just finished."""
-    parents, tx.parents = tx.parents, []
-    done = [job.id for job in parents if job.status is JobStatus.COMPLETED]
-    if done:
-        # Waiting claims wake on the COMPLETED event of a job with dependents (wakeup.py).
-        released = tx.execute(tx.sql.RELEASE_DEPENDENTS, {"ids": ids_json(done), "now": tx.now_us}).fetchall()
-        # Jobs due now (type, delayed), which the batch's parked claims may take (group_commit.py).
-        tx.ready_types.update(job_type for job_type, delayed in released if delayed == 0)
-    for root in parents:
-        if root.status is not JobStatus.COMPLETED:
-            _cancel_downstream(tx, root)
-    tx.parents.clear()  # the cascade's own jobs were cancelled with it: nothing more to do
-
-
-def _cancel_downstream(tx: WriteTx, root: Job) -> None:
-    """Cancel every PENDING job downstream of `root`, each with `root`'s error.
-
-    One statement cancels what its snapshot shows downstream. On PostgreSQL an enqueue may
-    have locked a job of the cascade (MARK_DEPENDED_ON) and written a new dependent of it
-    after that snapshot: the cascade's UPDATE waits for the enqueue to commit, and so a
-    statement begun after it sees the new dependent. Hence the cascade goes on from the jobs
-    it cancelled that have dependents until a pass cancels none that has (one statement more
-    when it cancelled any). An enqueue that comes to such a job after the cascade locked it
-    waits for it, then finds it CANCELLED (a CONFLICT)."""
-    error = f"dependency {root.id} {root.status.name}"
-    reached = [root.id]
-    while reached:
-        params = {"ids": ids_json(reached), "error": error, "now": tx.now_us}
-        reached = []
-        for row in tx.execute(tx.sql.CANCEL_DEPENDENTS, params).fetchall():
-            cancelled = decode_job(row)
-            tx.record_from(EventKind.CANCELLED, JobStatus.PENDING.value, None, cancelled)
-            if cancelled.has_dependents:
-                reached.append(cancelled.id)
-
-
 def restore_waiting(tx: WriteTx, retried: Sequence[Job]) -> dict[int, Job]:
     """Jobs just retried that have dependencies wait again for those not COMPLETED; returns
-    the ones that do, as they now are."""
+    the ones that do, as they now are.
+
+    A COMPLETED dependency whose release has not reached the job yet counts as not done: the
+    release counts it when it does (settlements.py). An edge to a dependency with settlements
+    under way is marked spared by the newest: the cascades among them pass the job by, as
+    they would have had they ended before the retry."""
     ids = [job.id for job in retried if job.dependency_count]
     if not ids:
         return {}
-    rows = tx.execute(tx.sql.RESTORE_WAITING, {"ids": ids_json(ids), "now": tx.now_us}).fetchall()
-    return {job.id: job for job in map(decode_job, rows)}
+    params = {"ids": ids_json(ids)}
+    open_ids = {row[0] for row in tx.execute(tx.sql.OPEN_DEPENDENCIES, params).fetchall()}
+    releases: dict[int, list[tuple[int, int]]] = {}
+    newest: dict[int, int] = {}
+    for job_id, error, passed, reaches, settlement in tx.execute(
+        tx.sql.SETTLEMENTS_OF_DEPENDENCIES, params
+    ).fetchall():
+        if error is None:
+            releases.setdefault(job_id, []).append((passed, reaches))
+        newest[job_id] = settlement  # in id order: the last is the newest
+    by_count: dict[int, list[int]] = {}
+    spared = []
+    for job_id, targets in dependency_ids(tx, ids).items():
+        waiting = sum(
+            1
+            for target in targets
+            if target in open_ids
+            or any(passed < job_id <= reaches for passed, reaches in releases.get(target, ()))
+        )
+        if waiting:
+            by_count.setdefault(waiting, []).append(job_id)
+        spared += [
+            {"job_id": job_id, "depends_on": target, "settlement": newest[target]}
+            for target in targets
+            if target in newest
+        ]
+    if spared:
+        tx.executemany(tx.sql.SPARE, spared)
+    waiting_again: dict[int, Job] = {}
+    for waiting, job_ids in sorted(by_count.items()):
+        rows = tx.execute(
+            tx.sql.WAIT_AGAIN, {"ids": ids_json(job_ids), "waiting": waiting, "now": tx.now_us}
+        ).fetchall()
+        waiting_again.update((job.id, job) for job in map(decode_job, rows))
+    return waiting_again
 
 
 def dependency_ids(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[int]]:

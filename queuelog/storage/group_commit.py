@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
-from queuelog.storage import bulk
+from queuelog.storage import bulk, settlements
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")
@@ -94,6 +94,10 @@ class GroupCommit:
         self._idle = asyncio.Event()
         self._idle.set()
         self.db_clock = DatabaseClock()
+        # Set (from the writer's thread, if it has one) when a committed batch wrote down
+        # dependents to settle later; the loop then sets `settlements_left` for the sweeper.
+        self._wrote_settlements = False
+        self.settlements_left = asyncio.Event()
 
     def now(self) -> datetime:
         """The time by the clock this database's writes use (queuelog/clock.py)."""
@@ -103,6 +107,7 @@ class GroupCommit:
     bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
     bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
     bulk_scan_rows = bulk.SCAN_ROWS  # the rows of each walk a bulk action's chunk passes at most
+    settle_chunk_seconds = settlements.CHUNK_SECONDS  # what a sweeper's chunk aims at (settlements.py)
 
     async def write(
         self,
@@ -196,8 +201,16 @@ class GroupCommit:
         if events:
             self._on_commit(events)
 
+    def _committed(self, tx: WriteTx) -> None:
+        """After a batch's COMMIT (on whichever thread ran it)."""
+        if tx.settlements_left:
+            self._wrote_settlements = True
+
     def _look_again(self) -> None:
         """The next batch, if operations wait; idle, if none is under way."""
+        if self._wrote_settlements:
+            self._wrote_settlements = False
+            self.settlements_left.set()
         self._schedule()
         if not self._working():
             self._idle.set()

@@ -32,7 +32,7 @@ from queuelog.model import (
     JobStatus,
     NewJob,
 )
-from queuelog.storage import counters, dependencies
+from queuelog.storage import counters, dependencies, settlements
 from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.new_job import new_job, row_values
 from queuelog.storage.reads import fetch_job
@@ -489,7 +489,7 @@ def run(operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
     the operation's savepoint."""
     value = operation(tx)
     if tx.parents:
-        dependencies.settle(tx)
+        settlements.settle(tx)
     return value
 
 

@@ -320,6 +320,7 @@ class PostgresDatabase(GroupCommit):
     bulk_chunk_seconds = bulk.PG_CHUNK_SECONDS
     bulk_pause_ratio = bulk.PG_PAUSE_RATIO
     bulk_scan_rows = bulk.PG_SCAN_ROWS
+    settle_chunk_seconds = bulk.PG_CHUNK_SECONDS
 
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
@@ -474,6 +475,7 @@ class PostgresDatabase(GroupCommit):
             with self._tickets_lock:
                 tickets.append(next(self._tickets))
             raw.commit()
+        self._committed(tx)
         return outcomes, tx.events
 
     def _run_one(self, connection: PgConnection, tx: WriteTx, operation: Operation) -> tuple[Any, Any]:

@@ -8,6 +8,7 @@ to the listeners (subscriptions, metrics, the claim wake-up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +40,7 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules
+from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules, settlements
 from queuelog.storage import operations as ops
 from queuelog.storage.bulk import Part as BulkPart
 from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
@@ -336,6 +337,35 @@ class Repository:
         return BulkOutcome(
             done, more=bool(parts) and await self._bulk_remains(job_filter, parts, created_by, after)
         )
+
+    async def settle_dependents(self, on_ready: Callable[[frozenset[str]], None] | None = None) -> int:
+        """Settle the dependents that finished jobs left for later (settlements.py), one short
+        transaction after another, until no settlement this server may take is left; returns
+        how many dependents were passed. Chunks are sized by time (settlements.CHUNK_SECONDS)
+        and followed by a bulk action's pause. `on_ready` hears the types of the jobs each
+        chunk released."""
+        if await self._db.read_one(self._db.sql.ANY_SETTLEMENT) is None:
+            return 0  # the common case, read without taking a write transaction
+        passed, size = 0, settlements.FIRST_CHUNK
+        while True:
+            chunk = functools.partial(settlements.sweep, limit=size)
+            started = time.perf_counter()
+            swept = await self._db.write(chunk, makes_ready=True)
+            took = time.perf_counter() - started
+            passed += swept.dependents
+            if swept.ready_types and on_ready is not None:
+                on_ready(swept.ready_types)
+            if not swept.found:
+                return passed
+            size = settlements.next_chunk_size(size, took, self._db.settle_chunk_seconds)
+            await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+
+    async def settlements_left(self, timeout: float) -> None:
+        """Until a transaction of this server left dependents to settle, or `timeout` seconds."""
+        left = self._db.settlements_left
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(left.wait(), timeout)
+        left.clear()
 
     async def _bulk_remains(
         self, job_filter: JobFilter, parts: Sequence[BulkPart], created_by: str | None, after: int

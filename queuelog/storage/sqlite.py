@@ -222,6 +222,7 @@ class SqliteDatabase(GroupCommit):
             if self.own_events is not None and tx.event_ids:
                 self.own_events.add(tx.event_ids)  # before COMMIT: the tail may read them at once
             connection.execute("COMMIT")
+            self._committed(tx)
         except Exception as exc:  # BEGIN, a savepoint, the side tables or COMMIT: nothing is kept
             if self.own_events is not None and tx.event_ids:
                 self.own_events.withdraw(tx.event_ids)

@@ -205,17 +205,48 @@ class Statements:
     # below id `after` (`count`: how many), walking ix_jobs_worker (`by_worker`) or
     # ix_jobs_schedule. Other callers read a schedule's jobs as its creator's (reads.py).
     held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
-    # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents = 1 on `ids`, their
-    # (id, status, created_by, worker_id) back, the rows locked against a concurrent finish.
+    # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents at least 1 on `ids`,
+    # their (id, status, created_by, worker_id) back, the rows locked against a concurrent
+    # finish.
     MARK_DEPENDED_ON: ClassVar[str]
     INSERT_DEPENDENCY: ClassVar[str]
     DEPENDENCIES_OF_JOBS: ClassVar[str]
-    # Dependents of the COMPLETED `ids` count them done; those at 0 become ready (or delayed).
-    RELEASE_DEPENDENTS: ClassVar[str]
-    # Every PENDING job downstream of the jobs `ids`, transitively, CANCELLED with `error`.
+    # Settling finished jobs' dependents (settlements.py). NEXT_EDGES: (depends_on, job_id,
+    # spared_by) of the first `limit` edges to the jobs `ids` whose job_id is in (`passed`,
+    # `reaches`], in that order. RELEASE_NEXT: the PENDING jobs of those edges that wait
+    # count one dependency done per edge; those at 0 become ready (or delayed). It returns
+    # (type, delayed) of each; where RELEASE_NEXT_RETURNS_EDGES (one round trip, one
+    # snapshot: PostgreSQL), NEXT_EDGES's rows too: rows (depends_on, job_id, spared_by, NULL,
+    # NULL) of the edges, then (NULL, NULL, NULL, type, delayed) of the jobs released.
+    # CANCEL_DEPENDENTS: the PENDING jobs `ids` CANCELLED with `error`, but those whose edge
+    # to one of `parents` spares them (spared_by at least `settlement`).
+    NEXT_EDGES: ClassVar[str]
+    RELEASE_NEXT: ClassVar[str]
+    RELEASE_NEXT_RETURNS_EDGES: ClassVar[bool]
     CANCEL_DEPENDENTS: ClassVar[str]
-    # Retried jobs `ids` wait again for their dependencies not COMPLETED.
-    RESTORE_WAITING: ClassVar[str]
+    # dependency_settlements: the highest job id there is (a settlement's `reaches`); the
+    # jobs among `ids` that have a settlement; INSERT, PASS (to `passed`), DELETE (`ids`);
+    # MARK_SETTLING: has_dependents = 2 on `ids` (a settlement of theirs may be under way).
+    # SETTLEMENTS_DUE: (id, job_id, error, passed, reaches) of the first `limit`, each its
+    # job's oldest, locked and skipping those locked (PostgreSQL). ANY_SETTLEMENT: a row if
+    # there is one.
+    HIGHEST_JOB_ID: ClassVar[str]
+    ANY_SETTLEMENT: ClassVar[str]
+    SETTLING_JOBS: ClassVar[str]
+    INSERT_SETTLEMENT: ClassVar[str]
+    PASS_SETTLEMENT: ClassVar[str]
+    DELETE_SETTLEMENTS: ClassVar[str]
+    MARK_SETTLING: ClassVar[str]
+    SETTLEMENTS_DUE: ClassVar[str]
+    # Retrying the jobs `ids` (dependencies.restore_waiting): the ids of their dependencies not
+    # COMPLETED, locked (PostgreSQL: FOR SHARE); the settlements of their dependencies
+    # (job_id, error, passed, reaches, id), locked likewise; WAIT_AGAIN: the PENDING jobs
+    # `ids` wait for `waiting` dependencies; SPARE: the edge (`job_id`, `depends_on`) is
+    # spared by the settlements up to `settlement`.
+    OPEN_DEPENDENCIES: ClassVar[str]
+    SETTLEMENTS_OF_DEPENDENCIES: ClassVar[str]
+    WAIT_AGAIN: ClassVar[str]
+    SPARE: ClassVar[str]
     # A row when job `id` is a dependency of a RUNNING job held by `worker`.
     DEPENDENCY_OF_HELD: ClassVar[str]
     DELETE_DEPENDENCIES_OF: ClassVar[str]

@@ -201,7 +201,26 @@ job_dependencies = Table(
     metadata,
     Column("job_id", BigInteger, primary_key=True),
     Column("depends_on", BigInteger, primary_key=True),
+    # The newest settlement (dependency_settlements.id) of `depends_on` that `job_id` was
+    # retried after: the settlements up to it pass the job by (settlements.py).
+    Column("spared_by", BigInteger),
     Index("ix_job_dependencies_on", "depends_on", "job_id"),
+)
+
+# A finished job's dependents still to settle (settlements.py): released (`error` NULL: the
+# job completed) or cancelled with `error`, those with ids up to `passed` done already, none
+# above `reaches` (they came after it finished). A job's rows are worked through in id order;
+# ids are never reused (AUTOINCREMENT), so that `spared_by` never names a later settlement.
+dependency_settlements = Table(
+    "dependency_settlements",
+    metadata,
+    Column("id", IdType, primary_key=True, autoincrement=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("error", Text),
+    Column("passed", BigInteger, nullable=False),
+    Column("reaches", BigInteger, nullable=False),
+    Index("ix_dependency_settlements_job", "job_id", "id"),
+    sqlite_autoincrement=True,
 )
 
 # Cron schedules (API.md section 10). `next_run_at`: the next tick to enqueue (NULL while

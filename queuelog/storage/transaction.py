@@ -105,9 +105,12 @@ class WriteTx:
         # rate_claims rows of this transaction's rate-limited claims (flow.py), written with
         # the events.
         self.rate_claims: list[dict[str, Any]] = []
-        # Jobs with dependents that the running operation finished: dependencies.settle
+        # Jobs with dependents that the running operation finished: settlements.settle
         # releases or cancels their dependents right after it, in its savepoint.
         self.parents: list[Job] = []
+        # Set when this transaction wrote down dependents to settle later (settlements.py):
+        # once it commits, the server's sweeper looks at once.
+        self.settlements_left = False
         # The types of the jobs this transaction made ready to claim now (released by a
         # completion): the batch's parked claims run only for these (group_commit.py).
         self.ready_types: set[str] = set()
