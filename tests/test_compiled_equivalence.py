@@ -262,8 +262,7 @@ class Pair:
 
     async def _open(self, app: QueuelogApp) -> CompiledRequests:
         await self.stack.enter_async_context(app.starlette.router.lifespan_context(app.starlette))
-        route = app.lane.app  # BodyLimit(GraphQLRoute(state))
-        return route.state.endpoint.compiled  # type: ignore[attr-defined]
+        return app.state.endpoint.compiled
 
     def start(self, compiled_db: str, reference_db: str, **overrides: Any) -> None:
         self.compiled_app = create_app(settings_for(compiled_db, **overrides))
@@ -1622,7 +1621,7 @@ def test_a_database_outage_is_logged_and_answered_alike(fresh: Pair, monkeypatch
         raise DatabaseUnavailable("the database is unavailable; try again")
 
     for app in (fresh.compiled_app, fresh.reference_app):
-        services = app.lane.app.state.services  # type: ignore[union-attr]
+        services = app.state.services
         monkeypatch.setattr(services.queue, "claim", unavailable)
     result = fresh.exchange("mutation Claim { claimJobs(limit: 2) { id } }", key="worker")
     assert not result.differences() and result.answered

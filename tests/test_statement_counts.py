@@ -377,8 +377,7 @@ MISSING_ID = "987654321"
 
 
 def state_of(app: QueuelogApp) -> State:
-    # QueuelogApp does not keep its State; its short lane does (BodyLimit -> GraphQLRoute).
-    return app.lane.app.state  # type: ignore[attr-defined]
+    return app.state
 
 
 class Api:
