@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -41,7 +42,7 @@ from queuelog import maintenance
 from queuelog.auth import Principal
 from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
-from queuelog.errors import DatabaseUnavailable, Unauthenticated, shorten_echoes
+from queuelog.errors import DatabaseUnavailable, QueuelogError, Unauthenticated, shorten_echoes
 from queuelog.events import EventBus
 from queuelog.metrics import NOSNIFF, OPERATION, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, host_check, send_json
@@ -486,7 +487,27 @@ class QueuelogApp:
                 elapsed = time.perf_counter() - started
                 self.metrics.observe_request("/graphql", "POST", elapsed, scope.get(OPERATION))
             return
+        if scope["type"] == "lifespan":
+            send = startup_failure_in_one_line(send)
         await self.starlette(scope, receive, send)
+
+
+def startup_failure_in_one_line(send: Send) -> Send:
+    """`send`, with a start-up that failed for a known reason (the database went away between
+    `serve`'s check and the lifespan) reported as its one-line message, not a traceback.
+
+    Starlette sends `lifespan.startup.failed` from inside its `except` block, so the
+    exception being handled is the one that failed the start-up.
+    """
+
+    async def one_line(message: Any) -> None:
+        if message.get("type") == "lifespan.startup.failed":
+            failure = sys.exc_info()[1]
+            if isinstance(failure, QueuelogError):
+                message = {**message, "message": str(failure)}
+        await send(message)
+
+    return one_line
 
 
 def create_app(settings: Settings | None = None) -> QueuelogApp:

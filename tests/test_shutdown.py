@@ -181,3 +181,27 @@ def test_a_stop_answers_waiting_claims_closes_websockets_and_exits_cleanly(
         assert sign_of_a_bug not in log, log
     # Nothing was left for uvicorn to give up on (that comes after its grace).
     assert stopped_after < SHUTDOWN_GRACE_SECONDS, (stopped_after, log)
+
+
+def test_a_start_up_that_loses_the_database_reports_one_line_not_a_traceback() -> None:
+    """The database answered `serve`'s check, then went away before the lifespan opened it:
+    uvicorn is told the reason in one line (it logs what it is told, then exits)."""
+    import asyncio
+
+    from queuelog.app import create_app
+    from queuelog.settings import Settings
+
+    app = create_app(Settings(database_url="postgresql://postgres@127.0.0.1:1/gone", job_types=("noop",)))
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    with pytest.raises(Exception, match="cannot connect to PostgreSQL"):
+        asyncio.run(app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send))
+    assert [m["type"] for m in sent] == ["lifespan.startup.failed"]
+    assert sent[0]["message"].startswith("cannot connect to PostgreSQL"), sent[0]["message"]
+    assert "Traceback" not in sent[0]["message"] and "\n" not in sent[0]["message"]
