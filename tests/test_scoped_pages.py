@@ -117,10 +117,16 @@ def test_a_worker_sees_exactly_the_jobs_it_holds_or_finished(
     assert every_page(server, worker, type="email")[1] == 3
 
 
-@pytest.mark.parametrize(("walk_scope", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_status")])
-def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, walk_scope: bool, index: str) -> None:
-    sql = SqliteStatements.list_jobs(True, False, True, False, False, walk_scope)
-    params = {"name": "p", "status": "pending", "type": None, "after": None, "limit": 26}
+@pytest.mark.parametrize(
+    ("sql", "index"),
+    [
+        (SqliteStatements.scope_page(False, ("pending",), False), "ix_jobs_creator_status"),
+        (SqliteStatements.list_jobs(True, False, True, False, False), "ix_jobs_status"),
+    ],
+    ids=["own", "filter"],
+)
+def test_sqlite_walks_the_index_list_jobs_chose(tmp_path: Path, sql: str, index: str) -> None:
+    params = {"name": "p", "status": "pending", "type": None, "after": 2**62, "limit": 26}
     shown = sqlite_plan(tmp_path, sql, params)
     assert f"USING INDEX {index}" in shown and "TEMP B-TREE" not in shown, shown
 
