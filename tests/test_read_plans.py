@@ -94,14 +94,16 @@ def test_without_a_filter_a_caller_walks_each_status_it_has_and_seeing_everythin
     assert plan_list(mine, OTHERS, True, True, PENDING, None) == ListPlan(Walk.FILTER, (PENDING,), 3)
 
 
-def test_the_oldest_pending_job_is_found_through_the_smaller_index() -> None:
-    """The creator's own walk passes its PENDING jobs only, however many others it has."""
-    small = counts(email={"pending": 2, "completed": 5000})
-    big = counts(email={"pending": 5, "cancelled": 25})
-    everyone = plus(small, big)  # 7 pending
+def test_the_oldest_pending_job_is_found_through_the_walk_that_passes_fewer_rows() -> None:
+    """The creator's own walk passes its PENDING jobs only, however many others it has; the
+    walk of every due job passes, per type, everyone's PENDING jobs per one of its own."""
+    small = counts(email={"pending": 20, "completed": 500_000})
+    big = counts(email={"pending": 250_000}, report={"pending": 249_000})
+    everyone = plus(small, big)
     assert plan_oldest_pending(False, True, small, everyone) is OldestPending.AMONG_OWN
-    assert plan_oldest_pending(False, True, big, everyone) is OldestPending.AMONG_OWN
-    assert plan_oldest_pending(False, True, big, big) is OldestPending.OWN_AMONG_PENDING  # every pending job
+    assert plan_oldest_pending(False, True, big, everyone) is OldestPending.OWN_AMONG_PENDING
+    few_of_many = counts(email={"pending": 2})
+    assert plan_oldest_pending(False, True, few_of_many, plus(few_of_many, OTHERS)) is OldestPending.AMONG_OWN
     assert plan_oldest_pending(True, False, everyone, everyone) is OldestPending.EVERY_PENDING
 
 

@@ -135,9 +135,10 @@ OLDEST = "{ queueStats { oldestPendingSeconds counts { pending } } }"
 
 
 def test_a_producers_oldest_pending_job_through_either_index(start_server: Callable[..., Server]) -> None:
-    """On a fresh queue: "small" has fewer jobs than the queue has pending ones (answered
-    through its own index), "big" more (through the pending index). Either way only due
-    PENDING jobs count, and a producer with none is answered from the counters alone."""
+    """On a fresh queue: "small" has 2 of the queue's 7 pending jobs (answered through its
+    own PENDING jobs), "big" 5 of the 6 pending emails (through the head of every due email,
+    which is its own at once). Either way only due PENDING jobs count, and a producer with
+    none is answered from the counters alone."""
     server = start_server()
     small = server.make_key("small", "producer")
     big = server.make_key("big", "producer")
@@ -147,7 +148,7 @@ def test_a_producers_oldest_pending_job_through_either_index(start_server: Calla
     for job_id in big_ids[:25]:
         server.gql(f'mutation {{ cancelJob(id: "{job_id}") {{ status }} }}', key=big).ok()
     time.sleep(0.3)
-    for key in (small, big):  # small: 2 jobs < 7 pending; big: 30 jobs > 7 pending
+    for key in (small, big):  # read_plans.plan_oldest_pending: AMONG_OWN, OWN_AMONG_PENDING
         stats = server.gql(OLDEST, key=key).ok()["queueStats"]
         assert 0.3 <= stats["oldestPendingSeconds"] <= time.monotonic() - started + 0.05, stats
 

@@ -289,15 +289,28 @@ _RETRIED = (
 _CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 
 
+def own_scope(column: str, name: str) -> str:
+    """The term that bounds a walk of a caller's own index (ix_jobs_creator_status,
+    ix_jobs_worker_status) to `column` = the parameter `name`, while the ORDER BY names
+    `column` before id, an order only that index gives. As `column = %(name)s`, PostgreSQL
+    would drop the column from the ORDER BY (it is constant), and the primary key and the
+    status index would give the same id order: with statistics saying the caller has most
+    jobs, it walked the primary key past others' jobs. As a range (`>= %(name)s AND <=`),
+    the B-tree would not stop at the end of the status that follows: it only stops at a
+    column's bound when every column before it has `=`, so a worker's page of its 3 RUNNING
+    jobs went on through its 500k COMPLETED ones. `= ANY(ARRAY[...])` of one value is an
+    equality to the B-tree and none to the planner's ordering."""
+    return f"{column} = ANY(ARRAY[%({name})s::text])"
+
+
 # Each bulk walk's terms and the order that only its index gives (bulk.py). PostgreSQL's
 # B-tree stops a walk only at a bound of its first column, or of a column after equalities:
 # the type is an equality, so that the walk of ix_jobs_type_status ends with the status.
 _BULK_WALKS = {
     BulkWalk.STATUS: ("status >= %(status)s AND status <= %(status)s", "status, id"),
     BulkWalk.TYPE_STATUS: ("type = %(type)s AND status >= %(status)s AND status <= %(status)s", "status, id"),
-    # Both columns of ix_jobs_creator_status as equalities: the walk stops at the creator's
-    # last PENDING job (with a range on created_by it would go on through its RUNNING ones).
-    BulkWalk.CREATOR: ("created_by = %(name)s AND status = 'pending'", "id"),
+    # See own_scope: the walk stops at the creator's last PENDING job.
+    BulkWalk.CREATOR: (f"{own_scope('created_by', 'name')} AND status = 'pending'", "created_by, id"),
 }
 
 
@@ -357,8 +370,8 @@ def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bo
 
 
 def _newest_of_each(parts: list[str]) -> str:
-    """The first `limit` rows of these parts together, newest first (each part is newest
-    first and has `limit` rows at most: a Merge Append of them, bounded by the page)."""
+    """The first `limit` rows of these parts together, newest first: each part has `limit`
+    rows at most, so the sort that merges them is bounded by the page."""
     if len(parts) == 1:
         return parts[0]
     merged = " UNION ALL ".join(f"({part})" for part in parts)
@@ -367,19 +380,17 @@ def _newest_of_each(parts: list[str]) -> str:
 
 @functools.cache
 def scope_page_statement(by_worker: bool, statuses: tuple[str, ...], job_type: bool) -> str:
-    """A scoped caller's page through its own index (Statements.scope_page). Both of the
-    index's first columns are equalities, so each part starts at (name, status, after) and
-    ends with the status (a range on the first column would let it run on through the
-    caller's other statuses); the type is tested as `(...) IS TRUE`, which no index can
-    serve, so that no type index offers the same id order. Run after WALK_IN_INDEX_ORDER:
-    with a sort or a bitmap scan allowed, the planner read a worker's 500k COMPLETED jobs
-    and sorted them for a page of 20 (410 ms at 1M jobs)."""
+    """A scoped caller's page through its own index (Statements.scope_page): each part
+    starts at (name, status, after) and ends with the status (own_scope). The type is tested
+    as `(...) IS TRUE`, which no index can serve. Run after WALK_IN_INDEX_ORDER: with a sort
+    or a bitmap scan allowed, the planner read a worker's 500k COMPLETED jobs and sorted
+    them for a page of 20 (410 ms at 1M jobs)."""
     column = "worker_id" if by_worker else "created_by"
     of_type = " AND (type = %(type)s) IS TRUE" if job_type else ""
     return _newest_of_each(
         [
-            f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {column} = %(name)s AND status = {literal}{of_type}"
-            " AND id < %(after)s ORDER BY id DESC LIMIT %(limit)s"
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {own_scope(column, 'name')} AND status = {literal}"
+            f"{of_type} AND id < %(after)s ORDER BY {column} DESC, id DESC LIMIT %(limit)s"
             for literal in map(status_literal, statuses)
         ]
     )
@@ -410,11 +421,11 @@ def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
         )
     return _newest_of_each(
         [
-            f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE worker_id = %(worker)s AND status = {literal}"
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs"
+            f" WHERE {own_scope('worker_id', 'worker')} AND status = {literal}"
             f" AND (%(status)s::text IS NULL OR %(status)s::text = {literal})"
-            " AND (schedule_name = %(schedule)s) IS TRUE"
-            " AND (%(type)s::text IS NULL OR type = %(type)s::text)"
-            " AND id < %(after)s ORDER BY id DESC LIMIT %(limit)s"
+            " AND schedule_name = %(schedule)s AND (%(type)s::text IS NULL OR type = %(type)s::text)"
+            " AND id < %(after)s ORDER BY worker_id DESC, id DESC LIMIT %(limit)s"
             for literal in map(status_literal, STATUS_VALUES_IN_ORDER)
         ]
     )

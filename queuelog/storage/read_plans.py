@@ -87,9 +87,13 @@ def plan_list(
 
 
 def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones: Counts) -> OldestPending:
-    """`oldestPendingSeconds`: through whichever index holds fewer rows: the creator's own
-    PENDING jobs, or every PENDING job. A scope of a worker alone has none (a PENDING job
-    never has a worker_id)."""
+    """`oldestPendingSeconds`: through whichever walk passes fewer rows. The creator's own
+    walk passes its PENDING jobs; the other goes type by type from the head of every due
+    job (ix_jobs_lag, ix_jobs_delayed) to the creator's first, passing, by the counters'
+    proportions, everyone's PENDING jobs of the type per one of the creator's: a producer
+    of most of the queue finds its oldest at once (one probe per type), a producer of 20
+    jobs among 500k reads its 20. A scope of a worker alone has none (a PENDING job never
+    has a worker_id)."""
     if not everything and not creator:
         return OldestPending.NOTHING
     own = matching(mine, JobStatus.PENDING, None)
@@ -97,7 +101,12 @@ def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones
         return OldestPending.NOTHING
     if everything:
         return OldestPending.EVERY_PENDING
-    if own < matching(everyones, JobStatus.PENDING, None):
+    per_type = [
+        matching(everyones, JobStatus.PENDING, job_type) / matching(mine, JobStatus.PENDING, job_type)
+        for job_type in mine
+        if matching(mine, JobStatus.PENDING, job_type)
+    ]
+    if own < sum(per_type):
         return OldestPending.AMONG_OWN
     return OldestPending.OWN_AMONG_PENDING
 

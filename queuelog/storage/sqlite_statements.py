@@ -311,8 +311,9 @@ def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bo
 
 
 def _newest_of_each(parts: list[str]) -> str:
-    """The first `limit` rows of these parts together, newest first (each part is newest
-    first and has `limit` rows at most: what is merged is bounded by the page)."""
+    """The first `limit` rows of these parts together, newest first: each part is newest
+    first and has `limit` rows at most, so what is sorted is bounded by the page (SQLite
+    merges the parts, but sorts each part's rows first: it does not know their order)."""
     if len(parts) == 1:
         return parts[0]
     return " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts) + " ORDER BY id DESC LIMIT :limit"
