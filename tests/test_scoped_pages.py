@@ -121,7 +121,7 @@ def test_a_worker_sees_exactly_the_jobs_it_holds_or_finished(
     ("sql", "index"),
     [
         (SqliteStatements.scope_page(False, ("pending",), False), "ix_jobs_creator_status"),
-        (SqliteStatements.list_jobs(True, False, True, False, False), "ix_jobs_status"),
+        (SqliteStatements.list_jobs(True, False, ("pending",), False, False), "ix_jobs_status"),
     ],
     ids=["own", "filter"],
 )

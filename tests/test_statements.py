@@ -16,7 +16,12 @@ from queuelog.storage.statements import STATUS_VALUES_IN_ORDER, Statements, stat
 DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
-LIST_SHAPES = list(itertools.product((False, True), repeat=5))
+# list_jobs: (by_creator, by_worker, the statuses of its parts, job_type, after)
+LIST_SHAPES = [
+    (by_creator, by_worker, statuses, job_type, after)
+    for by_creator, by_worker, job_type, after in itertools.product((False, True), repeat=4)
+    for statuses in ((), ("pending",), ("running", "completed"))
+]
 # scope_page: (by_worker, the statuses of its parts, job_type)
 SCOPE_SHAPES = [
     (by_worker, statuses, job_type)

@@ -345,28 +345,39 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
 
 
 @functools.cache
-def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
-    """`jobs(...)`, newest first, through the filter's index. With a status or type filter,
-    the ORDER BY names those columns before id: the same order (they are fixed), but one
-    that only the filter's index gives, so the planner walks that index instead of the
-    primary key. Its statistics cannot know that completed jobs are the oldest: walking ids
-    newest first would read past every pending job to find 20 completed ones, a page that
-    grows with the queue. A caller's own index is walked by scope_page_statement."""
+def list_statement(
+    by_creator: bool, by_worker: bool, statuses: tuple[str, ...], job_type: bool, after: bool
+) -> str:
+    """`jobs(...)`, newest first, through the filter's index; with several statuses, each
+    status's part, merged. With a status or type filter, the ORDER BY names those columns
+    before id: the same order (they are fixed), but one that only the filter's index gives,
+    so the planner walks that index instead of the primary key. Its statistics cannot know
+    that completed jobs are the oldest: walking ids newest first would read past every
+    pending job to find 20 completed ones, a page that grows with the queue. A caller's own
+    index is walked by scope_page_statement."""
     filters = []
     if by_creator and by_worker:
         filters.append("(created_by = %(name)s OR worker_id = %(name)s)")
     elif by_creator or by_worker:
         filters.append(f"{'created_by' if by_creator else 'worker_id'} = %(name)s")
     # ix_jobs_type_status, ix_jobs_type, ix_jobs_status
-    leading = [column for column, on in (("type", job_type), ("status", status)) if on]
+    leading = [column for column, on in (("type", job_type), ("status", bool(statuses))) if on]
+    order = ", ".join(f"{column} DESC" for column in [*leading, "id"])
     # A range, not `=`: for an equality PostgreSQL drops the column from the ORDER BY (it is
     # constant) and is back to walking the primary key.
-    filters += [f"{column} >= %({column})s AND {column} <= %({column})s" for column in leading]
+    if job_type:
+        filters.append("type >= %(type)s AND type <= %(type)s")
     if after:
         filters.append("id < %(after)s")
-    where = " WHERE " + " AND ".join(filters) if filters else ""
-    order = ", ".join(f"{column} DESC" for column in [*leading, "id"])
-    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
+
+    def part(status: str | None) -> str:
+        terms = [*filters]
+        if status is not None:
+            terms.append(f"status >= {status_literal(status)} AND status <= {status_literal(status)}")
+        where = " WHERE " + " AND ".join(terms) if terms else ""
+        return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
+
+    return _newest_of_each([part(status) for status in statuses or (None,)])
 
 
 def _newest_of_each(parts: list[str]) -> str:

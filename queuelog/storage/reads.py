@@ -21,7 +21,7 @@ from queuelog.storage.read_plans import (
     plan_list,
     plan_oldest_pending,
 )
-from queuelog.storage.statements import COL_ID, LAST_ID, PENDING, STATUS_TEXT, per_type_params
+from queuelog.storage.statements import LAST_ID, PENDING, STATUS_TEXT, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import ids_json, to_micros
 
@@ -164,20 +164,13 @@ def list_jobs(
     }
     if not (by_creator and by_worker):  # the one page whose plans all sort (an OR of both scopes)
         walk_in_index_order(conn)
+    # each status's newest first+1, merged: the page is among them
+    statuses = tuple(part.value for part in plan.statuses if part is not None)
     if plan.walk is Walk.SCOPE:
-        statuses = tuple(part.value for part in plan.statuses if part is not None)
         sql = conn.sql.scope_page(by_worker, statuses, job_type is not None)
-        rows = conn.execute(sql, params).fetchall()
     else:
-        has_status = plan.statuses[0] is not None
-        sql = conn.sql.list_jobs(
-            by_creator, by_worker, has_status, job_type is not None, after_id is not None
-        )
-        rows = []
-        for part in plan.statuses:  # each part's newest first+1: the page is among them
-            rows += conn.execute(sql, {**params, "status": part.value if part else None}).fetchall()
-        if len(plan.statuses) > 1:
-            rows.sort(key=lambda row: row[COL_ID], reverse=True)
+        sql = conn.sql.list_jobs(by_creator, by_worker, statuses, job_type is not None, after_id is not None)
+    rows = conn.execute(sql, params).fetchall()
     return [decode_job(r) for r in rows[:first]], len(rows) > first, plan.total
 
 

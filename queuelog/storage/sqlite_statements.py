@@ -286,11 +286,14 @@ _FILTER_INDEXES = {
 
 
 @functools.cache
-def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool) -> str:
-    """`jobs(...)`, newest first, through the filter's index, testing the caller on each row.
-    A caller who sees only its own jobs names the filter's index: SQLite has no statistics
-    to choose between it and the caller's own, so list_jobs does, from the counters
-    (read_plans.py), and reads the caller's own through scope_page_statement."""
+def list_statement(
+    by_creator: bool, by_worker: bool, statuses: tuple[str, ...], job_type: bool, after: bool
+) -> str:
+    """`jobs(...)`, newest first, through the filter's index, testing the caller on each row;
+    with several statuses, each status's part, merged. A caller who sees only its own jobs
+    names the filter's index: SQLite has no statistics to choose between it and the
+    caller's own, so list_jobs does, from the counters (read_plans.py), and reads the
+    caller's own through scope_page_statement."""
     filters = []
     if by_creator and by_worker:
         filters.append("(created_by = :name OR worker_id = :name)")
@@ -298,16 +301,19 @@ def list_statement(by_creator: bool, by_worker: bool, status: bool, job_type: bo
         filters.append("created_by = :name")
     elif by_worker:
         filters.append("worker_id = :name")
-    if status:
-        filters.append("status = :status")
     if job_type:
         filters.append("type = :type")
     if after:
         filters.append("id < :after")
-    index = _FILTER_INDEXES.get((status, job_type)) if by_creator != by_worker else None
+    index = _FILTER_INDEXES.get((bool(statuses), job_type)) if by_creator != by_worker else None
     indexed = f" INDEXED BY {index}" if index is not None else ""
-    where = " WHERE " + " AND ".join(filters) if filters else ""
-    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{indexed}{where} ORDER BY id DESC LIMIT :limit"
+
+    def part(status: str | None) -> str:
+        terms = [*filters, f"status = {status_literal(status)}"] if status is not None else filters
+        where = " WHERE " + " AND ".join(terms) if terms else ""
+        return f"SELECT {JOB_COLUMN_LIST} FROM jobs{indexed}{where} ORDER BY id DESC LIMIT :limit"
+
+    return _newest_of_each([part(status) for status in statuses or (None,)])
 
 
 def _newest_of_each(parts: list[str]) -> str:

@@ -176,9 +176,10 @@ class Statements:
     BULK_STATES: ClassVar[str]
     CANCEL_IDS: ClassVar[str]
     RETRY_IDS: ClassVar[str]
-    # `list_jobs(by_creator, by_worker, status, job_type, after)`: `jobs(...)` through the
-    # filter's index (`status`, `type`), or the primary key, testing the caller (`name`).
-    list_jobs: ClassVar[Callable[[bool, bool, bool, bool, bool], str]]
+    # `list_jobs(by_creator, by_worker, statuses, job_type, after)`: `jobs(...)` through the
+    # filter's index (`statuses`: each one's part, merged; `type`), or the primary key,
+    # testing the caller (`name`).
+    list_jobs: ClassVar[Callable[[bool, bool, tuple[str, ...], bool, bool], str]]
     # `scope_page(by_worker, statuses, job_type)`: `jobs(...)` of a caller who sees its own
     # jobs, through its own index (ix_jobs_creator_status, or ix_jobs_worker_status): the
     # first `limit` of `name`'s jobs below id `after` (LAST_ID: from the newest) in each of
