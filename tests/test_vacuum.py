@@ -53,8 +53,8 @@ def test_it_does_what_autovacuum_would_by_the_tables_own_thresholds() -> None:
     assert work_for(jobs(dead=0, inserted=22_000), SERVER) == Work("jobs", vacuum=True, analyze=False)
     assert work_for(jobs(dead=22_000, changed=22_000), SERVER) == Work("jobs", vacuum=True, analyze=True)
     assert work_for(jobs(dead=0, changed=22_000), SERVER) == Work("jobs", vacuum=False, analyze=True)
-    assert Work("jobs", vacuum=False, analyze=True).statement == "ANALYZE jobs"
-    assert Work("jobs", vacuum=True, analyze=True).statement == "VACUUM (ANALYZE) jobs"
+    assert Work("jobs", vacuum=False, analyze=True).statement == "ANALYZE (SKIP_LOCKED) jobs"
+    assert Work("jobs", vacuum=True, analyze=True).statement == "VACUUM (SKIP_LOCKED, ANALYZE) jobs"
     # a table without settings of its own goes by the server's: 50 + 20 % of 300 = 110
     counts = TableState("job_counts", 111, 0, 0, 300.0, {})
     assert work_for(counts, SERVER) == Work("job_counts", vacuum=True, analyze=False)

@@ -67,9 +67,11 @@ class Work:
 
     @property
     def statement(self) -> str:
+        """SKIP_LOCKED: a table another session has locked (a migration, a copy) is left for
+        the next check, instead of waiting in the lock's queue ahead of others."""
         if self.vacuum:
-            return f"VACUUM (ANALYZE) {self.table}" if self.analyze else f"VACUUM {self.table}"
-        return f"ANALYZE {self.table}"
+            return f"VACUUM (SKIP_LOCKED{', ANALYZE' if self.analyze else ''}) {self.table}"
+        return f"ANALYZE (SKIP_LOCKED) {self.table}"
 
 
 def options_of(reloptions: Sequence[str]) -> dict[str, str]:
