@@ -7,6 +7,7 @@ bench never writes to queuelog's database.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -114,6 +115,43 @@ async def enqueue_many(
 
     await asyncio.gather(*(producer() for _ in range(connections)))
     return done
+
+
+def tomorrow() -> str:
+    """A `runAt` a day ahead: the job waits, delayed, PENDING."""
+    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)).isoformat()
+
+
+def job_inputs(types: Sequence[str], run_at: str | None = None) -> Iterator[dict[str, Any]]:
+    """Endless enqueueJob inputs, the types in turn, each `runAt` this (None: due now)."""
+    n = 0
+    while True:
+        item: dict[str, Any] = {"type": types[n % len(types)], "payload": {"n": n, "to": f"u{n}@example.com"}}
+        if run_at is not None:
+            item["runAt"] = run_at
+        yield item
+        n += 1
+
+
+async def enqueue_inputs(
+    url: str, key: str, inputs: Iterator[dict[str, Any]], count: int, connections: int = 2
+) -> list[str]:
+    """`count` jobs from `inputs`, `enqueueJobs` of 1000 over `connections` connections;
+    their ids."""
+    batches = iter(chunks(range(count), 1000))
+    ids: list[str] = []
+
+    async def producer() -> None:
+        async with Api(url, key) as api:
+            for batch in batches:
+                items = [next(inputs) for _ in batch]
+                answer = (await api.call(ENQUEUE_MANY, {"inputs": items}))["enqueueJobs"]
+                if len(answer) != len(items):
+                    raise HttpError(f"enqueueJobs answered {len(answer)} of {len(items)} jobs")
+                ids.extend(item["job"]["id"] for item in answer)
+
+    await asyncio.gather(*(producer() for _ in range(connections)))
+    return ids
 
 
 async def claim_and_complete(url: str, key: str, count: int, *, connections: int = 2) -> int:

@@ -25,17 +25,24 @@ ones never run out; the completed jobs grow by the claims made (at most 2 x SAMP
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench._api import COMPLETE, ENQUEUE, ENQUEUE_MANY, PAGE, RESULT, Api, chunks, claim_and_complete
+from bench._api import (
+    COMPLETE,
+    ENQUEUE,
+    PAGE,
+    RESULT,
+    Api,
+    claim_and_complete,
+    enqueue_inputs,
+    job_inputs,
+    tomorrow,
+)
 from bench._common import (
     HttpConnection,
-    HttpError,
     bearer,
     graphql_body,
     graphql_data,
@@ -175,53 +182,18 @@ def _role_keys(made: dict[str, str]) -> dict[str, str]:
 # --- the fill --------------------------------------------------------------------------------
 
 
-def _tomorrow() -> str:
-    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)).isoformat()
-
-
-async def _enqueue_inputs(
-    url: str, key: str, inputs: Iterator[dict[str, Any]], count: int, connections: int = 2
-) -> int:
-    """`count` jobs from `inputs`, `enqueueJobs` of 1000 over `connections` connections."""
-    batches = iter(chunks(range(count), 1000))
-    done = 0
-
-    async def producer() -> None:
-        nonlocal done
-        async with Api(url, key) as api:
-            for batch in batches:
-                items = [next(inputs) for _ in batch]
-                answer = (await api.call(ENQUEUE_MANY, {"inputs": items}))["enqueueJobs"]
-                if len(answer) != len(items):
-                    raise HttpError(f"enqueueJobs answered {len(answer)} of {len(items)} jobs")
-                done += len(items)
-
-    await asyncio.gather(*(producer() for _ in range(connections)))
-    return done
-
-
-def _inputs(job_type: str, run_at: str | None = None) -> Iterator[dict[str, Any]]:
-    n = 0
-    while True:
-        item: dict[str, Any] = {"type": job_type, "payload": {"n": n, "to": f"u{n}@example.com"}}
-        if run_at is not None:
-            item["runAt"] = run_at
-        yield item
-        n += 1
-
-
 async def _fill(url: str, keys: dict[str, str], jobs: int, log: Callable[[str], None]) -> None:
     """The shape, in the order real traffic would leave it (see the module's docstring)."""
     delayed = jobs // 4
     completed = jobs - 2 * (jobs // 4)
     due = jobs - delayed
-    await _enqueue_inputs(url, keys["producer"], _inputs("bench", _tomorrow()), delayed)
-    await _enqueue_inputs(url, keys["producer"], _inputs("bench"), due)
+    await enqueue_inputs(url, keys["producer"], job_inputs(["bench"], tomorrow()), delayed)
+    await enqueue_inputs(url, keys["producer"], job_inputs(["bench"]), due)
     log(f"enqueued {delayed:,} delayed + {due:,} due `bench` jobs")
     done = await claim_and_complete(url, keys["worker"], completed, connections=2)
     if done != completed:
         raise RuntimeError(f"the fill completed {done:,} jobs of {completed:,}")
-    await _enqueue_inputs(url, keys["rare-producer"], _inputs("rare"), RARE_JOBS, connections=1)
+    await enqueue_inputs(url, keys["rare-producer"], job_inputs(["rare"]), RARE_JOBS, connections=1)
 
 
 async def _counts(url: str, admin_key: str) -> dict[str, int]:

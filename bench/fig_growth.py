@@ -1,159 +1,143 @@
 """Figure 6: does an operation get slower as the jobs table grows?
 
-One queuelog server (job types noop, email, report, resize, given to jobs in turn), filled
-only through the public API: `enqueueJobs` of 1000 (2 connections), then `claimJobs(limit:
-100)` + `completeJobs` (2 workers) until half the jobs are COMPLETED and half PENDING.
-First at 1k jobs, every operation below is timed, one request at a time, interleaved;
-then the same server is filled on to --growth-jobs (default 1M, --quick 100k) and they
-are timed again. The figure is p50 at the big size / p50 at 1k, per operation.
+Two queuelog servers (job types noop, email, report, resize, given to jobs in turn, and
+rare), each on a fresh database, filled **only through the public API** in the shape of
+issue 31, the way real traffic leaves a table:
+
+1. a quarter of N jobs with `runAt` tomorrow (delayed, PENDING), enqueued first;
+2. three quarters of N jobs due now (`enqueueJobs` of 1000, 2 connections);
+3. half of N claimed and completed by one worker key (`claimJobs(limit: 100)` +
+   `completeJobs`, 2 connections): the oldest due ones, so a quarter of N stays due;
+4. 20 `rare` jobs from a second producer key (the newest).
+
+One server gets N = 1,000 (--growth-small), the other N = --growth-jobs (default 1M,
+--quick 100k). Nothing else touches them: no VACUUM, no ANALYZE by the bench (the claim
+after N/2 claims meets what those claims left behind, unless the database cleans it up by
+itself: autovacuum, or queuelog's own maintenance where autovacuum is off). Then every
+operation below is timed one request at a time, interleaved across operations and across
+the two servers, each up to --growth-samples times within its time budget per server (at
+least 3). The figure is p50 at N / p50 at 1k, per operation.
 
 At the big size it also times the dashboard's own reads (bench/_dashboard.py: every view
 and poll of the page, word for word) as four keys see them: the ADMIN (every job), the
-producer that enqueued them all, a producer with 20 jobs among them (its pages walk its
-own index), and the worker that completed half of them. Issue 8's bar is absolute: each
-must answer within 50 ms.
+producer that enqueued the rest, the producer of the 20 rare jobs, and the worker that
+completed half of them. Issue 8's bar is absolute: each must answer within 50 ms.
 
-Operations: claimJob (worker key; each takes one pending job), enqueueJob (producer key),
-jobs(first: 20) with no filter, status PENDING, type "noop", status COMPLETED + type
-"noop" (viewer key; selection: edges { cursor node { id type status priority attempt
-createdAt } } pageInfo), jobs(status: PENDING) { totalCount } (not in the issue's list,
-shown for information), queueStats with byType (viewer), and GET /metrics (no key).
-
-On `--database postgresql` the first 1k jobs still go through the API, but the rest are
-added by bulk SQL (`_pg.growth_fill`: INSERT ... SELECT generate_series, in the same state
-the API would leave them: types in turn, the oldest half COMPLETED by the same worker, with
-their job_events), job_counts is then recounted with migration 0002's BACKFILL statements,
-and the bench checks that queueStats answers the table's own counts. Both sizes are
-measured after VACUUM ANALYZE (what autovacuum does; some test clusters turn it off).
+Operations: claimJob (worker key; each claimed job is then completed and replaced by a new
+one of its type, untimed, so the shape holds), enqueueJob (producer key), jobs(first: 20)
+with no filter, status PENDING, type "noop", status COMPLETED + type "noop" (viewer key;
+selection: edges { cursor node { id type status priority attempt createdAt } } pageInfo),
+queueStats with byType (viewer), GET /metrics (no key); the scoped reads of issue 31: the
+worker's jobs(status: COMPLETED), the small producer's jobs(status: PENDING) and its
+queueStats; and jobs(status: PENDING) { totalCount } (shown for information).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from bench import _dashboard, _pg
-from bench._api import CLAIM, ENQUEUE, ENQUEUE_MANY, PAGE, STATS, Api, claim_and_complete, enqueue_many
-from bench._common import HttpConnection, graphql_body, percentile
+from bench import _dashboard
+from bench._api import (
+    CLAIM,
+    COMPLETE,
+    ENQUEUE,
+    PAGE,
+    RESULT,
+    STATS,
+    Api,
+    claim_and_complete,
+    enqueue_inputs,
+    job_inputs,
+    tomorrow,
+)
+from bench._common import HttpConnection, bearer, graphql_body, graphql_data, percentile, queuelog_ready
 from bench._context import Context
 from bench._report import Figure, ms, ratio, rx
 
 TYPES = ("noop", "email", "report", "resize")
+RARE = "rare"
 TARGET = 1.5
 DASHBOARD_TARGET_S = 0.050
 SMALL_PRODUCER_JOBS = 20
 TOTAL_PENDING = "query Total { jobs(status: PENDING, first: 1) { totalCount } }"
 
-# name: (key role, request builder); None role = no key (GET /metrics)
-OPERATIONS: dict[str, tuple[str | None, str, dict[str, Any] | None]] = {
-    "claimJob": ("worker", CLAIM, {}),
-    "enqueueJob": ("producer", ENQUEUE, {"input": {"type": "noop", "payload": {"n": 1}}}),
-    "jobs(first: 20)": ("viewer", PAGE, {"first": 20}),
-    "jobs(first: 20, status: PENDING)": ("viewer", PAGE, {"first": 20, "status": "PENDING"}),
-    'jobs(first: 20, type: "noop")': ("viewer", PAGE, {"first": 20, "type": "noop"}),
-    'jobs(first: 20, status: COMPLETED, type: "noop")': (
-        "viewer",
-        PAGE,
-        {"first": 20, "status": "COMPLETED", "type": "noop"},
+
+@dataclass(frozen=True)
+class Operation:
+    key: str | None  # which key sends it (None: no key, GET /metrics)
+    query: str = ""
+    variables: dict[str, Any] = field(default_factory=dict)
+    claims: bool = False  # the job it takes is completed and replaced, untimed
+
+
+OPERATIONS: dict[str, Operation] = {
+    "claimJob": Operation("worker", CLAIM, claims=True),
+    "enqueueJob": Operation("producer", ENQUEUE, {"input": {"type": "noop", "payload": {"n": 1}}}),
+    "jobs(first: 20)": Operation("viewer", PAGE, {"first": 20}),
+    "jobs(first: 20, status: PENDING)": Operation("viewer", PAGE, {"first": 20, "status": "PENDING"}),
+    'jobs(first: 20, type: "noop")': Operation("viewer", PAGE, {"first": 20, "type": "noop"}),
+    'jobs(first: 20, status: COMPLETED, type: "noop")': Operation(
+        "viewer", PAGE, {"first": 20, "status": "COMPLETED", "type": "noop"}
     ),
-    "queueStats (with byType)": ("viewer", STATS, {}),
-    "GET /metrics": (None, "", None),
-    "jobs(status: PENDING) { totalCount }": ("viewer", TOTAL_PENDING, {}),
+    "queueStats (with byType)": Operation("viewer", STATS),
+    "GET /metrics": Operation(None),
+    "jobs(first: 20, status: COMPLETED), the worker": Operation(
+        "worker", PAGE, {"first": 20, "status": "COMPLETED"}
+    ),
+    f"jobs(first: 20, status: PENDING), producer of {SMALL_PRODUCER_JOBS}": Operation(
+        "small-producer", PAGE, {"first": 20, "status": "PENDING"}
+    ),
+    f"queueStats, producer of {SMALL_PRODUCER_JOBS}": Operation("small-producer", STATS),
+    "jobs(status: PENDING) { totalCount }": Operation("viewer", TOTAL_PENDING),
 }
 INFORMATION_ONLY = {"jobs(status: PENDING) { totalCount }"}
+KEY_SPECS = [
+    ("bench-producer", "producer"),
+    ("bench-worker", "worker"),
+    ("bench-viewer", "viewer"),
+    ("bench-admin", "admin"),
+    ("bench-small-producer", "producer"),
+]
 
 
 def growth_figure(ctx: Context, fig: Figure) -> None:
     s = ctx.settings
-    queuelog = ctx.queuelog(job_types=",".join(TYPES))
-    names = [
-        ("bench-producer", "producer"),
-        ("bench-worker", "worker"),
-        ("bench-viewer", "viewer"),
-        ("bench-admin", "admin"),
-        ("bench-small-producer", "producer"),
-    ]
-    keys = ctx.keys(queuelog, names)
-    role_key = {
-        "producer": keys["bench-producer"],
-        "worker": keys["bench-worker"],
-        "viewer": keys["bench-viewer"],
-    }
-    state = {"enqueued": 0, "completed": 0}
+    job_types = ",".join((*TYPES, RARE))
+    small_server = ctx.queuelog(job_types=job_types, name="small", wait=False)
+    big_server = ctx.queuelog(job_types=job_types, name="big")
+    queuelog_ready(small_server)
+    servers = {"small": small_server, "big": big_server}
+    sizes = {"small": s.growth_small, "big": s.growth_jobs}
+    keys = {size: _role_keys(ctx.keys(server, KEY_SPECS)) for size, server in servers.items()}
 
-    def fill_to(total: int) -> None:
+    fill_seconds: dict[str, float] = {}
+    counts: dict[str, dict[str, int]] = {}
+    rare_ids: dict[str, list[str]] = {}
+    for size, server in servers.items():
         started = time.perf_counter()
+        rare_ids[size] = ctx.run(_fill(server.url, keys[size], sizes[size], ctx.log))
+        fill_seconds[size] = time.perf_counter() - started
+        counts[size] = ctx.run(_counts(server.url, keys[size]["viewer"]))
+        ctx.log(f"{size}: {sizes[size]:,} jobs + {SMALL_PRODUCER_JOBS} rare in {fill_seconds[size]:.0f} s")
 
-        async def go() -> None:
-            need = total - state["enqueued"]
-            if need > 0:
-                state["enqueued"] += await enqueue_many(
-                    queuelog.url,
-                    role_key["producer"],
-                    need,
-                    batch=1000,
-                    connections=2,
-                    types=TYPES,
-                    start=state["enqueued"],
-                )
-            ctx.log(f"enqueued {state['enqueued']} jobs ({time.perf_counter() - started:.0f} s)")
-            to_complete = total // 2 - state["completed"]
-            if to_complete > 0:
-                state["completed"] += await claim_and_complete(
-                    queuelog.url, role_key["worker"], to_complete, connections=2
-                )
-            ctx.log(f"completed {state['completed']} jobs ({time.perf_counter() - started:.0f} s)")
-
-        ctx.run(go())
-
-    def measure() -> dict[str, list[float]]:
-        return ctx.run(_measure(queuelog.url, role_key, s.growth_samples, s.growth_op_seconds))
-
-    def bulk_fill_to(total: int) -> dict[str, Any]:
-        """PostgreSQL: the rest of the jobs by bulk SQL, as the API would have left them."""
-        need = total - state["enqueued"]
-        to_complete = max(0, min(need, total // 2 - state["completed"]))
-        filled = _pg.growth_fill(
-            queuelog.database_url, state["enqueued"], need, to_complete, list(TYPES), ctx.log
-        )
-        state["enqueued"] += need
-        state["completed"] += to_complete
-        return filled
-
-    small_ids = ctx.run(_small_producer_jobs(queuelog.url, keys["bench-small-producer"]))
-    fill_to(s.growth_small)
-    ctx.maintain(queuelog)  # PostgreSQL: what autovacuum would have done after the fill
-    small = measure()
-    fill_started = time.perf_counter()
-    bulk: dict[str, Any] | None = None
-    if s.postgres:
-        bulk = bulk_fill_to(s.growth_jobs)
-    else:
-        fill_to(s.growth_jobs)
-    fill_seconds = time.perf_counter() - fill_started
-
-    async def counts() -> dict[str, int]:
-        async with Api(queuelog.url, role_key["viewer"]) as api:
-            return await api.counts()
-
-    at_big = ctx.run(counts())
-    if bulk is not None:
-        # The counters the server answers with must be the rows' own (job_counts recounted).
-        rows = {k: int(v) for k, v in bulk["rows_by_status"].items()}
-        answered = {k: v for k, v in at_big.items() if v}
-        if rows != answered:
-            raise RuntimeError(f"after the bulk fill queueStats says {answered}, the jobs table {rows}")
-    with ctx.profile(queuelog):
-        big = measure()
+    urls = {size: server.url for size, server in servers.items()}
+    with ctx.profile(big_server):
+        latencies = ctx.run(_measure(urls, keys, s.growth_samples, s.growth_op_seconds))
     dashboard = ctx.run(
-        _dashboard_at_size(queuelog.url, keys, small_ids, s.growth_samples, s.growth_op_seconds)
+        _dashboard_at_size(
+            big_server.url, keys["big"], rare_ids["big"], s.growth_samples, s.growth_op_seconds
+        )
     )
 
-    fig.baseline = f"the same server at {s.growth_small:,} jobs (half pending, half completed)"
-    fig.add(f"p50 ms at {sum(at_big.values()):,} jobs (left) vs {s.growth_small:,} (right)")
+    total_big, total_small = sum(counts["big"].values()), sum(counts["small"].values())
+    fig.baseline = f"a server with {total_small:,} jobs of the same shape, same run"
+    fig.add(f"p50 ms at {total_big:,} jobs (left) vs {total_small:,} (right)")
     for name in OPERATIONS:
-        b50, s50 = percentile(big[name], 50), percentile(small[name], 50)
+        b50 = percentile(latencies["big"][name], 50)
+        s50 = percentile(latencies["small"][name], 50)
         r = ratio(b50, s50)
         info = name in INFORMATION_ONLY
         fig.add(
@@ -165,10 +149,10 @@ def growth_figure(ctx: Context, fig: Figure) -> None:
             met=None if info or r is None else r <= TARGET,
         )
     views = len(next(iter(dashboard.values())))
-    fig.add(f"dashboard, slowest of its {views} views at {sum(at_big.values()):,} jobs: p50 / p99 / max ms")
-    for who, latencies in dashboard.items():
-        slowest = max(latencies, key=lambda name: max(latencies[name]))
-        worst = latencies[slowest]
+    fig.add(f"dashboard, slowest of its {views} views at {total_big:,} jobs: p50 / p99 / max ms")
+    for who, by_view in dashboard.items():
+        slowest = max(by_view, key=lambda name: max(by_view[name]))
+        worst = by_view[slowest]
         fig.add(
             f"  {who}: {slowest}",
             f"{ms(percentile(worst, 50))} / {ms(percentile(worst, 99))} / {ms(max(worst))}",
@@ -177,103 +161,138 @@ def growth_figure(ctx: Context, fig: Figure) -> None:
             f"<= {DASHBOARD_TARGET_S * 1000:.0f} ms",
             met=max(worst) <= DASHBOARD_TARGET_S,
         )
-    how = "through the API"
+    fig.notes.append(
+        f"shape: 1/4 delayed (runAt tomorrow, enqueued first), 1/4 due, 1/2 completed jobs of "
+        f"{', '.join(TYPES)} in turn + {SMALL_PRODUCER_JOBS} `{RARE}` from another producer; filled "
+        f"through the API in {fill_seconds['small']:.0f} s (1k) and {fill_seconds['big']:.0f} s (big); "
+        f"counts then: {counts['big']}"
+    )
     if s.postgres:
-        how = "by bulk SQL (INSERT ... SELECT generate_series), counters recounted"
-    fig.notes.append(f"fill to {s.growth_jobs:,} jobs {how} took {fill_seconds:.0f} s; counts then: {at_big}")
-    if s.postgres:
-        fig.notes.append(
-            "PostgreSQL: VACUUM ANALYZE of jobs, job_events and job_counts after each fill (what autovacuum "
-            "would do; the 1k jobs were filled through the API)"
-        )
+        fig.notes.append("PostgreSQL: no VACUUM or ANALYZE by the bench (the database's own, if any)")
     fig.data = {
         "small_jobs": s.growth_small,
         "big_jobs": s.growth_jobs,
-        "counts_big": at_big,
-        "fill_seconds": round(fill_seconds, 1),
-        "fill": "bulk SQL" if s.postgres else "API",
+        "rare_jobs": SMALL_PRODUCER_JOBS,
+        "counts": counts,
+        "fill_seconds": {k: round(v, 1) for k, v in fill_seconds.items()},
+        "fill": "API",
         "dashboard": {
-            who: {
-                name: {
-                    "samples": len(values),
-                    "p50_ms": round(percentile(values, 50) * 1000, 3),
-                    "p99_ms": round(percentile(values, 99) * 1000, 3),
-                    "max_ms": round(max(values) * 1000, 3),
-                }
-                for name, values in latencies.items()
-            }
-            for who, latencies in dashboard.items()
+            who: {name: _summary(values) for name, values in by_view.items()}
+            for who, by_view in dashboard.items()
         },
         "operations": {
-            name: {
-                size: {
-                    "samples": len(values[name]),
-                    "p50_ms": round(percentile(values[name], 50) * 1000, 3),
-                    "p90_ms": round(percentile(values[name], 90) * 1000, 3),
-                    "max_ms": round(max(values[name]) * 1000, 3) if values[name] else None,
-                }
-                for size, values in (("small", small), ("big", big))
-            }
-            for name in OPERATIONS
+            name: {size: _summary(latencies[size][name]) for size in servers} for name in OPERATIONS
         },
     }
 
 
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {
+        "samples": len(values),
+        "p50_ms": round(percentile(values, 50) * 1000, 3),
+        "p90_ms": round(percentile(values, 90) * 1000, 3),
+        "p99_ms": round(percentile(values, 99) * 1000, 3),
+        "max_ms": round(max(values) * 1000, 3) if values else None,
+    }
+
+
+def _role_keys(made: dict[str, str]) -> dict[str, str]:
+    return {name.removeprefix("bench-"): key for name, key in made.items()}
+
+
+async def _fill(url: str, keys: dict[str, str], jobs: int, log: Callable[[str], None]) -> list[str]:
+    """The shape, in the order real traffic would leave it (see the module's docstring);
+    returns the ids of the small producer's jobs."""
+    delayed = jobs // 4
+    completed = jobs - 2 * (jobs // 4)
+    due = jobs - delayed
+    await enqueue_inputs(url, keys["producer"], job_inputs(TYPES, tomorrow()), delayed)
+    await enqueue_inputs(url, keys["producer"], job_inputs(TYPES), due)
+    log(f"enqueued {delayed:,} delayed + {due:,} due jobs")
+    done = await claim_and_complete(url, keys["worker"], completed, connections=2)
+    if done != completed:
+        raise RuntimeError(f"the fill completed {done:,} jobs of {completed:,}")
+    rare = job_inputs([RARE])
+    return await enqueue_inputs(url, keys["small-producer"], rare, SMALL_PRODUCER_JOBS, connections=1)
+
+
+async def _counts(url: str, key: str) -> dict[str, int]:
+    async with Api(url, key) as api:
+        return await api.counts()
+
+
 async def _measure(
-    url: str, role_key: dict[str, str], samples: int, seconds_per_op: float
-) -> dict[str, list[float]]:
-    """Each operation up to `samples` times (at least 3), interleaved, within its time budget."""
-    conns = {role: HttpConnection(url, {"Authorization": f"Bearer {key}"}) for role, key in role_key.items()}
-    anonymous = HttpConnection(url)
-    latencies: dict[str, list[float]] = {name: [] for name in OPERATIONS}
-    spent: dict[str, float] = {name: 0.0 for name in OPERATIONS}
-    requests: dict[str, Callable[[], Any]] = {}
-    for name, (role, query, variables) in OPERATIONS.items():
-        if role is None:
-            requests[name] = lambda: anonymous.get("/metrics")
+    urls: dict[str, str], keys: dict[str, dict[str, str]], samples: int, seconds_per_op: float
+) -> dict[str, dict[str, list[float]]]:
+    """Every operation on every server, up to `samples` times each (at least 3), interleaved,
+    each within its time budget per server: {size: {operation: seconds}}."""
+    conns: dict[str, dict[str | None, HttpConnection]] = {
+        size: {role: HttpConnection(url, bearer(key)) for role, key in keys[size].items()}
+        | {None: HttpConnection(url)}
+        for size, url in urls.items()
+    }
+    latencies: dict[str, dict[str, list[float]]] = {size: {name: [] for name in OPERATIONS} for size in urls}
+    spent = {size: dict.fromkeys(OPERATIONS, 0.0) for size in urls}
+    bodies = {name: graphql_body(op.query, op.variables) for name, op in OPERATIONS.items() if op.query}
+
+    async def once(size: str, name: str) -> float:
+        op = OPERATIONS[name]
+        conn = conns[size][op.key]
+        started = time.perf_counter()
+        if op.key is None:
+            status, answer = await conn.get("/metrics")
         else:
-            body = graphql_body(query, variables)
-            requests[name] = lambda conn=conns[role], body=body: conn.post("/graphql", body)
+            status, answer = await conn.post("/graphql", bodies[name])
+        elapsed = time.perf_counter() - started
+        if status != 200 or b'"errors"' in answer:
+            raise RuntimeError(f"{name} ({size}) answered {status}: {answer[:300]!r}")
+        if op.claims:
+            await _complete_and_replace(conns[size], graphql_data(status, answer))
+        return elapsed
+
     try:
-        for name in OPERATIONS:  # one untimed warm-up each
-            await requests[name]()
-        for i in range(samples):
+        for size in urls:  # one untimed warm-up each
             for name in OPERATIONS:
-                if i >= 3 and spent[name] > seconds_per_op:
-                    continue
-                started = time.perf_counter()
-                status, answer = await requests[name]()
-                elapsed = time.perf_counter() - started
-                if status != 200 or b'"errors"' in answer:
-                    raise RuntimeError(f"{name} answered {status}: {answer[:300]!r}")
-                latencies[name].append(elapsed)
-                spent[name] += elapsed
+                await once(size, name)
+        for i in range(samples):
+            for size in urls:
+                for name in OPERATIONS:
+                    if i >= 3 and spent[size][name] > seconds_per_op:
+                        continue
+                    elapsed = await once(size, name)
+                    latencies[size][name].append(elapsed)
+                    spent[size][name] += elapsed
     finally:
-        for conn in (*conns.values(), anonymous):
-            await conn.close()
+        for by_role in conns.values():
+            for conn in by_role.values():
+                await conn.close()
     return latencies
 
 
-async def _small_producer_jobs(url: str, key: str) -> list[str]:
-    """The small producer's jobs: the oldest of the table, so its pages walk its own index."""
-    inputs = [{"type": t, "payload": {"n": 1}} for t in TYPES * (SMALL_PRODUCER_JOBS // len(TYPES))]
-    async with Api(url, key) as api:
-        made = await api.call(ENQUEUE_MANY, {"inputs": inputs})
-    return [item["job"]["id"] for item in made["enqueueJobs"]]
+async def _complete_and_replace(conns: dict[str | None, HttpConnection], data: Any) -> None:
+    """Untimed: complete the job a claim took and enqueue one like it, so the shape holds."""
+    job = data["claimJob"]
+    if job is None:
+        raise RuntimeError("claimJob found no job: the backlog ran dry")
+    variables = {"id": job["id"], "attempt": job["attempt"], "result": RESULT}
+    graphql_data(*await conns["worker"].post("/graphql", graphql_body(COMPLETE, variables)))
+    producer = "small-producer" if job["type"] == RARE else "producer"
+    new = {"input": {"type": job["type"], "payload": {"n": -1}}}
+    graphql_data(*await conns[producer].post("/graphql", graphql_body(ENQUEUE, new)))
 
 
 async def _dashboard_at_size(
     url: str, keys: dict[str, str], small_ids: list[str], samples: int, budget_s: float
 ) -> dict[str, dict[str, list[float]]]:
     """Every dashboard view, as each of four keys sees the table."""
-    newest = await _newest_job_id(url, keys["bench-admin"])
+    newest = await _newest_job_id(url, keys["admin"])
     middle = newest // 2
     found: dict[str, dict[str, list[float]]] = {}
     for who, key, detail_id in (
-        ("ADMIN", keys["bench-admin"], middle),
-        ("the producer of every job", keys["bench-producer"], middle),
-        (f"a producer of {len(small_ids)} jobs", keys["bench-small-producer"], int(small_ids[0])),
-        ("the worker", keys["bench-worker"], await _newest_job_id(url, keys["bench-worker"])),
+        ("ADMIN", keys["admin"], middle),
+        ("the producer of the rest", keys["producer"], middle),
+        (f"a producer of {len(small_ids)} jobs", keys["small-producer"], int(small_ids[0])),
+        ("the worker", keys["worker"], await _newest_job_id(url, keys["worker"])),
     ):
         plan = _dashboard.views("noop", newest, detail_id)
         found[who] = await _dashboard.dashboard_latencies(url, key, plan, samples, budget_s, who == "ADMIN")

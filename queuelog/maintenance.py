@@ -1,5 +1,6 @@
-"""Background loops every server process runs: lease expiry, pruning, and the settling of
-finished jobs' dependents left for later (storage/settlements.py).
+"""Background loops every server process runs: lease expiry, pruning, the settling of
+finished jobs' dependents left for later (storage/settlements.py), and on PostgreSQL, where
+autovacuum does not run, VACUUM and ANALYZE of queuelog's tables (storage/vacuum.py).
 
 All are safe to run in many processes at once: every UPDATE and DELETE re-checks the
 row's state, so two servers expiring the same lease change it once, and a settlement is
@@ -85,14 +86,33 @@ async def settle_dependents_forever(
         await repository.settlements_left(interval)
 
 
+async def vacuum_forever(repository: Repository, interval: float) -> None:
+    """Where autovacuum does not run, what it would do to queuelog's tables (storage/vacuum.py)."""
+    outage = OutageLog("vacuum")
+    while True:
+        try:
+            done = await repository.vacuum_where_due()
+            outage.succeeded()
+            if done:
+                log.info("autovacuum does not run here: %s", "; ".join(done))
+        except DatabaseUnavailable as exc:
+            outage.failed(exc)
+        except Exception:
+            log.exception("vacuum failed; trying again")
+        await asyncio.sleep(interval)
+
+
 def start(
     repository: Repository, settings: Settings, on_ready: Callable[[frozenset[str]], None]
 ) -> list[asyncio.Task[None]]:
     """`on_ready`: told the types of the jobs that releases made claimable."""
-    return [
+    tasks = [
         asyncio.create_task(settle_dependents_forever(repository, settings.lease_check_seconds, on_ready)),
         asyncio.create_task(expire_leases_forever(repository, settings.lease_check_seconds)),
         asyncio.create_task(
             prune_forever(repository, settings.retention_seconds, settings.prune_interval_seconds)
         ),
     ]
+    if repository.vacuums:
+        tasks.append(asyncio.create_task(vacuum_forever(repository, settings.vacuum_check_seconds)))
+    return tasks

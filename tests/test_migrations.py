@@ -298,14 +298,27 @@ def test_every_downgrade_runs_and_upgrading_again_yields_tables_py(
 
 # --- building an index without stopping the queue (PostgreSQL) -----------------------------------
 
-PENDING_CREATOR_BEFORE = "0010"  # the revision before migration 0011 builds ix_jobs_pending_creator
+# The concurrent builds, (the revision before, the migration, the index): 0011's (dropped
+# again by 0013) and 0013's.
+CONCURRENT_BUILDS = [
+    ("0010", "0011", "ix_jobs_pending_creator"),
+    ("0012", "0013", "ix_jobs_creator_status"),
+    ("0012", "0013", "ix_jobs_worker_status"),
+]
+FIRST_CONCURRENT_BUILD_BEFORE = "0010"
+HEAD_INDEXES = ("ix_jobs_creator_status", "ix_jobs_worker_status")
 FILL_JOBS = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
-                  created_by, created_at, updated_at)
-SELECT 'noop', '{}', 10, 'pending', 0, 3, 0, now(), 'p' || (g % 50), now(), now()
+                  created_by, worker_id, created_at, updated_at)
+SELECT 'noop', '{}', 10, 'pending', 0, 3, 0, now(), 'p' || (g % 50), 'w' || (g % 7), now(), now()
 FROM generate_series(1, 200000) AS g
 """
-INDEX_IS_VALID = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('ix_jobs_pending_creator')"
+INDEX_IS_VALID = "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(:name)"
+
+
+def index_is_valid(engine: Engine, name: str) -> bool | None:
+    with engine.connect() as connection:
+        return connection.execute(text(INDEX_IS_VALID), {"name": name}).scalar()
 
 
 def postgres_only(engine: Engine) -> None:
@@ -316,16 +329,16 @@ def postgres_only(engine: Engine) -> None:
 def test_servers_upgrading_together_wait_for_the_concurrent_index_build(
     new_database: Callable[[], Engine],
 ) -> None:
-    """Migration 0011 builds its index CONCURRENTLY, outside any transaction, so the migration
-    lock is held on the session. Servers that start meanwhile must wait for it without holding
-    a snapshot: the build waits for every older snapshot, and a server waiting in
-    pg_advisory_lock holds one (a deadlock, or a build that fails). All of them start, the
-    schema is tables.py's once."""
+    """Migrations 0011 and 0013 build their indexes CONCURRENTLY, outside any transaction, so
+    the migration lock is held on the session. Servers that start meanwhile must wait for it
+    without holding a snapshot: the build waits for every older snapshot, and a server
+    waiting in pg_advisory_lock holds one (a deadlock, or a build that fails). All of them
+    start, the schema is tables.py's once."""
     import threading
 
     engine = new_database()
     postgres_only(engine)
-    run_migrations(engine, command.upgrade, PENDING_CREATOR_BEFORE)
+    run_migrations(engine, command.upgrade, FIRST_CONCURRENT_BUILD_BEFORE)
     with engine.begin() as connection:
         connection.execute(text(FILL_JOBS))
     errors: list[BaseException] = []
@@ -342,27 +355,27 @@ def test_servers_upgrading_together_wait_for_the_concurrent_index_build(
     for server in servers:
         server.join(timeout=120)
     assert not errors and not any(s.is_alive() for s in servers), errors
-    with engine.connect() as connection:
-        assert connection.execute(text(INDEX_IS_VALID)).scalar() is True
+    assert all(index_is_valid(engine, name) is True for name in HEAD_INDEXES)
     assert current_revision(engine) == HEAD_REVISION
     assert_schema_is_tables_py(engine, new_database)
 
 
-def test_an_interrupted_concurrent_build_is_built_again(new_database: Callable[[], Engine]) -> None:
+@pytest.mark.parametrize(("before", "migration", "index"), CONCURRENT_BUILDS)
+def test_an_interrupted_concurrent_build_is_built_again(
+    new_database: Callable[[], Engine], before: str, migration: str, index: str
+) -> None:
     """A build CONCURRENTLY that was interrupted (the server killed, the connection lost)
-    leaves an invalid index, which IF NOT EXISTS would keep for good: it is dropped and built."""
+    leaves an invalid index, which IF NOT EXISTS would keep for good: the migration drops it
+    and builds it again; the schema at head is tables.py's."""
     engine = new_database()
     postgres_only(engine)
-    run_migrations(engine, command.upgrade, PENDING_CREATOR_BEFORE)
+    run_migrations(engine, command.upgrade, before)
     with engine.begin() as connection:
-        connection.execute(text("CREATE INDEX ix_jobs_pending_creator ON jobs (created_by)"))
+        connection.execute(text(f"CREATE INDEX {index} ON jobs (created_by)"))
         connection.execute(
-            text(
-                "UPDATE pg_index SET indisvalid = false"
-                " WHERE indexrelid = 'ix_jobs_pending_creator'::regclass"
-            )
+            text(f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{index}'::regclass")
         )
+    run_migrations(engine, command.upgrade, migration)
+    assert index_is_valid(engine, index) is True
     upgrade_to_head(engine)
-    with engine.connect() as connection:
-        assert connection.execute(text(INDEX_IS_VALID)).scalar() is True
     assert_schema_is_tables_py(engine, new_database)

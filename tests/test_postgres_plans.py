@@ -209,29 +209,37 @@ def explain_prepared(connection: Any, sql: str, params: dict[str, Any]) -> str:
 def test_filtered_pages_walk_their_filters_index(
     queue_shaped: Any, has_status: bool, has_type: bool, after: bool, index: str
 ) -> None:
-    sql = PostgresStatements.list_jobs(False, False, has_status, has_type, after, False)
     for status in ("completed", "pending"):
-        shown = plan(queue_shaped, sql, status=status, type="noop", after=30000, limit=21)
+        sql = PostgresStatements.list_jobs(False, False, (status,) if has_status else (), has_type, after)
+        shown = plan(queue_shaped, sql, type="noop", after=30000, limit=21)
         assert index in shown, shown
         assert "jobs_pkey" not in shown and "Sort" not in shown, shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-@pytest.mark.parametrize(("by_creator", "index"), [(True, "ix_jobs_created_by"), (False, "ix_jobs_worker")])
-@pytest.mark.parametrize(("has_status", "has_type"), [(True, False), (False, True), (True, True)])
-def test_a_callers_filtered_pages_can_walk_the_callers_index(
-    callers_shaped: Any, by_creator: bool, index: str, has_status: bool, has_type: bool
+@pytest.mark.parametrize(
+    ("by_worker", "index"), [(False, "ix_jobs_creator_status"), (True, "ix_jobs_worker_status")]
+)
+@pytest.mark.parametrize("statuses", [("pending",), ("completed",), ("pending", "running", "completed")])
+@pytest.mark.parametrize("has_type", [False, True])
+def test_a_callers_own_pages_walk_the_callers_index(
+    callers_shaped: Any, by_worker: bool, index: str, statuses: tuple[str, ...], has_type: bool
 ) -> None:
-    """list_jobs walks the caller's own index when it holds fewer rows than the filter's
-    (the counters say so): the statement must then be planned on that index, in id order.
-    A producer's PENDING jobs may come from its index of them alone (ix_jobs_pending_creator)."""
-    sql = PostgresStatements.list_jobs(by_creator, not by_creator, has_status, has_type, False, True)
-    shown = plan(
-        callers_shaped, sql, name="p" if by_creator else "w", status="pending", type="noop", limit=26
+    """list_jobs walks the caller's own index when the counters say so (scope_page; the
+    plans on a smaller queue of issue 31's shape, with and without statistics and as
+    generic plans: tests/test_scoped_walks.py)."""
+    sql = PostgresStatements.scope_page(by_worker, statuses, has_type)
+    callers_shaped.execute("BEGIN")
+    try:
+        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
+        callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
+        shown = plan(callers_shaped, sql, name="w" if by_worker else "p", type="noop", after=2**62, limit=26)
+    finally:
+        callers_shaped.execute("ROLLBACK")
+    scans = re.findall(
+        r"(Index Only Scan|Index Scan|Bitmap Index Scan|Seq Scan)( Backward)?( using| on) (\w+)", shown
     )
-    pending_own = by_creator and has_status and "ix_jobs_pending_creator" in shown
-    assert index in shown or pending_own, shown
-    assert "Sort" not in shown and "Seq Scan" not in shown, shown
+    assert {name for *_, name in scans} == {index} and len(scans) == len(statuses), shown
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -551,7 +559,7 @@ def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
 BULK_WALKS = [
     (BulkWalk.STATUS, "ix_jobs_status"),
     (BulkWalk.TYPE_STATUS, "ix_jobs_type_status"),
-    (BulkWalk.CREATOR, "ix_jobs_pending_creator"),
+    (BulkWalk.CREATOR, "ix_jobs_creator_status"),
 ]
 
 
@@ -585,14 +593,26 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-@pytest.mark.parametrize(("by_worker", "index"), [(True, "ix_jobs_worker"), (False, "ix_jobs_schedule")])
+@pytest.mark.parametrize(
+    ("by_worker", "index"), [(True, "ix_jobs_worker_status"), (False, "ix_jobs_schedule")]
+)
 def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
     callers_shaped: Any, by_worker: bool, index: str
 ) -> None:
     callers_shaped.execute("UPDATE jobs SET schedule_name = 'nightly' WHERE id % 2 = 0")
     callers_shaped.execute("ANALYZE jobs")
     sql = PostgresStatements.held_schedule_jobs(by_worker, False)
-    shown = plan(
-        callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21
-    )
-    assert index in shown and "Sort" not in shown and "Seq Scan" not in shown, shown
+    callers_shaped.execute("BEGIN")
+    try:
+        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
+        callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)  # as reads.py runs it
+        shown = plan(
+            callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21
+        )
+    finally:
+        callers_shaped.execute("ROLLBACK")
+    assert index in shown and "Seq Scan" not in shown, shown
+    # the worker's index is walked status by status; only their pages are sorted, merged
+    assert re.findall(r"Sort  \(.*\n.*Sort Key.*\n\s+->  (\w+)", shown) == (
+        ["Append"] if by_worker else []
+    ), shown

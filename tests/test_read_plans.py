@@ -68,12 +68,14 @@ def test_a_type_filter_over_several_statuses_reads_each_status_of_the_filters_in
     )
 
 
-def test_a_worker_among_many_walks_its_own_index() -> None:
+def test_a_status_filter_alone_walks_the_callers_own_index_whoever_else_has_jobs() -> None:
+    """(scope, status, id) passes only matching jobs: never more than the filter's index."""
     worker = counts(email={"running": 2, "completed": 1})
     everyone = plus(plus(OTHERS, counts(email={"running": 100})), worker)  # others hold 100
     assert plan_list(worker, everyone, False, True, RUNNING, None) == ListPlan(Walk.SCOPE, (RUNNING,), 2)
-    # alone with its running jobs, the status index passes no one else's
-    assert plan_list(worker, plus(OTHERS, worker), False, True, RUNNING, None).walk is Walk.FILTER
+    assert plan_list(worker, plus(OTHERS, worker), False, True, RUNNING, None).walk is Walk.SCOPE
+    busy = counts(email={"completed": 500_000, "running": 1})
+    assert plan_list(busy, busy, False, True, COMPLETED, None) == ListPlan(Walk.SCOPE, (COMPLETED,), 500_000)
 
 
 def test_no_matching_job_reads_nothing() -> None:
@@ -82,20 +84,26 @@ def test_no_matching_job_reads_nothing() -> None:
     assert plan_list({}, OTHERS, False, True, None, None).walk is Walk.NOTHING
 
 
-def test_without_a_filter_or_seeing_everything_the_filters_index_or_the_key_is_walked() -> None:
+def test_without_a_filter_a_caller_walks_each_status_it_has_and_seeing_everything_the_filters() -> None:
     mine = counts(email={"pending": 3})
-    assert plan_list(mine, OTHERS, True, False, None, None) == ListPlan(Walk.FILTER, (None,), 3)
+    assert plan_list(mine, OTHERS, True, False, None, None) == ListPlan(Walk.SCOPE, (PENDING,), 3)
+    worker = counts(email={"running": 2, "completed": 5}, report={"completed": 1})
+    assert plan_list(worker, OTHERS, False, True, None, None) == ListPlan(Walk.SCOPE, (RUNNING, COMPLETED), 8)
     assert plan_list(OTHERS, OTHERS, False, False, PENDING, "email") == ListPlan(Walk.FILTER, (PENDING,), 300)
     # a key with both roles sees (created_by = name OR worker_id = name): one walk
     assert plan_list(mine, OTHERS, True, True, PENDING, None) == ListPlan(Walk.FILTER, (PENDING,), 3)
 
 
-def test_the_oldest_pending_job_is_found_through_the_smaller_index() -> None:
-    small = counts(email={"pending": 2})
-    big = counts(email={"pending": 5, "cancelled": 25})
-    everyone = plus(small, big)  # 7 pending
+def test_the_oldest_pending_job_is_found_through_the_walk_that_passes_fewer_rows() -> None:
+    """The creator's own walk passes its PENDING jobs only, however many others it has; the
+    walk of every due job passes, per type, everyone's PENDING jobs per one of its own."""
+    small = counts(email={"pending": 20, "completed": 500_000})
+    big = counts(email={"pending": 250_000}, report={"pending": 249_000})
+    everyone = plus(small, big)
     assert plan_oldest_pending(False, True, small, everyone) is OldestPending.AMONG_OWN
     assert plan_oldest_pending(False, True, big, everyone) is OldestPending.OWN_AMONG_PENDING
+    few_of_many = counts(email={"pending": 2})
+    assert plan_oldest_pending(False, True, few_of_many, plus(few_of_many, OTHERS)) is OldestPending.AMONG_OWN
     assert plan_oldest_pending(True, False, everyone, everyone) is OldestPending.EVERY_PENDING
 
 

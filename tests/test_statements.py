@@ -11,12 +11,23 @@ import pytest
 from queuelog.storage.postgres_statements import AT_ONCE, PostgresStatements, PostgresWriterStatements
 from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.sqlite_statements import SqliteStatements
-from queuelog.storage.statements import Statements, statement_names
+from queuelog.storage.statements import STATUS_VALUES_IN_ORDER, Statements, statement_names
 
 DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
-LIST_SHAPES = list(itertools.product((False, True), repeat=6))
+# list_jobs: (by_creator, by_worker, the statuses of its parts, job_type, after)
+LIST_SHAPES = [
+    (by_creator, by_worker, statuses, job_type, after)
+    for by_creator, by_worker, job_type, after in itertools.product((False, True), repeat=4)
+    for statuses in ((), ("pending",), ("running", "completed"))
+]
+# scope_page: (by_worker, the statuses of its parts, job_type)
+SCOPE_SHAPES = [
+    (by_worker, statuses, job_type)
+    for by_worker, job_type in itertools.product((False, True), repeat=2)
+    for statuses in (("pending",), ("completed",), ("running", "completed", "failed"), STATUS_VALUES_IN_ORDER)
+]
 MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
 HELD_SHAPES = list(itertools.product((False, True), repeat=2))
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
@@ -44,6 +55,8 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
         statement = getattr(database, name)
         if name == "list_jobs":
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
+        elif name == "scope_page":
+            assert all(statement(*shape).startswith("SELECT") for shape in SCOPE_SHAPES)
         elif name == "match_jobs":
             assert all(statement(*shape).strip().startswith("WITH") for shape in MATCH_SHAPES)
         elif name == "held_schedule_jobs":
@@ -64,6 +77,10 @@ def test_both_databases_take_the_same_parameters() -> None:
     for name in statement_names():
         if name == "list_jobs":
             pairs = [(SqliteStatements.list_jobs(*s), PostgresStatements.list_jobs(*s)) for s in LIST_SHAPES]
+        elif name == "scope_page":
+            pairs = [
+                (SqliteStatements.scope_page(*s), PostgresStatements.scope_page(*s)) for s in SCOPE_SHAPES
+            ]
         elif name == "match_jobs":
             pairs = [
                 (SqliteStatements.match_jobs(*s), PostgresStatements.match_jobs(*s)) for s in MATCH_SHAPES
@@ -142,3 +159,9 @@ def test_every_update_of_a_job_adds_one_to_its_revision(database: type[Statement
     assert len(updates) >= 15
     for name, assignments in updates:
         assert re.search(r"\brevision\s*=\s*\(?\s*(jobs\.)?revision\s*\+\s*1\b", assignments), name
+
+
+@pytest.mark.parametrize("database", [SqliteStatements, PostgresStatements], ids=lambda d: d.__name__)
+def test_a_page_writes_only_status_values_into_its_text(database: type[Statements]) -> None:
+    with pytest.raises(ValueError, match="not a status"):
+        database.scope_page(False, ("pending' OR '1' = '1",), False)

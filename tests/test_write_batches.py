@@ -23,6 +23,7 @@ from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage import claims, postgres
 from queuelog.storage import operations as ops
+from queuelog.storage.postgres_statements import FORCE_GENERIC_PLANS
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -323,7 +324,8 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
             sent.clear()
 
             def mode(tx: WriteTx) -> str:  # as the batch left it (raw: no switch of its own)
-                return str(tx.connection.raw.execute("SHOW plan_cache_mode").fetchone()[0])  # type: ignore[attr-defined]
+                shown = "SELECT current_setting('plan_cache_mode') || ' jit ' || current_setting('jit')"
+                return str(tx.connection.raw.execute(shown).fetchone()[0])  # type: ignore[attr-defined]
 
             *outcomes, mode_after = await asyncio.gather(
                 *(repository.complete(WORKER, job.id, {"ok": True}, job.attempt) for job in running),
@@ -331,7 +333,7 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
                 db.write(mode, last=True),
             )
             await holding
-            assert mode_after == "force_generic_plan"
+            assert mode_after == "force_generic_plan jit off"
             batch_sent = list(sent)
             # A statement outside GENERIC_PLANS runs in the server's own mode.
             other = await db.write(
@@ -344,5 +346,7 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
 
     claimed, batch_sent = asyncio.run(scenario())
     assert claimed == [1, 1, 1, 1]
-    switches = [query for query in batch_sent if "plan_cache_mode" in query and "SHOW" not in query]
-    assert switches == ["SET LOCAL plan_cache_mode = force_generic_plan"]  # with BEGIN, once
+    switches = [
+        query for query in batch_sent if "plan_cache_mode" in query and "current_setting" not in query
+    ]
+    assert switches == [FORCE_GENERIC_PLANS]  # with BEGIN, once

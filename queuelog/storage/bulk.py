@@ -130,8 +130,7 @@ def matching(
         job_filter.concurrency_key is not None,
         job_filter.created_before is not None,
     )
-    if conn.sql.WALK_IN_INDEX_ORDER is not None:
-        conn.execute(conn.sql.WALK_IN_INDEX_ORDER).fetchall()
+    reads.walk_in_index_order(conn)
     rows: list[tuple[int, str, str | None]] = []
     reach: int | None = None  # every walk has passed up to this id; None: to its end
     for status, walk in parts:

@@ -50,7 +50,7 @@ from psycopg.pq import ExecStatus, Format
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage import bulk, claims
+from queuelog.storage import bulk, claims, vacuum
 from queuelog.storage import operations as ops
 from queuelog.storage.event_tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
@@ -570,6 +570,21 @@ class PostgresDatabase(GroupCommit):
         return await loop.run_in_executor(
             self._read_threads, self._run_read, _first_row, (sql, parameters), True
         )
+
+    # --- maintenance ---------------------------------------------------------------------
+
+    async def vacuum_where_due(self) -> list[vacuum.Work]:
+        """VACUUM and ANALYZE what autovacuum would have, where it does not run (vacuum.py),
+        on a connection of its own, closed after (its advisory lock goes with it)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self._vacuum_where_due)
+
+    def _vacuum_where_due(self) -> list[vacuum.Work]:
+        try:
+            with connect(self.url, autocommit=True) as raw:
+                return vacuum.vacuum_where_due(raw)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            log.warning("PostgreSQL unavailable for VACUUM: %s", type(exc).__name__)
+            raise DatabaseUnavailable("the database is unavailable; try again") from None
 
     async def close(self) -> None:
         await self._drained()

@@ -38,10 +38,12 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULE_COUNT_SQL,
     SCHEDULES_PER_PASS,
+    STATUS_VALUES_IN_ORDER,
     TERMINAL_SQL,
     TYPE_CONTROL_COLUMN_LIST,
     Statements,
     put_type_control,
+    status_literal,
 )
 from queuelog.storage.tables import jobs
 from queuelog.storage.types import JsonDocument, UtcTimestamp
@@ -287,16 +289,28 @@ _RETRIED = (
 _CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 
 
+def own_scope(column: str, name: str) -> str:
+    """The term that bounds a walk of a caller's own index (ix_jobs_creator_status,
+    ix_jobs_worker_status) to `column` = the parameter `name`, while the ORDER BY names
+    `column` before id, an order only that index gives. As `column = %(name)s`, PostgreSQL
+    would drop the column from the ORDER BY (it is constant), and the primary key and the
+    status index would give the same id order: with statistics saying the caller has most
+    jobs, it walked the primary key past others' jobs. As a range (`>= %(name)s AND <=`),
+    the B-tree would not stop at the end of the status that follows: it only stops at a
+    column's bound when every column before it has `=`, so a worker's page of its 3 RUNNING
+    jobs went on through its 500k COMPLETED ones. `= ANY(ARRAY[...])` of one value is an
+    equality to the B-tree and none to the planner's ordering."""
+    return f"{column} = ANY(ARRAY[%({name})s::text])"
+
+
 # Each bulk walk's terms and the order that only its index gives (bulk.py). PostgreSQL's
 # B-tree stops a walk only at a bound of its first column, or of a column after equalities:
 # the type is an equality, so that the walk of ix_jobs_type_status ends with the status.
 _BULK_WALKS = {
     BulkWalk.STATUS: ("status >= %(status)s AND status <= %(status)s", "status, id"),
     BulkWalk.TYPE_STATUS: ("type = %(type)s AND status >= %(status)s AND status <= %(status)s", "status, id"),
-    BulkWalk.CREATOR: (
-        "created_by >= %(name)s AND created_by <= %(name)s AND status = 'pending'",
-        "created_by, id",
-    ),
+    # See own_scope: the walk stops at the creator's last PENDING job.
+    BulkWalk.CREATOR: (f"{own_scope('created_by', 'name')} AND status = 'pending'", "created_by, id"),
 }
 
 
@@ -332,39 +346,65 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
 
 @functools.cache
 def list_statement(
-    by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
+    by_creator: bool, by_worker: bool, statuses: tuple[str, ...], job_type: bool, after: bool
 ) -> str:
-    """`jobs(...)`, newest first. With a status or type filter, the ORDER BY names those
-    columns before id: the same order (they are fixed), but one that only the filter's index
-    gives, so the planner walks that index instead of the primary key. Its statistics cannot
-    know that completed jobs are the oldest: walking ids newest first would read past every
-    pending job to find 20 completed ones, a page that grows with the queue. `walk_scope`
-    (list_jobs decides it from the counters, as on SQLite) names the caller's column
-    instead, for its index: ix_jobs_created_by or ix_jobs_worker."""
+    """`jobs(...)`, newest first, through the filter's index; with several statuses, each
+    status's part, merged. With a status or type filter, the ORDER BY names those columns
+    before id: the same order (they are fixed), but one that only the filter's index gives,
+    so the planner walks that index instead of the primary key. Its statistics cannot know
+    that completed jobs are the oldest: walking ids newest first would read past every
+    pending job to find 20 completed ones, a page that grows with the queue. A caller's own
+    index is walked by scope_page_statement."""
     filters = []
-    leading = []
-    scope_column = "created_by" if by_creator else "worker_id"
     if by_creator and by_worker:
         filters.append("(created_by = %(name)s OR worker_id = %(name)s)")
-    elif (by_creator or by_worker) and walk_scope:
-        filters.append(f"{scope_column} >= %(name)s AND {scope_column} <= %(name)s")
-        leading = [scope_column]
     elif by_creator or by_worker:
-        filters.append(f"{scope_column} = %(name)s")
-    if not leading:  # ix_jobs_type_status, ix_jobs_type, ix_jobs_status
-        leading = [c for c, on in (("type", job_type), ("status", status)) if on]
-    for column, on in (("status", status), ("type", job_type)):
-        if on and column in leading:
-            # A range, not `=`: for an equality PostgreSQL drops the column from the ORDER BY
-            # (it is constant) and is back to walking the primary key.
-            filters.append(f"{column} >= %({column})s AND {column} <= %({column})s")
-        elif on:
-            filters.append(f"{column} = %({column})s")
+        filters.append(f"{'created_by' if by_creator else 'worker_id'} = %(name)s")
+    # ix_jobs_type_status, ix_jobs_type, ix_jobs_status
+    leading = [column for column, on in (("type", job_type), ("status", bool(statuses))) if on]
+    order = ", ".join(f"{column} DESC" for column in [*leading, "id"])
+    # A range, not `=`: for an equality PostgreSQL drops the column from the ORDER BY (it is
+    # constant) and is back to walking the primary key.
+    if job_type:
+        filters.append("type >= %(type)s AND type <= %(type)s")
     if after:
         filters.append("id < %(after)s")
-    where = " WHERE " + " AND ".join(filters) if filters else ""
-    order = ", ".join(f"{column} DESC" for column in [*leading, "id"])
-    return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
+
+    def part(status: str | None) -> str:
+        terms = [*filters]
+        if status is not None:
+            terms.append(f"status >= {status_literal(status)} AND status <= {status_literal(status)}")
+        where = " WHERE " + " AND ".join(terms) if terms else ""
+        return f"SELECT {JOB_COLUMN_LIST} FROM jobs{where} ORDER BY {order} LIMIT %(limit)s"
+
+    return _newest_of_each([part(status) for status in statuses or (None,)])
+
+
+def _newest_of_each(parts: list[str]) -> str:
+    """The first `limit` rows of these parts together, newest first: each part has `limit`
+    rows at most, so the sort that merges them is bounded by the page."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = " UNION ALL ".join(f"({part})" for part in parts)
+    return f"SELECT * FROM ({merged}) AS parts ORDER BY id DESC LIMIT %(limit)s"
+
+
+@functools.cache
+def scope_page_statement(by_worker: bool, statuses: tuple[str, ...], job_type: bool) -> str:
+    """A scoped caller's page through its own index (Statements.scope_page): each part
+    starts at (name, status, after) and ends with the status (own_scope). The type is tested
+    as `(...) IS TRUE`, which no index can serve. Run after WALK_IN_INDEX_ORDER: with a sort
+    or a bitmap scan allowed, the planner read a worker's 500k COMPLETED jobs and sorted
+    them for a page of 20 (410 ms at 1M jobs)."""
+    column = "worker_id" if by_worker else "created_by"
+    of_type = " AND (type = %(type)s) IS TRUE" if job_type else ""
+    return _newest_of_each(
+        [
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {own_scope(column, 'name')} AND status = {literal}"
+            f"{of_type} AND id < %(after)s ORDER BY {column} DESC, id DESC LIMIT %(limit)s"
+            for literal in map(status_literal, statuses)
+        ]
+    )
 
 
 _HELD_OF_SCHEDULE = (
@@ -375,17 +415,30 @@ _HELD_OF_SCHEDULE = (
 
 @functools.cache
 def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
-    """A schedule's jobs held by a worker (Statements.held_schedule_jobs). The page names the
-    walked index's column in its ORDER BY (as list_statement does): ix_jobs_worker or
-    ix_jobs_schedule. The count is the planner's to make, from the same columns."""
+    """A schedule's jobs held by a worker (Statements.held_schedule_jobs). The count is the
+    planner's to make, from the walked index's column. The page through ix_jobs_schedule
+    names its column in the ORDER BY (as list_statement does); through the worker's index,
+    each status's part walks (worker, status) as scope_page_statement does (its condition on
+    `status` is a one-time filter) and the parts are merged."""
     walked, tested = ("worker_id", "schedule_name") if by_worker else ("schedule_name", "worker_id")
     value = {"worker_id": "%(worker)s", "schedule_name": "%(schedule)s"}
     where = f"{walked} >= {value[walked]} AND {walked} <= {value[walked]} AND {tested} = {value[tested]}"
     if count:
         return f"SELECT count(*) FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
-    return (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
-        f" AND id < %(after)s ORDER BY {walked} DESC, id DESC LIMIT %(limit)s"
+    if not by_worker:
+        return (
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE {where}{_HELD_OF_SCHEDULE}"
+            f" AND id < %(after)s ORDER BY {walked} DESC, id DESC LIMIT %(limit)s"
+        )
+    return _newest_of_each(
+        [
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs"
+            f" WHERE {own_scope('worker_id', 'worker')} AND status = {literal}"
+            f" AND (%(status)s::text IS NULL OR %(status)s::text = {literal})"
+            " AND schedule_name = %(schedule)s AND (%(type)s::text IS NULL OR type = %(type)s::text)"
+            " AND id < %(after)s ORDER BY worker_id DESC, id DESC LIMIT %(limit)s"
+            for literal in map(status_literal, STATUS_VALUES_IN_ORDER)
+        ]
     )
 
 
@@ -485,11 +538,11 @@ class PostgresStatements(Statements):
     oldest_due = staticmethod(_same_text(_oldest_due_sql("")))
     oldest_due_of = staticmethod(_same_text(_oldest_due_sql(" AND created_by = %(created_by)s")))
     OLDEST_DUE_AMONG_OWN = (
-        "SELECT MIN(run_at) FROM jobs"
-        " WHERE created_by >= %(created_by)s AND created_by <= %(created_by)s AND status = 'pending'"
+        "SELECT MIN(run_at) FROM jobs WHERE created_by = %(created_by)s AND status = 'pending'"
         f" AND delayed <> 2 AND run_at <= {NOW} AND type IN {text_list('types')}"
     )
     list_jobs = staticmethod(list_statement)
+    scope_page = staticmethod(scope_page_statement)
 
     INSERT_EVENT = (
         "INSERT INTO job_events (job_id, kind, status, at)"
@@ -751,9 +804,12 @@ class PostgresStatements(Statements):
     # (set_config(..., true): SET LOCAL), so that its walks go in the index's order and stop;
     # and its plans are made for the values: a generic plan, made for any type, would walk
     # the status's index and test the type, past every job of other types.
+    # JIT off too: where every plan of a statement sorts after all (a caller with both roles:
+    # created_by = name OR worker_id = name), the sort's penalty puts its cost far above
+    # jit_above_cost, and compiling it took longer than running it.
     WALK_IN_INDEX_ORDER = (
         "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
-        " set_config('plan_cache_mode', 'force_custom_plan', true)"
+        " set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)"
     )
     BULK_STATES = (
         f"SELECT id, status, worker_id FROM jobs WHERE {among_ids('id', 'ids')} ORDER BY id FOR UPDATE"
@@ -931,7 +987,13 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.EVENTS_OF_JOBS,
     }
 )
-FORCE_GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+# JIT off for the transaction too (a write batch starts with this): a generic plan cannot
+# see a claim's LIMIT and takes it for a tenth of the ready rows, so once ANALYZE has counted
+# a big table (90k ready jobs of a type at 1M jobs) the claim's estimate passed
+# jit_above_cost, and every claim spent 14-21 ms compiling what runs in 0.2 ms.
+FORCE_GENERIC_PLANS = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+)
 # The server's own mode, until the transaction ends.
 DEFAULT_PLANS = "SET LOCAL plan_cache_mode TO DEFAULT"
 

@@ -20,16 +20,16 @@ Counts = dict[str, dict[str, int]]
 
 class Walk(enum.Enum):
     NOTHING = enum.auto()  # no matching job: no read
-    SCOPE = enum.auto()  # the caller's index (created_by or worker_id), testing status and type
+    SCOPE = enum.auto()  # the caller's index (by creator or worker, then status), status by status
     FILTER = enum.auto()  # the filter's index (or the primary key), testing the caller
     FILTER_BY_STATUS = enum.auto()  # the filter's index once per status, the pages merged
 
 
 class OldestPending(enum.Enum):
     NOTHING = enum.auto()  # no due PENDING job in the scope: no read
-    EVERY_PENDING = enum.auto()  # every pending job's (ix_jobs_claim)
-    AMONG_OWN = enum.auto()  # the creator's own jobs (ix_jobs_created_by)
-    OWN_AMONG_PENDING = enum.auto()  # the creator's among every pending job (ix_jobs_claim)
+    EVERY_PENDING = enum.auto()  # every pending job's (ix_jobs_lag, ix_jobs_delayed)
+    AMONG_OWN = enum.auto()  # the creator's own PENDING jobs (ix_jobs_creator_status)
+    OWN_AMONG_PENDING = enum.auto()  # the creator's among every pending job (ix_jobs_lag, ...)
 
 
 def matching(counts: Counts, status: JobStatus | None, job_type: str | None) -> int:
@@ -58,38 +58,55 @@ def plan_list(
 ) -> ListPlan:
     """`jobs(status:, type:)` for a caller who sees `mine` of `everyones` jobs.
 
-    A caller who sees only some jobs (by creator or by worker) and filters walks either its
-    own index, testing status and type on each row, or the filter's index, testing the
-    caller on each row, split by status so that each part walks jobs of one status: status
-    follows age (the newest jobs are pending, the oldest finished), so one walk through
-    every status would pass the whole backlog of others' pending jobs before reaching a
-    worker's finished ones (82 ms at 1M jobs). Of the two, the one that passes fewer rows
-    per match, by the counters' proportions (a producer with 20 jobs asking for PENDING
-    among 500k others: its own index, 0.3 ms instead of 190).
+    A caller who sees only some jobs (by creator or by worker) walks its own index
+    (ix_jobs_creator_status, ix_jobs_worker_status): each status it asks for (without a
+    status filter, each status it has a matching job of) from its newest job, down to the
+    page's end, the parts merged. Without a type filter, that walk passes only matching
+    jobs: a worker's 20 newest COMPLETED jobs among its 500k are 20 rows. With one, it tests
+    the type on each row, and the filter's index, testing the caller on each row instead,
+    may pass fewer: of the two, the one that passes fewer rows per match, by the counters'
+    proportions. The filter's index is split by status likewise, so that each part walks
+    jobs of one status: status follows age (the newest jobs are pending, the oldest
+    finished), so one walk through every status would pass the whole backlog of others'
+    pending jobs before reaching a worker's finished ones (82 ms at 1M jobs).
     """
     total = matching(mine, status, job_type)
     if total == 0:
         return ListPlan(Walk.NOTHING, (), 0)
-    if by_creator == by_worker or (status is None and job_type is None):
+    if by_creator == by_worker:
         return ListPlan(Walk.FILTER, (status,), total)
     parts = (status,) if status is not None else tuple(s for s in JobStatus if matching(mine, s, job_type))
-    per_match = [matching(everyones, s, job_type) / matching(mine, s, job_type) for s in parts]
-    if matching(mine, None, None) / total <= max(per_match):
-        return ListPlan(Walk.SCOPE, (status,), total)
+    if job_type is None:
+        return ListPlan(Walk.SCOPE, parts, total)
+    own_per_match = max(matching(mine, s, None) / matching(mine, s, job_type) for s in parts)
+    filter_per_match = max(matching(everyones, s, job_type) / matching(mine, s, job_type) for s in parts)
+    if own_per_match <= filter_per_match:
+        return ListPlan(Walk.SCOPE, parts, total)
     # A type filter whose jobs here are all of one status reads as that status.
     return ListPlan(Walk.FILTER if len(parts) == 1 else Walk.FILTER_BY_STATUS, parts, total)
 
 
 def plan_oldest_pending(everything: bool, creator: bool, mine: Counts, everyones: Counts) -> OldestPending:
-    """`oldestPendingSeconds`: through whichever index holds fewer rows. A scope of a worker
-    alone has none (a PENDING job never has a worker_id)."""
+    """`oldestPendingSeconds`: through whichever walk passes fewer rows. The creator's own
+    walk passes its PENDING jobs; the other goes type by type from the head of every due
+    job (ix_jobs_lag, ix_jobs_delayed) to the creator's first, passing, by the counters'
+    proportions, everyone's PENDING jobs of the type per one of the creator's: a producer
+    of most of the queue finds its oldest at once (one probe per type), a producer of 20
+    jobs among 500k reads its 20. A scope of a worker alone has none (a PENDING job never
+    has a worker_id)."""
     if not everything and not creator:
         return OldestPending.NOTHING
-    if matching(mine, JobStatus.PENDING, None) == 0:
+    own = matching(mine, JobStatus.PENDING, None)
+    if own == 0:
         return OldestPending.NOTHING
     if everything:
         return OldestPending.EVERY_PENDING
-    if matching(mine, None, None) < matching(everyones, JobStatus.PENDING, None):
+    per_type = [
+        matching(everyones, JobStatus.PENDING, job_type) / matching(mine, JobStatus.PENDING, job_type)
+        for job_type in mine
+        if matching(mine, JobStatus.PENDING, job_type)
+    ]
+    if own < sum(per_type):
         return OldestPending.AMONG_OWN
     return OldestPending.OWN_AMONG_PENDING
 
@@ -111,7 +128,7 @@ class BulkWalk(enum.Enum):
 
     STATUS = enum.auto()  # ix_jobs_status: every job of the status, testing the filter
     TYPE_STATUS = enum.auto()  # ix_jobs_type_status: the type's jobs of the status
-    CREATOR = enum.auto()  # ix_jobs_pending_creator: the creator's PENDING jobs, testing the type
+    CREATOR = enum.auto()  # ix_jobs_creator_status: the creator's PENDING jobs, testing the type
 
 
 def plan_bulk(

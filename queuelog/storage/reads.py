@@ -21,7 +21,7 @@ from queuelog.storage.read_plans import (
     plan_list,
     plan_oldest_pending,
 )
-from queuelog.storage.statements import COL_ID, LAST_ID, PENDING, STATUS_TEXT, per_type_params
+from queuelog.storage.statements import LAST_ID, PENDING, STATUS_TEXT, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
 from queuelog.storage.types import ids_json, to_micros
 
@@ -128,6 +128,13 @@ def _scopes_json(terms: list[tuple[str, str, int]]) -> str:
     return jsonutil.dumps([[scope, name] for scope, name, _ in terms]).decode()
 
 
+def walk_in_index_order(conn: Connection) -> None:
+    """Where the database has one (PostgreSQL), set the read's transaction to walk indexes
+    in their order and stop at a LIMIT (Statements.WALK_IN_INDEX_ORDER)."""
+    if conn.sql.WALK_IN_INDEX_ORDER is not None:
+        conn.execute(conn.sql.WALK_IN_INDEX_ORDER).fetchall()
+
+
 def list_jobs(
     conn: Connection,
     scope: JobScope,
@@ -149,22 +156,21 @@ def list_jobs(
     plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type)
     if plan.walk is Walk.NOTHING:
         return [], False, 0
-    has_status = plan.statuses[0] is not None
-    walk_scope = plan.walk is Walk.SCOPE
-    sql = conn.sql.list_jobs(
-        by_creator, by_worker, has_status, job_type is not None, after_id is not None, walk_scope
-    )
     params = {
         "name": scope.created_by if by_creator else scope.worker_id,
         "type": job_type,
-        "after": after_id,
+        "after": after_id if after_id is not None else LAST_ID,
         "limit": first + 1,
     }
-    rows = []
-    for part in plan.statuses:  # each part's newest first+1: the page is among them
-        rows += conn.execute(sql, {**params, "status": part.value if part else None}).fetchall()
-    if len(plan.statuses) > 1:
-        rows.sort(key=lambda row: row[COL_ID], reverse=True)
+    if not (by_creator and by_worker):  # the one page whose plans all sort (an OR of both scopes)
+        walk_in_index_order(conn)
+    # each status's newest first+1, merged: the page is among them
+    statuses = tuple(part.value for part in plan.statuses if part is not None)
+    if plan.walk is Walk.SCOPE:
+        sql = conn.sql.scope_page(by_worker, statuses, job_type is not None)
+    else:
+        sql = conn.sql.list_jobs(by_creator, by_worker, statuses, job_type is not None, after_id is not None)
+    rows = conn.execute(sql, params).fetchall()
     return [decode_job(r) for r in rows[:first]], len(rows) > first, plan.total
 
 
@@ -208,6 +214,7 @@ def list_schedule_jobs(
     if not total:
         return [], False, 0
     page = {**params, "after": after_id if after_id is not None else LAST_ID, "limit": first + 1}
+    walk_in_index_order(conn)
     found = conn.execute(conn.sql.held_schedule_jobs(by_worker, False), page).fetchall()
     return [decode_job(r) for r in found[:first]], len(found) > first, total
 

@@ -465,6 +465,18 @@ class Repository:
         await self._db.write(ops.prune_minutes)
         return total
 
+    @property
+    def vacuums(self) -> bool:
+        """Whether maintenance should look for tables to vacuum (PostgreSQL: vacuum.py)."""
+        return not isinstance(self._db, SqliteDatabase)
+
+    async def vacuum_where_due(self) -> list[str]:
+        """VACUUM and ANALYZE what autovacuum would have, where it does not run; the
+        statements run (none on SQLite, or where autovacuum runs)."""
+        if isinstance(self._db, SqliteDatabase):
+            return []
+        return [work.statement for work in await self._db.vacuum_where_due()]
+
     async def ping(self) -> None:
         await self._db.read_one(self._db.sql.PING)
 

@@ -31,10 +31,12 @@ from queuelog.storage.statements import (
     SCHEDULE_COLUMN_LIST,
     SCHEDULE_COUNT_SQL,
     SCHEDULES_PER_PASS,
+    STATUS_VALUES_IN_ORDER,
     TERMINAL_SQL,
     TYPE_CONTROL_COLUMN_LIST,
     Statements,
     put_type_control,
+    status_literal,
 )
 from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
 
@@ -275,36 +277,78 @@ _UNAWAITED = """(has_dependents = 0 OR status = 'completed' OR NOT EXISTS (
 _SEEN_RUNNING = and_(jobs.c.id == bindparam("id"), IS_RUNNING, jobs.c.attempt == bindparam("attempt"))
 
 
+# The filter's index of a page: (status, type) filtered on -> its name.
+_FILTER_INDEXES = {
+    (True, False): "ix_jobs_status",
+    (False, True): "ix_jobs_type",
+    (True, True): "ix_jobs_type_status",
+}
+
+
 @functools.cache
 def list_statement(
-    by_creator: bool, by_worker: bool, status: bool, job_type: bool, after: bool, walk_scope: bool = False
+    by_creator: bool, by_worker: bool, statuses: tuple[str, ...], job_type: bool, after: bool
 ) -> str:
-    """`jobs(...)`, newest first. `walk_scope`: walk the caller's own index (created_by or
-    worker_id, then id) and test status and type on each row, instead of walking the
-    filter's index and testing the caller on each row. SQLite has no statistics to choose
-    between them, so list_jobs does, from the counters (read_plans.py); a unary `+` keeps a
-    column's index out of the plan."""
-    filters: list[Any] = []
+    """`jobs(...)`, newest first, through the filter's index, testing the caller on each row;
+    with several statuses, each status's part, merged. A caller who sees only its own jobs
+    names the filter's index: SQLite has no statistics to choose between it and the
+    caller's own, so list_jobs does, from the counters (read_plans.py), and reads the
+    caller's own through scope_page_statement."""
+    filters = []
     if by_creator and by_worker:
-        filters.append(or_(jobs.c.created_by == bindparam("name"), jobs.c.worker_id == bindparam("name")))
+        filters.append("(created_by = :name OR worker_id = :name)")
     elif by_creator:
-        filters.append(jobs.c.created_by == bindparam("name"))
+        filters.append("created_by = :name")
     elif by_worker:
-        filters.append(jobs.c.worker_id == bindparam("name"))
-    if status:
-        filters.append(text("+status = :status") if walk_scope else jobs.c.status == bindparam("status"))
+        filters.append("worker_id = :name")
     if job_type:
-        filters.append(text("+type = :type") if walk_scope else jobs.c.type == bindparam("type"))
+        filters.append("type = :type")
     if after:
-        filters.append(jobs.c.id < bindparam("after"))
-    return _sql(select(*jobs.c).where(*filters).order_by(jobs.c.id.desc())) + " LIMIT :limit"
+        filters.append("id < :after")
+    index = _FILTER_INDEXES.get((bool(statuses), job_type)) if by_creator != by_worker else None
+    indexed = f" INDEXED BY {index}" if index is not None else ""
+
+    def part(status: str | None) -> str:
+        terms = [*filters, f"status = {status_literal(status)}"] if status is not None else filters
+        where = " WHERE " + " AND ".join(terms) if terms else ""
+        return f"SELECT {JOB_COLUMN_LIST} FROM jobs{indexed}{where} ORDER BY id DESC LIMIT :limit"
+
+    return _newest_of_each([part(status) for status in statuses or (None,)])
+
+
+def _newest_of_each(parts: list[str]) -> str:
+    """The first `limit` rows of these parts together, newest first: each part is newest
+    first and has `limit` rows at most, so what is sorted is bounded by the page (SQLite
+    merges the parts, but sorts each part's rows first: it does not know their order)."""
+    if len(parts) == 1:
+        return parts[0]
+    return " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts) + " ORDER BY id DESC LIMIT :limit"
+
+
+@functools.cache
+def scope_page_statement(by_worker: bool, statuses: tuple[str, ...], job_type: bool) -> str:
+    """A scoped caller's page through its own index (Statements.scope_page): each status's
+    part walks (name, status) from `after` down, in id order, and stops at the page's end;
+    `+type` keeps the type's index out of the plan."""
+    column, index = (
+        ("worker_id", "ix_jobs_worker_status") if by_worker else ("created_by", "ix_jobs_creator_status")
+    )
+    of_type = " AND +type = :type" if job_type else ""
+    return _newest_of_each(
+        [
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index}"
+            f" WHERE {column} = :name AND status = {status_literal(status)}{of_type} AND id < :after"
+            " ORDER BY id DESC LIMIT :limit"
+            for status in statuses
+        ]
+    )
 
 
 # Each bulk walk's index, and the terms that walk it (bulk.py).
 _BULK_WALKS = {
     BulkWalk.STATUS: ("ix_jobs_status", "status = :status"),
     BulkWalk.TYPE_STATUS: ("ix_jobs_type_status", "type = :type AND status = :status"),
-    BulkWalk.CREATOR: ("ix_jobs_pending_creator", "created_by = :name AND status = 'pending'"),
+    BulkWalk.CREATOR: ("ix_jobs_creator_status", "created_by = :name AND status = 'pending'"),
 }
 
 
@@ -340,13 +384,25 @@ _HELD_OF_SCHEDULE = (
 @functools.cache
 def held_schedule_jobs_statement(by_worker: bool, count: bool) -> str:
     """A schedule's jobs held by a worker (Statements.held_schedule_jobs), through the
-    worker's index or the schedule's."""
-    index = "ix_jobs_worker" if by_worker else "ix_jobs_schedule"
+    worker's index or the schedule's. The worker's index gives id order one status at a
+    time: a page reads each status's part (its condition on `:status` is tested once, before
+    the walk) and merges them."""
+    index = "ix_jobs_worker_status" if by_worker else "ix_jobs_schedule"
     if count:
         return f"SELECT count(*) FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
-    return (
-        f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
-        " AND id < :after ORDER BY id DESC LIMIT :limit"
+    if not by_worker:
+        return (
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index} WHERE {_HELD_OF_SCHEDULE}"
+            " AND id < :after ORDER BY id DESC LIMIT :limit"
+        )
+    return _newest_of_each(
+        [
+            f"SELECT {JOB_COLUMN_LIST} FROM jobs INDEXED BY {index}"
+            f" WHERE worker_id = :worker AND status = {status_literal(status)}"
+            f" AND (:status IS NULL OR :status = {status_literal(status)}) AND schedule_name = :schedule"
+            " AND (:type IS NULL OR type = :type) AND id < :after ORDER BY id DESC LIMIT :limit"
+            for status in STATUS_VALUES_IN_ORDER
+        ]
     )
 
 
@@ -446,14 +502,15 @@ class SqliteStatements(Statements):
     next_due = staticmethod(next_due_statement)
     oldest_due = staticmethod(oldest_due_statement)
     oldest_due_of = staticmethod(oldest_due_of_statement)
-    # Through the creator's own jobs, for a creator with fewer jobs than the queue has
-    # pending ones (read_plans.plan_oldest_pending chooses, from the counters).
+    # Through the creator's own PENDING jobs, for a creator with fewer of them than the queue
+    # has (read_plans.plan_oldest_pending chooses, from the counters).
     OLDEST_DUE_AMONG_OWN = (
-        "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_created_by"
+        "SELECT MIN(run_at) FROM jobs INDEXED BY ix_jobs_creator_status"
         " WHERE created_by = :created_by AND status = 'pending' AND delayed <> 2 AND run_at <= :now"
         " AND type IN (SELECT value FROM json_each(:types))"
     )
     list_jobs = staticmethod(list_statement)
+    scope_page = staticmethod(scope_page_statement)
 
     INSERT_EVENT = _sql(
         insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})

@@ -68,6 +68,17 @@ def put_type_control(parameter: Callable[[str], str], value: Callable[[str], str
     )
 
 
+def status_literal(value: str) -> str:
+    """A status value written into a statement's text (a page's part per status): only one
+    of JobStatus's values, never anything a client sent."""
+    if value not in STATUS_VALUES:
+        raise ValueError(f"not a status: {value!r}")
+    return f"'{value}'"
+
+
+STATUS_VALUES_IN_ORDER = tuple(status.value for status in JobStatus)
+STATUS_VALUES = frozenset(STATUS_VALUES_IN_ORDER)
+
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
 
@@ -158,14 +169,22 @@ class Statements:
     # the next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a
     # chunk is about to change, locked (PostgreSQL); *_IDS change them.
     match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool], str]]
-    # Where not None: run in a read's transaction before match_jobs, so that its walks go in
-    # index order (see postgres_statements.py).
+    # Where not None: run in a read's transaction before match_jobs, scope_page and
+    # list_jobs, so that their walks go in index order and stop at their LIMIT (see
+    # postgres_statements.py).
     WALK_IN_INDEX_ORDER: ClassVar[str | None]
     BULK_STATES: ClassVar[str]
     CANCEL_IDS: ClassVar[str]
     RETRY_IDS: ClassVar[str]
-    # `list_jobs(by_creator, by_worker, status, job_type, after, walk_scope)`: `jobs(...)`
-    list_jobs: ClassVar[Callable[[bool, bool, bool, bool, bool, bool], str]]
+    # `list_jobs(by_creator, by_worker, statuses, job_type, after)`: `jobs(...)` through the
+    # filter's index (`statuses`: each one's part, merged; `type`), or the primary key,
+    # testing the caller (`name`).
+    list_jobs: ClassVar[Callable[[bool, bool, tuple[str, ...], bool, bool], str]]
+    # `scope_page(by_worker, statuses, job_type)`: `jobs(...)` of a caller who sees its own
+    # jobs, through its own index (ix_jobs_creator_status, or ix_jobs_worker_status): the
+    # first `limit` of `name`'s jobs below id `after` (LAST_ID: from the newest) in each of
+    # `statuses` (status values, in the text), of `type` where `job_type`, newest first.
+    scope_page: ClassVar[Callable[[bool, tuple[str, ...], bool], str]]
     # job_events
     INSERT_EVENT: ClassVar[str]
     DELETE_EVENTS_OF: ClassVar[str]
@@ -202,8 +221,9 @@ class Statements:
     PUT_TYPE_CONTROL: ClassVar[str]
     # `jobs(scheduleName:)` of a worker: `held_schedule_jobs(by_worker, count)` reads the jobs
     # of `schedule` that `worker` holds (of `status` and `type` where not NULL), newest first
-    # below id `after` (`count`: how many), walking ix_jobs_worker (`by_worker`) or
-    # ix_jobs_schedule. Other callers read a schedule's jobs as its creator's (reads.py).
+    # below id `after` (`count`: how many), walking ix_jobs_worker_status (`by_worker`: each
+    # status's part, merged) or ix_jobs_schedule. Other callers read a schedule's jobs as its
+    # creator's (reads.py).
     held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
     # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents at least 1 on `ids`,
     # their (id, status, created_by, worker_id) back, the rows locked against a concurrent

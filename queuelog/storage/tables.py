@@ -166,17 +166,11 @@ jobs = Table(
         postgresql_where=text("timeout_at IS NOT NULL"),
         sqlite_where=text("status = 'running' AND timeout_at IS NOT NULL"),
     ),
-    Index("ix_jobs_created_by", "created_by", "id"),
-    # A producer's cancelJobs (bulk.py) walks its own PENDING jobs here, past none of its
-    # finished jobs nor anyone else's backlog. Partial: a job leaves it when claimed or
-    # cancelled, and PostgreSQL adds no entry for a job's later states (migration 0011).
-    Index(
-        "ix_jobs_pending_creator",
-        "created_by",
-        "id",
-        postgresql_where=text("status = 'pending'"),
-        sqlite_where=text("status = 'pending'"),
-    ),
+    # A caller's own jobs, by status, in id order: a producer's (created_by) and a worker's.
+    # A page of a scoped caller walks (scope, status) from its end and stops at the page's
+    # end, one status at a time (reads.list_jobs); a producer's cancelJobs walks its PENDING
+    # jobs; its oldest pending job is read among its PENDING jobs (migration 0013).
+    Index("ix_jobs_creator_status", "created_by", "status", "id"),
     Index(
         "ix_jobs_schedule",
         "schedule_name",
@@ -185,8 +179,9 @@ jobs = Table(
         sqlite_where=text("schedule_name IS NOT NULL"),
     ),
     Index(
-        "ix_jobs_worker",
+        "ix_jobs_worker_status",
         "worker_id",
+        "status",
         "id",
         postgresql_where=text("worker_id IS NOT NULL"),
         sqlite_where=text("worker_id IS NOT NULL"),
