@@ -201,7 +201,6 @@ def explain_prepared(connection: Any, sql: str, params: dict[str, Any]) -> str:
     [
         (True, False, False, "ix_jobs_status"),
         (True, False, True, "ix_jobs_status"),
-        (False, True, False, "ix_jobs_type"),
         (True, True, False, "ix_jobs_type_status"),
         (True, True, True, "ix_jobs_type_status"),
     ],

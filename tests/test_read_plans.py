@@ -90,6 +90,26 @@ def test_without_a_filter_or_seeing_everything_the_filters_index_or_the_key_is_w
     assert plan_list(mine, OTHERS, True, True, PENDING, None) == ListPlan(Walk.FILTER, (PENDING,), 3)
 
 
+def test_without_an_index_of_a_types_jobs_a_type_filter_walks_each_of_its_statuses() -> None:
+    """PostgreSQL has no ix_jobs_type: `jobs(type:)` reads ix_jobs_type_status once per status
+    the type has jobs in (SQLite, with the index, walks it once)."""
+    assert plan_list(OTHERS, OTHERS, False, False, None, "email", type_index=False) == ListPlan(
+        Walk.FILTER_BY_STATUS, (PENDING, COMPLETED), 1300
+    )
+    assert plan_list(OTHERS, OTHERS, False, False, None, "email") == ListPlan(Walk.FILTER, (None,), 1300)
+    only_pending = counts(email={"pending": 3})
+    assert plan_list(only_pending, OTHERS, True, True, None, "email", type_index=False) == ListPlan(
+        Walk.FILTER, (PENDING,), 3
+    )
+    # a status filter, or a caller's own walk, is planned as before
+    assert plan_list(OTHERS, OTHERS, False, False, PENDING, "email", type_index=False) == ListPlan(
+        Walk.FILTER, (PENDING,), 300
+    )
+    small = counts(email={"pending": 1, "completed": 1})
+    walk = plan_list(small, plus(OTHERS, small), True, False, None, "email", type_index=False).walk
+    assert walk is Walk.SCOPE
+
+
 def test_the_oldest_pending_job_is_found_through_the_smaller_index() -> None:
     small = counts(email={"pending": 2})
     big = counts(email={"pending": 5, "cancelled": 25})

@@ -393,7 +393,7 @@ class PostgresStatements(Statements):
     INSERT_JOB = f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES}) RETURNING id"
     INSERT_JOB_ONCE = (
         f"INSERT INTO jobs ({_INSERT_COLUMNS}) VALUES ({_INSERT_VALUES})"
-        " ON CONFLICT (created_by, idempotency_key) DO NOTHING RETURNING id"
+        " ON CONFLICT (created_by, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id"
     )
     JOB_BY_IDEMPOTENCY_KEY = (
         f"SELECT {JOB_COLUMN_LIST} FROM jobs WHERE created_by = %(created_by)s AND idempotency_key = %(key)s"
@@ -544,6 +544,7 @@ class PostgresStatements(Statements):
 
     TYPE_CONTROLS = _TYPE_CONTROLS
     PROMOTE_READS_CONTROLS = True
+    TYPE_INDEX = False  # migration 0013
     PROMOTE_PENDING = _PROMOTE_PENDING
     # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
     # but fixed: queuelog's only advisory lock. Answers the clock once the lock is held (the

@@ -101,6 +101,9 @@ class Statements:
     INSERT_JOB_ONCE: ClassVar[str]
     JOB_BY_IDEMPOTENCY_KEY: ClassVar[str]
     JOBS_BY_IDEMPOTENCY_KEYS: ClassVar[str]
+    # Whether jobs has ix_jobs_type, the index of a type's jobs in id order (tables.py):
+    # without it `jobs(type:)` reads ix_jobs_type_status once per status (read_plans).
+    TYPE_INDEX: ClassVar[bool]
     # jobs: by id
     JOB_BY_ID: ClassVar[str]
     JOBS_BY_IDS: ClassVar[str]
