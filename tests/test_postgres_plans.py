@@ -391,12 +391,12 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
 ) -> None:
     """`completeJobs` is one UPDATE over arrays on PostgreSQL: its rows must come from the
     primary key (id = ANY), whatever the statistics say about running jobs."""
-    from queuelog.storage.postgres_statements import COMPLETE_CHECKED_AT_ONCE
-
     running_burst.execute("SET plan_cache_mode = force_generic_plan")
     now = int(time.time() * 1_000_000)
-    rows = [{"id": 30000 + i, "attempt": 1, "result": "{}", "now": now} for i in range(100)]
-    shown = plan(running_burst, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
+    ids = [30000 + i for i in range(100)]
+    parameters = {"id": ids, "attempt": [1] * 100, "result": ["{}"] * 100, "worker": "w", "now": now}
+    assert PostgresStatements.COMPLETE_MANY is not None
+    shown = plan(running_burst, PostgresStatements.COMPLETE_MANY, **parameters)
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
     assert not any(

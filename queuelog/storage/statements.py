@@ -133,6 +133,11 @@ class Statements:
     HEARTBEAT: ClassVar[str]
     COMPLETE_HELD: ClassVar[str]
     COMPLETE_CHECKED: ClassVar[str]
+    # Where not None: completeJobs in one statement that checks each job against its item
+    # (RUNNING, held by `worker`, the item's attempt if it has one) and returns the rows it
+    # completed: arrays `id`, `attempt` (None: any) and `result`, `worker` and `now`. None:
+    # the rows are read first, then COMPLETE_CHECKED (SQLite: the write lock keeps them as read).
+    COMPLETE_MANY: ClassVar[str | None]
     FAIL_RUNNING: ClassVar[str]
     EXPIRE_RUNNING: ClassVar[str]
     OVERDUE: ClassVar[str]
