@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 
+from queuelog.storage.codec import NEW_JOB_COLUMNS
 from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.statements import per_type_params
@@ -595,3 +596,33 @@ def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
         callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21
     )
     assert index in shown and "Sort" not in shown and "Seq Scan" not in shown, shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("name", ["JOB_BY_IDEMPOTENCY_KEY", "JOBS_BY_IDEMPOTENCY_KEYS", "INSERT_JOB_ONCE"])
+def test_idempotency_keys_are_found_in_the_partial_unique_index(queue_shaped: Any, name: str) -> None:
+    """Migration 0013 keeps keys in ix_jobs_idempotency, a unique index of the jobs that have
+    one: a lookup by key must still seek it in the generic plan (the planner proves `key IS
+    NOT NULL` from `key = $n`), and ON CONFLICT must infer it (else PostgreSQL refuses the
+    statement: no unique index matches)."""
+    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    now = int(time.time() * 1_000_000)
+    params: dict[str, Any] = {"created_by": "p", "key": "k1", "keys": '["k1", "k2"]'}
+    if name == "INSERT_JOB_ONCE":
+        params = {column: None for column in NEW_JOB_COLUMNS} | {
+            "type": "noop",
+            "payload": "{}",
+            "priority": 10,
+            "status": "pending",
+            "max_retries": 3,
+            "idempotency_key": "k1",
+            "run_at": now,
+            "created_by": "p",
+            "created_at": now,
+            "updated_at": now,
+        }
+    shown = plan(queue_shaped, getattr(PostgresStatements, name), **params)
+    if name == "INSERT_JOB_ONCE":
+        assert "Conflict Arbiter Indexes: ix_jobs_idempotency" in shown, shown
+    else:
+        assert "Index Scan using ix_jobs_idempotency" in shown, shown
