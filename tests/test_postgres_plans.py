@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 
+from queuelog.storage.codec import NEW_JOB_COLUMNS
 from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.read_plans import BulkWalk
 from queuelog.storage.statements import per_type_params
@@ -201,7 +202,6 @@ def explain_prepared(connection: Any, sql: str, params: dict[str, Any]) -> str:
     [
         (True, False, False, "ix_jobs_status"),
         (True, False, True, "ix_jobs_status"),
-        (False, True, False, "ix_jobs_type"),
         (True, True, False, "ix_jobs_type_status"),
         (True, True, True, "ix_jobs_type_status"),
     ],
@@ -400,12 +400,12 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
 ) -> None:
     """`completeJobs` is one UPDATE over arrays on PostgreSQL: its rows must come from the
     primary key (id = ANY), whatever the statistics say about running jobs."""
-    from queuelog.storage.postgres_statements import COMPLETE_CHECKED_AT_ONCE
-
     running_burst.execute("SET plan_cache_mode = force_generic_plan")
     now = int(time.time() * 1_000_000)
-    rows = [{"id": 30000 + i, "attempt": 1, "result": "{}", "now": now} for i in range(100)]
-    shown = plan(running_burst, COMPLETE_CHECKED_AT_ONCE.sql, **COMPLETE_CHECKED_AT_ONCE.parameters(rows))
+    ids = [30000 + i for i in range(100)]
+    parameters = {"id": ids, "attempt": [1] * 100, "result": ["{}"] * 100, "worker": "w", "now": now}
+    assert PostgresStatements.COMPLETE_MANY is not None
+    shown = plan(running_burst, PostgresStatements.COMPLETE_MANY, **parameters)
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
     assert not any(
@@ -616,3 +616,33 @@ def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
     assert re.findall(r"Sort  \(.*\n.*Sort Key.*\n\s+->  (\w+)", shown) == (
         ["Append"] if by_worker else []
     ), shown
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("name", ["JOB_BY_IDEMPOTENCY_KEY", "JOBS_BY_IDEMPOTENCY_KEYS", "INSERT_JOB_ONCE"])
+def test_idempotency_keys_are_found_in_the_partial_unique_index(queue_shaped: Any, name: str) -> None:
+    """Migration 0014 keeps keys in ix_jobs_idempotency, a unique index of the jobs that have
+    one: a lookup by key must still seek it in the generic plan (the planner proves `key IS
+    NOT NULL` from `key = $n`), and ON CONFLICT must infer it (else PostgreSQL refuses the
+    statement: no unique index matches)."""
+    queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
+    now = int(time.time() * 1_000_000)
+    params: dict[str, Any] = {"created_by": "p", "key": "k1", "keys": '["k1", "k2"]'}
+    if name == "INSERT_JOB_ONCE":
+        params = {column: None for column in NEW_JOB_COLUMNS} | {
+            "type": "noop",
+            "payload": "{}",
+            "priority": 10,
+            "status": "pending",
+            "max_retries": 3,
+            "idempotency_key": "k1",
+            "run_at": now,
+            "created_by": "p",
+            "created_at": now,
+            "updated_at": now,
+        }
+    shown = plan(queue_shaped, getattr(PostgresStatements, name), **params)
+    if name == "INSERT_JOB_ONCE":
+        assert "Conflict Arbiter Indexes: ix_jobs_idempotency" in shown, shown
+    else:
+        assert "Index Scan using ix_jobs_idempotency" in shown, shown

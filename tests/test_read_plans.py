@@ -94,6 +94,26 @@ def test_without_a_filter_a_caller_walks_each_status_it_has_and_seeing_everythin
     assert plan_list(mine, OTHERS, True, True, PENDING, None) == ListPlan(Walk.FILTER, (PENDING,), 3)
 
 
+def test_without_an_index_of_a_types_jobs_a_type_filter_walks_each_of_its_statuses() -> None:
+    """PostgreSQL has no ix_jobs_type: `jobs(type:)` reads ix_jobs_type_status once per status
+    the type has jobs in (SQLite, with the index, walks it once)."""
+    assert plan_list(OTHERS, OTHERS, False, False, None, "email", type_index=False) == ListPlan(
+        Walk.FILTER_BY_STATUS, (PENDING, COMPLETED), 1300
+    )
+    assert plan_list(OTHERS, OTHERS, False, False, None, "email") == ListPlan(Walk.FILTER, (None,), 1300)
+    only_pending = counts(email={"pending": 3})
+    assert plan_list(only_pending, OTHERS, True, True, None, "email", type_index=False) == ListPlan(
+        Walk.FILTER, (PENDING,), 3
+    )
+    # a status filter, or a caller's own walk, is planned as before
+    assert plan_list(OTHERS, OTHERS, False, False, PENDING, "email", type_index=False) == ListPlan(
+        Walk.FILTER, (PENDING,), 300
+    )
+    small = counts(email={"pending": 1, "completed": 1})
+    walk = plan_list(small, plus(OTHERS, small), True, False, None, "email", type_index=False).walk
+    assert walk is Walk.SCOPE
+
+
 def test_the_oldest_pending_job_is_found_through_the_walk_that_passes_fewer_rows() -> None:
     """The creator's own walk passes its PENDING jobs only, however many others it has; the
     walk of every due job passes, per type, everyone's PENDING jobs per one of its own."""

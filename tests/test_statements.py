@@ -63,9 +63,9 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(*shape).startswith("SELECT") for shape in HELD_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
-        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES"):
+        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES", "TYPE_INDEX"):
             assert isinstance(statement, bool)
-        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER"):  # optional
+        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER", "COMPLETE_MANY"):  # optional
             assert statement is None or statement.strip(), name
         elif name == "EVENT_HORIZON":  # where event ids may commit out of order
             assert (statement is None) is (database is SqliteStatements), name
@@ -94,7 +94,17 @@ def test_both_databases_take_the_same_parameters() -> None:
             pairs = [
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
-        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES"):
+        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES", "TYPE_INDEX"):
+            continue
+        elif name == "COMPLETE_MANY":  # PostgreSQL's only: SQLite reads, then COMPLETE_CHECKED
+            assert SqliteStatements.COMPLETE_MANY is None
+            assert set(POSTGRES_PARAMETER.findall(PostgresStatements.COMPLETE_MANY or "")) == {
+                "id",
+                "attempt",
+                "result",
+                "worker",
+                "now",
+            }
             continue
         elif name == "WALK_IN_INDEX_ORDER":  # PostgreSQL's takes no parameter
             assert SqliteStatements.WALK_IN_INDEX_ORDER is None

@@ -46,6 +46,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.adapt import Loader
 from psycopg.pq import ExecStatus, Format
+from psycopg.types.numeric import Int8
 
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
@@ -61,6 +62,7 @@ from queuelog.storage.postgres_statements import (
     EVENTS_CHANNEL,
     FORCE_GENERIC_PLANS,
     GENERIC_PLANS,
+    INT8_ARRAYS,
     NOTIFY,
     RETURNING_ID,
     PostgresStatements,
@@ -210,6 +212,9 @@ class PgConnection:
             return self.raw.execute(sql, parameters or None, binary=True)
 
     def execute(self, sql: str, parameters: Any = ()) -> Result:
+        int8_arrays = INT8_ARRAYS.get(sql)
+        if int8_arrays is not None:
+            parameters = _as_int8_arrays(parameters, int8_arrays)
         cursor = self._execute(sql, parameters)
         rows = _rows(cursor)
         lastrowid = rows[0][0] if rows and sql in RETURNING_ID else None
@@ -250,6 +255,11 @@ class PgConnection:
             ids.append(cursor.fetchone()[0])  # type: ignore[index]
             if not cursor.nextset():
                 return ids
+
+
+def _as_int8_arrays(parameters: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """`parameters` with the integer lists `names` sent as bigint[] (postgres_statements.INT8_ARRAYS)."""
+    return parameters | {name: [None if v is None else Int8(v) for v in parameters[name]] for name in names}
 
 
 def _rows(cursor: psycopg.Cursor[Any]) -> list[Any]:

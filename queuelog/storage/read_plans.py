@@ -55,6 +55,7 @@ def plan_list(
     by_worker: bool,
     status: JobStatus | None,
     job_type: str | None,
+    type_index: bool = True,
 ) -> ListPlan:
     """`jobs(status:, type:)` for a caller who sees `mine` of `everyones` jobs.
 
@@ -69,10 +70,17 @@ def plan_list(
     jobs of one status: status follows age (the newest jobs are pending, the oldest
     finished), so one walk through every status would pass the whole backlog of others'
     pending jobs before reaching a worker's finished ones (82 ms at 1M jobs).
+
+    Without an index of a type's jobs in id order (`type_index` False: PostgreSQL, where
+    every index costs an entry at each transition), a type filter alone walks the (type,
+    status) index once per status the type has jobs in, and the pages are merged.
     """
     total = matching(mine, status, job_type)
     if total == 0:
         return ListPlan(Walk.NOTHING, (), 0)
+    if by_creator == by_worker and job_type is not None and status is None and not type_index:
+        parts = tuple(s for s in JobStatus if matching(mine, s, job_type))
+        return ListPlan(Walk.FILTER if len(parts) == 1 else Walk.FILTER_BY_STATUS, parts, total)
     if by_creator == by_worker:
         return ListPlan(Walk.FILTER, (status,), total)
     parts = (status,) if status is not None else tuple(s for s in JobStatus if matching(mine, s, job_type))

@@ -153,7 +153,7 @@ def list_jobs(
     mine, everyones = counts_and_everyones(conn, scope)
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
-    plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type)
+    plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type, conn.sql.TYPE_INDEX)
     if plan.walk is Walk.NOTHING:
         return [], False, 0
     params = {

@@ -551,6 +551,8 @@ class SqliteStatements(Statements):
     PRUNE_MINUTES = "DELETE FROM job_minutes WHERE minute < :before"
 
     TYPE_CONTROLS = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
+    TYPE_INDEX = True
+    COMPLETE_MANY = None
     PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
     PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read
     # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:

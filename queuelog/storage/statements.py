@@ -112,6 +112,9 @@ class Statements:
     INSERT_JOB_ONCE: ClassVar[str]
     JOB_BY_IDEMPOTENCY_KEY: ClassVar[str]
     JOBS_BY_IDEMPOTENCY_KEYS: ClassVar[str]
+    # Whether jobs has ix_jobs_type, the index of a type's jobs in id order (tables.py):
+    # without it `jobs(type:)` reads ix_jobs_type_status once per status (read_plans).
+    TYPE_INDEX: ClassVar[bool]
     # jobs: by id
     JOB_BY_ID: ClassVar[str]
     JOBS_BY_IDS: ClassVar[str]
@@ -141,6 +144,11 @@ class Statements:
     HEARTBEAT: ClassVar[str]
     COMPLETE_HELD: ClassVar[str]
     COMPLETE_CHECKED: ClassVar[str]
+    # Where not None: completeJobs in one statement that checks each job against its item
+    # (RUNNING, held by `worker`, the item's attempt if it has one) and returns the rows it
+    # completed: arrays `id`, `attempt` (None: any) and `result`, `worker` and `now`. None:
+    # the rows are read first, then COMPLETE_CHECKED (SQLite: the write lock keeps them as read).
+    COMPLETE_MANY: ClassVar[str | None]
     FAIL_RUNNING: ClassVar[str]
     EXPIRE_RUNNING: ClassVar[str]
     OVERDUE: ClassVar[str]
