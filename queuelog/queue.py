@@ -277,8 +277,6 @@ class JobQueue:
             raise BadInput(f"minutes must be between 1 and {MAX_THROUGHPUT_MINUTES}")
         return await self.repository.finished_per_minute(principal.scope, minutes)
 
-    # --- flow control (API.md section 9) ---------------------------------------------------
-
     # --- schedules (API.md section 10) -----------------------------------------------------
 
     async def schedules(self) -> builtins.list[Schedule]:

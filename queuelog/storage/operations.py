@@ -4,8 +4,8 @@ pruning, and what every write batch adds (its events and counters). The claim is
 claims.py, the reads in reads.py; the three share these conventions.
 
 The functions hand the SQL to the driver's connection, asking it for each statement by
-name (`tx.sql.CLAIM_ANY`): the connection carries its database's text (statements.py).
-Writes take a `WriteTx` (a group-commit transaction: see sqlite.py) and report each
+name (`tx.sql.INSERT_JOB_ONCE`): the connection carries its database's text (statements.py).
+Writes take a `WriteTx` (a group-commit transaction: see transaction.py) and report each
 transition through `tx.record`; reads take a plain connection. State guards
 (`status = 'running' AND attempt = :attempt`) sit in every UPDATE, so a row that changed
 since it was read is left alone. The rules (limits, sanitising, retry policy) are the

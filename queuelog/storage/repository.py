@@ -1,8 +1,11 @@
 """The repository: the async interface the rest of queuelog uses to reach the database.
 
-It runs the functions of `operations` and `claims` through the group-commit writer and
-those of `reads` on a reading connection, and, once a write has committed, hands its events
-to the listeners (subscriptions, metrics, the claim wake-up).
+It runs the storage modules' functions — `operations` (enqueue and the holder's reports),
+`claims`, `bulk` (cancel and retry by filter), `controls` (type controls), `flow` (limits
+inside a claim), `schedules`, `dependencies` and `settlements` (a finished job's dependents)
+— through the group-commit writer, and those of `reads` on a reading connection; once a
+write has committed, it hands its events to the listeners (subscriptions, metrics, the
+claim wake-up).
 """
 
 from __future__ import annotations

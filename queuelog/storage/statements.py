@@ -3,7 +3,7 @@
 Each database has one class holding its SQL under these names: `SqliteStatements`
 (sqlite_statements.py) and `PostgresStatements` (postgres_statements.py). A connection
 carries its database's class as `.sql`, so operations.py (like claims.py and reads.py) asks
-for `tx.sql.CLAIM_ANY` and never sees the text. A class that lacks a name, or adds one not
+for `tx.sql.INSERT_JOB_ONCE` and never sees the text. A class that lacks a name, or adds one not
 declared here, fails when it is defined: at import.
 """
 
