@@ -127,13 +127,16 @@ class Line:
 
 
 class ServerLog(logging.Handler):
-    """Every record of the `queuelog` loggers, DEBUG included, while the module runs."""
+    """Every record of the `queuelog` loggers but the maintenance loop's, DEBUG included,
+    while the module runs."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: list[Line] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name == "queuelog.maintenance":
+            return  # background work (a VACUUM where autovacuum is off), in no request's answer
         raised = record.exc_info[1] if record.exc_info else None
         exception = None if raised is None else f"{type(raised).__name__}: {raised}"
         self.lines.append(Line(record.name, record.levelname, record.getMessage(), exception))
