@@ -78,18 +78,17 @@ def plan_list(
     total = matching(mine, status, job_type)
     if total == 0:
         return ListPlan(Walk.NOTHING, (), 0)
-    if by_creator == by_worker and job_type is not None and status is None and not type_index:
-        parts = tuple(s for s in JobStatus if matching(mine, s, job_type))
-        return ListPlan(Walk.FILTER if len(parts) == 1 else Walk.FILTER_BY_STATUS, parts, total)
-    if by_creator == by_worker:
+    scoped = by_creator != by_worker
+    if not scoped and (status is not None or job_type is None or type_index):
         return ListPlan(Walk.FILTER, (status,), total)
     parts = (status,) if status is not None else tuple(s for s in JobStatus if matching(mine, s, job_type))
-    if job_type is None:
-        return ListPlan(Walk.SCOPE, parts, total)
-    own_per_match = max(matching(mine, s, None) / matching(mine, s, job_type) for s in parts)
-    filter_per_match = max(matching(everyones, s, job_type) / matching(mine, s, job_type) for s in parts)
-    if own_per_match <= filter_per_match:
-        return ListPlan(Walk.SCOPE, parts, total)
+    if scoped:
+        if job_type is None:
+            return ListPlan(Walk.SCOPE, parts, total)
+        own_per_match = max(matching(mine, s, None) / matching(mine, s, job_type) for s in parts)
+        filter_per_match = max(matching(everyones, s, job_type) / matching(mine, s, job_type) for s in parts)
+        if own_per_match <= filter_per_match:
+            return ListPlan(Walk.SCOPE, parts, total)
     # A type filter whose jobs here are all of one status reads as that status.
     return ListPlan(Walk.FILTER if len(parts) == 1 else Walk.FILTER_BY_STATUS, parts, total)
 
