@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
+from prepared_plans import explain_prepared
 
 from queuelog.storage.codec import NEW_JOB_COLUMNS
 from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
@@ -175,25 +176,6 @@ def plan(connection: Any, sql: str, **params: Any) -> str:
     else:
         rows = connection.execute(explain_prepared(connection, sql, params)).fetchall()
     return "\n".join(row[0] for row in rows)
-
-
-def explain_prepared(connection: Any, sql: str, params: dict[str, Any]) -> str:
-    """PREPARE `sql` (its `%(name)s` numbered in order) and return EXPLAIN EXECUTE of it with
-    `params` as literals."""
-    from psycopg import sql as pgsql
-
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    numbered = re.sub(r"%\((\w+)\)s", number, sql).replace("%%", "%")
-    connection.execute("DEALLOCATE ALL")
-    connection.execute(f"PREPARE shown AS {numbered}")  # type: ignore[arg-type]
-    values = ", ".join(pgsql.Literal(params[name]).as_string(connection) for name in names)
-    return f"EXPLAIN EXECUTE shown({values})"
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from conftest import POSTGRES, migrate, require_backend
+from prepared_plans import explain_prepared
 
 from queuelog.storage.postgres_statements import PostgresStatements
 from queuelog.storage.read_plans import BulkWalk
@@ -143,23 +144,10 @@ def _postgres(analyzed: bool, generic: bool) -> Iterator[Shaped]:
 
 
 def explain_analyze(connection: Any, sql: str, params: dict[str, Any]) -> str:
-    """EXPLAIN ANALYZE of the statement as a server prepares it (its `%(name)s` numbered):
-    with plan_cache_mode = force_generic_plan, the generic plan."""
-    from psycopg import sql as pgsql
-
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    numbered = re.sub(r"%\((\w+)\)s", number, sql).replace("%%", "%")
-    connection.execute("DEALLOCATE ALL")
-    connection.execute(f"PREPARE shown AS {numbered}")  # type: ignore[arg-type]
-    values = ", ".join(pgsql.Literal(params[n]).as_string(connection) for n in names)
-    rows = connection.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE shown({values})").fetchall()  # type: ignore[arg-type]
-    return "\n".join(row[0] for row in rows)
+    """EXPLAIN ANALYZE of the statement as a server prepares it: with plan_cache_mode =
+    force_generic_plan, the generic plan."""
+    explain = explain_prepared(connection, sql, params, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF)")
+    return "\n".join(row[0] for row in connection.execute(explain).fetchall())
 
 
 SHAPES = {
