@@ -114,6 +114,26 @@ def backend_cpu(base_url: str, database: str) -> dict[int, float] | None:
     return out
 
 
+def backend_cpu_by_application(base_url: str, database: str) -> dict[str, dict[int, float]] | None:
+    """{application_name: {pid: CPU seconds}} of the backends of `database` (a server whose
+    URL carries `?application_name=NAME` names every connection it opens); None when
+    PostgreSQL is on another machine."""
+    if not is_local(base_url):
+        return None
+    with contextlib.closing(admin(base_url)) as conn:
+        rows = conn.execute(
+            "SELECT application_name, pid FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    out: dict[str, dict[int, float]] = {}
+    for name, pid in rows:
+        cpu = process_cpu_seconds(int(pid))
+        if cpu is not None:
+            out.setdefault(str(name), {})[int(pid)] = cpu
+    return out
+
+
 def shared_process_cpu(base_url: str) -> dict[int, float] | None:
     """{pid: CPU seconds} of the cluster's processes that serve every database: the
     postmaster and what pg_stat_activity lists with no database (walwriter, checkpointer,

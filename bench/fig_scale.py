@@ -67,6 +67,10 @@ WORKER_SETTLE_SECONDS = 3.0
 DRAIN_TIMEOUT = 300.0
 PAUSE = 'mutation Pause { pauseType(type: "noop") { paused } }'
 RESUME = 'mutation Resume { resumeType(type: "noop") { paused } }'
+# The configuration that prices what one more server costs the others: one server with its
+# worker and producers, and LISTENING servers that nobody calls, which still read back every
+# job the first one changes (storage/listener.py).
+LISTENING = 2
 CEILING_CONNECTIONS = 8
 CEILING_SECONDS = 3.0
 CONTROLLED_CLAIM_LOCK = 7160419  # postgres_statements.LOCK_CONTROLLED_CLAIMS's number
@@ -97,7 +101,7 @@ class Cpu:
         return {
             "servers": [s.cpu_seconds() or 0.0 for s in self.servers],
             "workers": [process_cpu_seconds(w.pid) or 0.0 for w in self.workers],
-            "backends": _pg.backend_cpu(self.base_url, self.database),
+            "backends": _pg.backend_cpu_by_application(self.base_url, self.database) or {},
             "shared": _pg.shared_process_cpu(self.base_url),
             "bench": process_cpu_seconds(os.getpid()) or 0.0,
             "at": time.perf_counter(),
@@ -107,12 +111,18 @@ class Cpu:
         self._before = self._snapshot()
 
     def stop(self, jobs: int) -> dict[str, Any]:
-        """CPU used since start: seconds, µs per job, and each server's share of a core."""
+        """CPU used since start: seconds, µs per job, and each server's share of a core. The
+        backends of each server are those of its application_name (its URL names it)."""
         after, before = self._snapshot(), self._before
         wall = after["at"] - before["at"]
         servers = [a - b for a, b in zip(after["servers"], before["servers"], strict=True)]
         workers = [a - b for a, b in zip(after["workers"], before["workers"], strict=True)]
-        backends = cpu_delta(before["backends"], after["backends"]) or 0.0
+        by_name = {
+            name: cpu_delta(before["backends"].get(name, {}), pids) or 0.0
+            for name, pids in after["backends"].items()
+        }
+        backends = sum(by_name.values())
+        per_server = [by_name.get(server.name, 0.0) for server in self.servers]
         shared = cpu_delta(before["shared"], after["shared"]) or 0.0
         bench = after["bench"] - before["bench"]
 
@@ -124,11 +134,14 @@ class Cpu:
             "server_cpu_s": [round(s, 3) for s in servers],
             "worker_cpu_s": [round(w, 3) for w in workers],
             "backends_cpu_s": round(backends, 3),
+            "backends_by_server_cpu_s": [round(b, 3) for b in per_server],
             "shared_cpu_s": round(shared, 3),
             "bench_cpu_s": round(bench, 3),
             "server_us_per_job": per_job(sum(servers)),
             "worker_us_per_job": per_job(sum(workers)),
             "postgres_us_per_job": per_job(backends),
+            "server_us_per_job_each": [per_job(s) for s in servers],
+            "postgres_us_per_job_each": [per_job(b) for b in per_server],
             "shared_us_per_job": per_job(shared),
             "bench_us_per_job": per_job(bench),
             "server_share_of_core": [round(s / wall, 2) for s in servers] if wall > 0 else [],
@@ -143,27 +156,41 @@ def scale_figure(ctx: Context, fig: Figure) -> None:
         raise RuntimeError("figure 12 (scale) is PostgreSQL's: run it with --database postgresql")
     s = ctx.settings
     ceilings = commit_ceilings(ctx)
-    order: list[int] = []
+    configurations = [(n, 0) for n in s.scale_servers] + [(1, LISTENING)]
+    order: list[tuple[int, int]] = []
     for round_number in range(s.scale_rounds):
-        servers = list(s.scale_servers)
-        order.extend(servers if round_number % 2 == 0 else reversed(servers))
-    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in s.scale_servers}
-    for n in order:
-        ctx.log(f"{n} server(s), {s.scale_jobs:,} jobs (load average {os.getloadavg()[0]:.1f})")
-        runs[n].append(one_configuration(ctx, n))
+        order.extend(configurations if round_number % 2 == 0 else reversed(configurations))
+    runs: dict[str, list[dict[str, Any]]] = {_label(*c): [] for c in configurations}
+    for working, listening in order:
+        label = _label(working, listening)
+        ctx.log(f"{label}, {s.scale_jobs:,} jobs (load average {os.getloadavg()[0]:.1f})")
+        runs[label].append(one_configuration(ctx, working, listening))
     report(fig, s.scale_jobs, runs, ceilings)
-    fig.data = {"jobs": s.scale_jobs, "order": order, "runs": runs, "ceilings": ceilings}
+    fig.data = {
+        "jobs": s.scale_jobs,
+        "order": [_label(*c) for c in order],
+        "runs": runs,
+        "ceilings": ceilings,
+    }
+
+
+def _label(working: int, listening: int) -> str:
+    text = f"{working} server{'s' if working > 1 else ''}"
+    return f"{text} + {listening} listening" if listening else text
 
 
 # --- one configuration ---------------------------------------------------------------------
 
 
-def one_configuration(ctx: Context, n: int) -> dict[str, Any]:
+def one_configuration(ctx: Context, n: int, listening: int = 0) -> dict[str, Any]:
+    """N servers, each with a worker and enqueued through, and `listening` more that nobody
+    calls; every figure of the configuration."""
     s = ctx.settings
     with contextlib.ExitStack() as stack:
-        url = _pg.create_database(s.postgres_url, f"scale_{n}")
+        url = _pg.create_database(s.postgres_url, f"scale_{n}_{listening}")
         stack.callback(_pg.drop_database, s.postgres_url, url)
-        servers = _start_servers(ctx, stack, url, n)
+        everyone = _start_servers(ctx, stack, url, n + listening)
+        servers = everyone[:n]
         keys = make_keys(url, [("producer", "producer")] + [(f"worker-{i}", "worker") for i in range(n)])
         admin = servers[0].admin_key
         assert admin is not None
@@ -179,7 +206,7 @@ def one_configuration(ctx: Context, n: int) -> dict[str, Any]:
         for worker in workers:
             if worker.poll() is not None:
                 raise RuntimeError(f"a worker exited with {worker.returncode}")
-        cpu = Cpu(servers, workers, _pg.database_name(url), s.postgres_url)
+        cpu = Cpu(everyone, workers, _pg.database_name(url), s.postgres_url)
 
         cpu.start()
         latencies = ctx.run(_enqueue(servers, keys["producer"], s.scale_jobs))
@@ -203,28 +230,40 @@ def one_configuration(ctx: Context, n: int) -> dict[str, Any]:
         drain["jobs_per_commit"] = round(s.scale_jobs / max(commits["drain"], 1), 1)
         drain["events_per_commit"] = round(commits["drain_events"] / max(commits["drain"], 1), 1)
         ctx.log(
-            f"  {n} server(s): enqueue {enqueue['jobs_per_s']:,.0f} jobs/s, drain {drain['jobs_per_s']:,.0f}"
-            f" jobs/s; drain CPU per job: servers {drain['server_us_per_job']} µs, workers"
-            f" {drain['worker_us_per_job']} µs, PostgreSQL {drain['postgres_us_per_job']} µs"
+            f"  {_label(n, listening)}: enqueue {enqueue['jobs_per_s']:,.0f} jobs/s,"
+            f" drain {drain['jobs_per_s']:,.0f} jobs/s; drain CPU per job: servers"
+            f" {drain['server_us_per_job']} µs, workers {drain['worker_us_per_job']} µs,"
+            f" PostgreSQL {drain['postgres_us_per_job']} µs"
             f" (+{drain['shared_us_per_job']} µs shared); {drain['jobs_per_commit']} jobs per commit"
         )
-        return {"servers": n, "load_average": os.getloadavg()[0], "enqueue": enqueue, "drain": drain}
+        return {
+            "servers": n,
+            "listening": listening,
+            "load_average": os.getloadavg()[0],
+            "enqueue": enqueue,
+            "drain": drain,
+        }
 
 
 def _start_servers(ctx: Context, stack: contextlib.ExitStack, url: str, n: int) -> list[ServerProcess]:
-    """N `queuelog serve` on one database: the first migrates it and prints the ADMIN key."""
-    first = start_queuelog(ctx.dir(), url, name=f"scale-n{n}-0", wait=False)
+    """N `queuelog serve` on one database: the first migrates it and prints the ADMIN key.
+    Each names its connections after itself (application_name), for their backends' CPU."""
+    first = start_queuelog(ctx.dir(), _named(url, f"scale-n{n}-0"), name=f"scale-n{n}-0", wait=False)
     stack.callback(first.stop)
     queuelog_ready(first)
     servers = [first]
     for i in range(1, n):
-        other = start_queuelog(ctx.dir(), url, name=f"scale-n{n}-{i}", wait=False)
+        other = start_queuelog(ctx.dir(), _named(url, f"scale-n{n}-{i}"), name=f"scale-n{n}-{i}", wait=False)
         stack.callback(other.stop)
         servers.append(other)
     for other in servers[1:]:
         wait_healthy(other)
         other.admin_key = first.admin_key
     return servers
+
+
+def _named(url: str, name: str) -> str:
+    return f"{url}?application_name={name}"
 
 
 async def _call(url: str, key: str, query: str, variables: dict[str, Any] | None = None) -> Any:
@@ -403,13 +442,20 @@ class Lines:
         self.fig.add(f"  {text}", mine, theirs)
 
 
-def report(fig: Figure, jobs: int, runs: dict[int, list[dict[str, Any]]], ceilings: dict[str, Any]) -> None:
-    base = next(iter(runs.values()))  # the first count given (1 by default)
-    for n, these in runs.items():
-        label = (
-            f"{n} server{'s' if n > 1 else ''}, a worker each: {jobs:,} jobs, medians of {len(these)} runs"
-        )
-        fig.add(label, "", "" if these is base else f"{next(iter(runs))} server(s)")
+def _mean_each(runs: Sequence[dict[str, Any]], phase: str, name: str, servers: slice) -> float | None:
+    """The median over runs of the mean over `servers` of a per-server list."""
+    values = [statistics.mean(r[phase][name][servers]) for r in runs if r[phase][name][servers]]
+    return statistics.median(values) if values else None
+
+
+def report(fig: Figure, jobs: int, runs: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any]) -> None:
+    base_label, base = next(iter(runs.items()))  # the first count given (1 by default)
+    for label, these in runs.items():
+        if these[0]["listening"]:
+            _listening_lines(fig, label, these, base_label, base)
+            continue
+        heading = f"{label}, a worker each: {jobs:,} jobs, medians of {len(these)} runs"
+        fig.add(heading, "", "" if these is base else base_label)
         lines = Lines(fig, these, base)
         lines.value("drain, jobs/s", "drain", "jobs_per_s")
         lines.percentiles("drain, claim to completion p50 / p99, ms", "drain", "held_p50_ms", "held_p99_ms")
@@ -424,12 +470,38 @@ def report(fig: Figure, jobs: int, runs: dict[int, list[dict[str, Any]]], ceilin
         lines.value("  PostgreSQL (the database's backends)", "enqueue", "postgres_us_per_job", 1)
         lines.value("enqueue, jobs per commit", "enqueue", "jobs_per_commit", 1)
         fig.notes.append(
-            f"{n} server(s), each run: drain jobs/s {_each(these, 'drain', 'jobs_per_s')};"
+            f"{label}, each run: drain jobs/s {_each(these, 'drain', 'jobs_per_s')};"
             f" drain PostgreSQL µs/job {_each(these, 'drain', 'postgres_us_per_job', 1)};"
             f" drain server µs/job {_each(these, 'drain', 'server_us_per_job', 1)};"
             f" cores used in the drain {_each(these, 'drain', 'cores_used', 2)};"
             f" enqueue jobs/s {_each(these, 'enqueue', 'jobs_per_s')}"
         )
+    _ceiling_lines(fig, ceilings)
+
+
+def _listening_lines(
+    fig: Figure, label: str, these: list[dict[str, Any]], base_label: str, base: list[dict[str, Any]]
+) -> None:
+    """The working server beside the lone server, and what each listening server spent."""
+    fig.add(f"{label}: only the first is called, medians of {len(these)} runs", "", base_label)
+    for phase in ("drain", "enqueue"):
+        for what, name in (
+            ("server", "server_us_per_job_each"),
+            ("server's PostgreSQL backends", "postgres_us_per_job_each"),
+        ):
+            working = _mean_each(these, phase, name, slice(0, 1))
+            alone = _mean_each(base, phase, name, slice(0, 1))
+            fig.add(
+                f"  {phase}, the working {what}, µs per job",
+                num(working, 1),
+                num(alone, 1),
+                rx(ratio(working, alone)),
+            )
+            heard = _mean_each(these, phase, name, slice(1, None))
+            fig.add(f"  {phase}, each listening {what}, µs per job", num(heard, 1))
+
+
+def _ceiling_lines(fig: Figure, ceilings: dict[str, Any]) -> None:
     median = ceilings["median"]
     plain = num(median["plain"], 0, "plain")
     fig.add(
