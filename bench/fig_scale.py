@@ -164,7 +164,15 @@ def scale_figure(ctx: Context, fig: Figure) -> None:
     for working, listening in order:
         label = _label(working, listening)
         ctx.log(f"{label}, {s.scale_jobs:,} jobs (load average {os.getloadavg()[0]:.1f})")
-        runs[label].append(one_configuration(ctx, working, listening))
+        try:
+            runs[label].append(one_configuration(ctx, working, listening))
+        except Exception as exc:  # one run lost (the shared cluster restarted...): the others stand
+            failure = f"{label}: {type(exc).__name__}: {str(exc)[:300]}"
+            ctx.log(f"  failed, going on: {failure}")
+            fig.notes.append(f"a run failed and is left out: {failure}")
+    runs = {label: these for label, these in runs.items() if these}
+    if not runs:
+        raise RuntimeError("every configuration failed (see the notes)")
     report(fig, s.scale_jobs, runs, ceilings)
     fig.data = {
         "jobs": s.scale_jobs,
