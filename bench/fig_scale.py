@@ -1,8 +1,11 @@
 """Figure 12: scaling out on PostgreSQL, 1, 2 and 3 servers on one database (issue 31).
 
-PostgreSQL only. Each configuration of N servers (`--scale-servers`, default 1,2,3) runs on
-a fresh database, in alternating order over `--scale-rounds` rounds (1 2 3, then 3 2 1,
-...), and the one-server runs are the baseline of the others:
+PostgreSQL only. Each configuration of N servers (`--scale-servers`, default 1,2,3), and
+one of a working server beside LISTENING servers that nobody calls (L), runs on a fresh
+database, in alternating order over `--scale-rounds` rounds (1 2 3 L, then L 3 2 1, ...);
+the first count's runs are the baseline of the others. The listening servers still read
+back every job the working one changes (storage/listener.py): their CPU per job, and their
+backends', is what each more server costs, measured apart.
 
 1. N `queuelog serve` on the database; the type `noop` paused (`pauseType`); one `python -m
    queuelog worker --concurrency 64` per server, each with a WORKER key of its own, started
@@ -15,7 +18,8 @@ a fresh database, in alternating order over `--scale-rounds` rounds (1 2 3, then
    commit to the completion's, which holds the wait for a write batch).
 
 For each phase, from /proc, before and after it: the CPU of the servers, of the workers,
-of the PostgreSQL backends connected to the database (as figure 4), and of the cluster's
+of the PostgreSQL backends connected to the database (as figure 4; each server's apart, by
+the application_name its URL gives its connections), and of the cluster's
 shared processes (walwriter, checkpointer, background writer, launchers, the postmaster:
 shared with whatever else runs on the cluster, so an upper bound); each per job. Write
 transactions per phase come from the `xmin` of the phase's `job_events` rows (each commit
