@@ -49,7 +49,8 @@ from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, ho
 from queuelog.principals import Authenticator
 from queuelog.queue import JobQueue
 from queuelog.retry_policy import RetryPolicy
-from queuelog.schema import build_schema
+from queuelog.schema import build_schema, root_fields
+from queuelog.schema import schema as default_schema
 from queuelog.schema.context import RequestContext
 from queuelog.schema.extensions import cost_rule
 from queuelog.schema.limits import document_rules
@@ -512,7 +513,7 @@ def startup_failure_in_one_line(send: Send) -> Send:
 
 def create_app(settings: Settings | None = None) -> QueuelogApp:
     settings = settings if settings is not None else Settings.from_env()
-    metrics = Metrics(settings.job_types)
+    metrics = Metrics(settings.job_types, root_fields=root_fields(default_schema))
     state = State()
     starlette = Starlette(
         routes=routes_for(state, metrics, settings) + web_routes(settings),

@@ -45,6 +45,13 @@ def _keep_json_default_printable(built: strawberry.Schema) -> None:
         payload.default = GraphQLDefaultInput(literal=parse_const_value("{}"))
 
 
+def root_fields(built: strawberry.Schema) -> frozenset[str]:
+    """The names of the Query and Mutation fields (the same whatever the settings)."""
+    graphql_schema = built._schema
+    roots = (graphql_schema.query_type, graphql_schema.mutation_type)
+    return frozenset(name for root in roots if root is not None for name in root.fields)
+
+
 schema = build_schema(Settings())
 
-__all__ = ["build_schema", "schema"]
+__all__ = ["build_schema", "root_fields", "schema"]
