@@ -287,7 +287,7 @@ class JobQueue:
         return await self.repository.schedule_count()
 
     async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
-        spec = validate_schedule(self, principal, **fields)
+        spec = validate_schedule(self.validate_new_job, principal, **fields)
         schedule = await self.repository.put_schedule(spec)
         log.info("schedule %r (%s %s) put by %s", spec.name, spec.cron, spec.timezone, principal.name)
         self.schedules_changed.set()
