@@ -403,7 +403,7 @@ class JobQueue:
         wait = 0 if wait_seconds is None else wait_seconds
         if not 0 <= wait <= MAX_WAIT_SECONDS:
             raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
-        claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
+        claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
         if not wait:
             return self._seen(await claim(wanted=_caller_still_there())).jobs
         park = functools.partial(self.repository.park_claim, principal.name, type_list, limit, lease)
