@@ -1,8 +1,8 @@
 """The job queue's rules between the API and storage (API.md section 3).
 
 Input limits (V-02, V-03, V-07), error sanitising (V-10), the long-poll claim and the
-visibility scope of the caller live here, so that every entry point (GraphQL today, any
-other tomorrow) applies the same rules. Role checks come first, in the schema's
+visibility scope of the caller live here, so that every entry point (the GraphQL API, the
+CLI's `types` commands) applies the same rules. Role checks come first, in the schema's
 permission classes; this layer assumes the role may call the operation at all.
 
 Text that a database cannot store is refused here, alike on every backend (BAD_USER_INPUT,
@@ -308,6 +308,8 @@ class JobQueue:
         log.info("schedule %r %s by %s", name, "paused" if paused else "resumed", principal.name)
         self.schedules_changed.set()
         return schedule
+
+    # --- flow control (API.md section 9) ---------------------------------------------------
 
     async def type_controls(self) -> builtins.list[TypeControl]:
         return await self.repository.type_controls(self.settings.job_types)
