@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from bench._common import HttpConnection, bearer, graphql_body
-from queuelog.schema.resolvers.ids import encode_cursor
+from queuelog.resolvers.ids import encode_cursor
 
 PAGE_SIZE = 25
 STATUSES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")

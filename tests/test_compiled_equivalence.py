@@ -2159,7 +2159,7 @@ def random_case(rng: random.Random, world: RandomWorld) -> RandomCase:
         first = rng.choice([..., ..., 1, 2, 3, 5, 20, 100, 0, 101])
         after: Any = ...
         if rng.random() < 0.3:
-            from queuelog.schema.resolvers.ids import encode_cursor
+            from queuelog.resolvers.ids import encode_cursor
 
             after = encode_cursor(rng.randint(1, world.max_id)) if rng.random() < 0.8 else "bad cursor"
         arguments = args(

@@ -57,7 +57,7 @@ from queuelog import ticker
 from queuelog.app import QueuelogApp, State, create_app
 from queuelog.keys import create_key
 from queuelog.model import Role
-from queuelog.schema.resolvers.ids import encode_cursor
+from queuelog.resolvers.ids import encode_cursor
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head

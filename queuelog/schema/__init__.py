@@ -1,7 +1,4 @@
-"""The GraphQL schema: types, inputs, resolvers, permissions, limits and the Schema object.
-
-Imports point one way: context, permissions, types and inputs at the bottom; resolvers/ on
-them; root.py naming a resolver for each field; this module building the Schema.
+"""The GraphQL schema: types, inputs, permissions, limits and the Schema object.
 
 `schema` is built with default settings for tools (`strawberry export-schema
 queuelog.schema:schema`); the server builds its own with `build_schema(settings)` so the

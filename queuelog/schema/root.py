@@ -9,9 +9,9 @@ import strawberry
 from strawberry.permission import PermissionExtension
 
 from queuelog.auth import Action
+from queuelog.resolvers import flow_control, mutations, queries, schedules, subscriptions
 from queuelog.schema.flow_control import BulkPayload, TypeControl
 from queuelog.schema.permissions import RoleAllows
-from queuelog.schema.resolvers import flow_control, mutations, queries, schedules, subscriptions
 from queuelog.schema.schedules import Schedule
 from queuelog.schema.types import CompleteAndClaimPayload, CompleteJobsPayload, EnqueueJobPayload, Job
 

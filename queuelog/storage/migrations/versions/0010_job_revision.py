@@ -1,10 +1,9 @@
 """jobs.revision: how many times the job's row has been updated
 
 Every UPDATE of a job adds one to it, under the row's lock, so a job's revisions grow in the
-order its changes commit. Subscriptions order a job's states by it
-(schema/resolvers/subscriptions.py): a write's timestamp cannot, since PostgreSQL stamps a
-batch with the time it began, and a write that waited for a row lock commits after changes
-stamped later.
+order its changes commit. Subscriptions order a job's states by it (resolvers/subscriptions.py):
+a write's timestamp cannot, since PostgreSQL stamps a batch with the time it began, and a
+write that waited for a row lock commits after changes stamped later.
 
 Adding a column with a constant default rewrites no row, on PostgreSQL (11 and later) as on
 SQLite: a short catalog change, safe online on a big table.

@@ -10,8 +10,8 @@ from strawberry.types import Info
 from queuelog.errors import job_not_found
 from queuelog.model import Job
 from queuelog.model import JobEvent as JobEventRecord
+from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
-from queuelog.schema.resolvers.ids import parse_job_id
 from queuelog.schema.types import JobEvent, JobStatus
 
 Ctx = Info[RequestContext, None]

@@ -9,9 +9,9 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from queuelog.model import CompleteAndClaimOutcome, Completion, CompletionOutcome, EnqueueOutcome, Job
+from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
-from queuelog.schema.resolvers.ids import parse_job_id
 
 Ctx = Info[RequestContext, None]
 
