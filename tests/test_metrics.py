@@ -23,8 +23,8 @@ import pytest
 from conftest import Databases, Server, postgres_admin
 from prometheus_client.parser import text_string_to_metric_families
 
+from queuelog.graphql_api import root_fields, schema
 from queuelog.metrics import MAX_CHOSEN_OPERATIONS, OTHER
-from queuelog.schema import root_fields, schema
 
 ENQUEUE = """mutation($type: String!, $runAt: DateTime) {
   enqueueJob(input: {type: $type, runAt: $runAt}) { job { id } } }"""

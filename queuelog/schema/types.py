@@ -4,7 +4,7 @@
 instantiated: resolvers return `model.Job`, `model.EnqueueOutcome` and
 `model.CompletionOutcome`, whose attributes are those fields, and Strawberry's resolvers read
 them as they are (no copy per job). So a field that holds one of them has the model's class
-as its Python type and names the GraphQL type with `graphql_type` (here and in root.py).
+as its Python type and names the GraphQL type with `graphql_type` (here and in graphql_api/root.py).
 
 The fields read on demand (Job.events, Job.dependsOn, QueueStats.throughput) have their
 resolvers here, beside their types, so that the types need nothing from the resolvers.
