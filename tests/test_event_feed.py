@@ -34,14 +34,15 @@ from conftest import Databases, Server, launch_server
 from websockets.asyncio.client import ClientConnection, connect
 
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
-from queuelog.storage import claims, event_tail
-from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.event_tail import EventTail, OwnEvents
-from queuelog.storage.listener import Checkpoints
+from queuelog.storage.feeds import tail as event_tail
+from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.postgres import PostgresDatabase
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.operations import claims
+from queuelog.storage.operations import jobs as ops
+from queuelog.storage.postgres.database import PostgresDatabase
+from queuelog.storage.postgres.listener import Checkpoints
+from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 ENQUEUE = 'mutation { enqueueJob(input: {type: "email"}) { job { id } } }'

@@ -21,9 +21,10 @@ from conftest import Databases
 from queuelog.errors import NotFound
 from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import claims, postgres
-from queuelog.storage import operations as ops
-from queuelog.storage.postgres_statements import FORCE_GENERIC_PLANS
+from queuelog.storage.operations import claims
+from queuelog.storage.operations import jobs as ops
+from queuelog.storage.postgres import database as postgres
+from queuelog.storage.postgres.statements import FORCE_GENERIC_PLANS
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -248,7 +249,7 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
     run again with the new limit."""
     import psycopg
 
-    from queuelog.storage import flow
+    from queuelog.storage.operations import flow
 
     url = databases.migrated()
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time

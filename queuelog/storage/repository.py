@@ -43,22 +43,31 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules, settlements
-from queuelog.storage import operations as ops
-from queuelog.storage.bulk import Part as BulkPart
-from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
-from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
-from queuelog.storage.event_tail import EventTail, OwnEvents
+from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.schedules import Fired
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.operations import (
+    bulk,
+    claims,
+    controls,
+    dependencies,
+    flow,
+    reads,
+    schedules,
+    settlements,
+)
+from queuelog.storage.operations import jobs as ops
+from queuelog.storage.operations.bulk import Part as BulkPart
+from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
+from queuelog.storage.operations.schedules import Fired
+from queuelog.storage.schema.codec import micros_to_datetime
+from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
 if TYPE_CHECKING:
-    from queuelog.storage.listener import PostgresListener
-    from queuelog.storage.postgres import PostgresDatabase
+    from queuelog.storage.postgres.database import PostgresDatabase
+    from queuelog.storage.postgres.listener import PostgresListener
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
@@ -72,7 +81,7 @@ class Repository:
         self._db: SqliteDatabase | PostgresDatabase
         if dialect_of(url) == "postgresql":
             require_postgres_driver()
-            from queuelog.storage.postgres import PostgresDatabase
+            from queuelog.storage.postgres.database import PostgresDatabase
 
             self._db = PostgresDatabase(url, self._publish)
         else:
@@ -108,7 +117,7 @@ class Repository:
         if feed == "notify" and sqlite:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
-            from queuelog.storage.listener import PostgresListener
+            from queuelog.storage.postgres.listener import PostgresListener
 
             listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
             self._feed = listener

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from queuelog.model import EventKind, Job, JobStatus
-from queuelog.storage import counters
-from queuelog.storage.codec import COLUMN_INDEX
-from queuelog.storage.read_plans import BulkWalk
-from queuelog.storage.tables import schedules
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.schema import counters
+from queuelog.storage.schema.codec import COLUMN_INDEX
+from queuelog.storage.schema.tables import schedules
 
 SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in schedules.c)
 SCHEDULE_COLUMN_LIST = ", ".join(SCHEDULE_COLUMNS)

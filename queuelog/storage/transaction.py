@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent, TypeControl
-from queuelog.storage.counters import STATUS_TEXT, Move
+from queuelog.storage.schema.counters import STATUS_TEXT, Move
+from queuelog.storage.schema.types import to_micros
 from queuelog.storage.statements import Statements
-from queuelog.storage.types import to_micros
 
 FINISHED = TERMINAL_STATUSES
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from queuelog.errors import Conflict, job_not_found
 from queuelog.model import Job, JobScope, JobStatus, NewJob
-from queuelog.storage.codec import decode_job
+from queuelog.storage.schema.codec import decode_job
+from queuelog.storage.schema.types import ids_json
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import ids_json
 
 COMPLETED = JobStatus.COMPLETED.value
 ENDED_BADLY = (JobStatus.FAILED.value, JobStatus.CANCELLED.value)

@@ -41,13 +41,13 @@ from sqlalchemy.engine import make_url
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage import operations as ops
 from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS, protect_sqlite_file
-from queuelog.storage.event_tail import OwnEvents
+from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
-from queuelog.storage.sqlite_statements import LAST_ID_AFTER, SqliteStatements
+from queuelog.storage.operations import jobs as ops
+from queuelog.storage.sqlite.statements import LAST_ID_AFTER, SqliteStatements
+from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
-from queuelog.storage.write_lock import WriteLock
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")

@@ -32,10 +32,12 @@ from queuelog.model import (
     JobStatus,
     NewJob,
 )
-from queuelog.storage import counters, dependencies, settlements
-from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
-from queuelog.storage.new_job import new_job, row_values
-from queuelog.storage.reads import fetch_job
+from queuelog.storage.operations import dependencies, settlements
+from queuelog.storage.operations.reads import fetch_job
+from queuelog.storage.schema import counters
+from queuelog.storage.schema.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
+from queuelog.storage.schema.new_job import new_job, row_values
+from queuelog.storage.schema.types import compact_json, ids_json, to_micros
 from queuelog.storage.statements import (
     COL_ATTEMPT,
     COL_FINISHED,
@@ -56,7 +58,6 @@ from queuelog.storage.statements import (
     RetryDecision,
 )
 from queuelog.storage.transaction import Cursor, WriteTx
-from queuelog.storage.types import compact_json, ids_json, to_micros
 
 MICROS_PER_MINUTE = 60_000_000
 T = TypeVar("T")

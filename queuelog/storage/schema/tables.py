@@ -24,7 +24,7 @@ from sqlalchemy import (
     text,
 )
 
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
 metadata = MetaData()
 

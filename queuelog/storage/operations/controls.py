@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from queuelog.model import TypeControl
-from queuelog.storage.flow import read_controls, running_counts
+from queuelog.storage.operations.flow import read_controls, running_counts
+from queuelog.storage.schema.types import to_micros
 from queuelog.storage.statements import TYPE_CONTROL_FLAGS
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import to_micros
 
 # The fields of TypeControl a write may change, and the flag of PUT_TYPE_CONTROL of each.
 WRITABLE = {

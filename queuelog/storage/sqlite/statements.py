@@ -16,8 +16,9 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import BindParameter
 
 from queuelog.model import JobStatus
-from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
-from queuelog.storage.read_plans import BulkWalk
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.schema.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
+from queuelog.storage.schema.tables import job_counts, job_events, job_minutes, jobs
 from queuelog.storage.statements import (
     BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
@@ -38,7 +39,6 @@ from queuelog.storage.statements import (
     put_type_control,
     status_literal,
 )
-from queuelog.storage.tables import job_counts, job_events, job_minutes, jobs
 
 _DIALECT = sqlite.dialect(paramstyle="named")
 

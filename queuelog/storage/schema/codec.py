@@ -15,8 +15,8 @@ from typing import Any, overload
 
 from queuelog import jsonutil
 from queuelog.model import Job, JobStatus, Priority
-from queuelog.storage.tables import jobs
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage.schema.tables import jobs
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
 JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs.c)
 JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)

@@ -41,8 +41,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from queuelog.model import EventKind, Job, JobEvent, JobStatus
-from queuelog.storage import reads
-from queuelog.storage.reads import Horizon
+from queuelog.storage.operations import reads
+from queuelog.storage.operations.reads import Horizon
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 log = logging.getLogger("queuelog.storage")

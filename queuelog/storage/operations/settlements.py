@@ -41,9 +41,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from queuelog.model import EventKind, Job, JobStatus
-from queuelog.storage.codec import decode_job
+from queuelog.storage.schema.codec import decode_job
+from queuelog.storage.schema.types import ids_json
 from queuelog.storage.transaction import WriteTx
-from queuelog.storage.types import ids_json
 
 # How much of its dependents' settling the transaction that finished a job does itself, at
 # most, counted in edges passed: a completeJobs of 100 jobs with a few dependents each is

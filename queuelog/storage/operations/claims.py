@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.model import EventKind, Job, TypeControl
-from queuelog.storage import flow
-from queuelog.storage.codec import decode_job
-from queuelog.storage.operations import expire_overdue
+from queuelog.storage.operations import flow
+from queuelog.storage.operations.jobs import expire_overdue
+from queuelog.storage.schema.codec import decode_job
+from queuelog.storage.schema.types import ids_json
 from queuelog.storage.statements import (
     COL_CREATED,
     COL_ID,
@@ -26,7 +27,6 @@ from queuelog.storage.statements import (
     per_type_params,
 )
 from queuelog.storage.transaction import WriteTx
-from queuelog.storage.types import ids_json
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -41,10 +41,10 @@ from queuelog.model import (
     Schedule,
     ScheduleSpec,
 )
-from queuelog.storage.codec import micros_to_datetime
-from queuelog.storage.new_job import new_job, row_values
+from queuelog.storage.schema.codec import micros_to_datetime
+from queuelog.storage.schema.new_job import new_job, row_values
+from queuelog.storage.schema.types import compact_json, ids_json, to_micros
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import compact_json, ids_json, to_micros
 
 DOWN_AFTER = timedelta(seconds=3)  # no ticker ran for this long: the deployment was down
 MISFIRE_GRACE = timedelta(seconds=1)  # a tick older than this when fired was missed (if down)

@@ -38,16 +38,16 @@ from typing import Any
 import psycopg
 
 from queuelog.model import JobEvent
-from queuelog.storage import reads
-from queuelog.storage.event_tail import (
+from queuelog.storage.feeds.tail import (
     SETTLE_POLL_SECONDS,
     STARTUP_SETTLE_SECONDS,
     RemoteEvent,
     events_as_of,
     remote_event,
 )
-from queuelog.storage.postgres import PostgresDatabase, connect
-from queuelog.storage.postgres_statements import LISTEN, LISTENER_CHECKPOINT
+from queuelog.storage.operations import reads
+from queuelog.storage.postgres.database import PostgresDatabase, connect
+from queuelog.storage.postgres.statements import LISTEN, LISTENER_CHECKPOINT
 
 log = logging.getLogger("queuelog.storage")
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)

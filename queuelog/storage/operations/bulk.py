@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelog.model import ALL_JOBS, EventKind, Job, JobFilter, JobScope, JobStatus
-from queuelog.storage import dependencies, reads
-from queuelog.storage.codec import decode_job
-from queuelog.storage.read_plans import BulkWalk, plan_bulk
+from queuelog.storage.operations import dependencies, reads
+from queuelog.storage.operations.read_plans import BulkWalk, plan_bulk
+from queuelog.storage.schema.codec import decode_job
+from queuelog.storage.schema.types import ids_json, to_micros
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import ids_json, to_micros
 
 FIRST_CHUNK = 50
 SMALLEST_CHUNK, LARGEST_CHUNK = 10, 1000

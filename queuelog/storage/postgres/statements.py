@@ -26,8 +26,10 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Integer, SmallInteger, String, Text
 
-from queuelog.storage.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
-from queuelog.storage.read_plans import BulkWalk
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.schema.codec import JOB_COLUMN_LIST, NEW_JOB_COLUMNS
+from queuelog.storage.schema.tables import jobs
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 from queuelog.storage.statements import (
     BROKEN_SCHEDULES_SQL,
     EVENT_TAIL_BATCH,
@@ -45,8 +47,6 @@ from queuelog.storage.statements import (
     put_type_control,
     status_literal,
 )
-from queuelog.storage.tables import jobs
-from queuelog.storage.types import JsonDocument, UtcTimestamp
 
 
 def as_timestamp(micros: str) -> str:

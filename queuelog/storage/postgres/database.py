@@ -51,11 +51,12 @@ from psycopg.types.numeric import Int8
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage import bulk, claims, vacuum
-from queuelog.storage import operations as ops
-from queuelog.storage.event_tail import OwnEvents
+from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.postgres_statements import (
+from queuelog.storage.operations import bulk, claims
+from queuelog.storage.operations import jobs as ops
+from queuelog.storage.postgres import vacuum
+from queuelog.storage.postgres.statements import (
     AT_ONCE,
     DB_NOW,
     DEFAULT_PLANS,
@@ -68,8 +69,8 @@ from queuelog.storage.postgres_statements import (
     PostgresStatements,
     PostgresWriterStatements,
 )
+from queuelog.storage.schema.types import from_micros
 from queuelog.storage.transaction import WriteTx
-from queuelog.storage.types import from_micros
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")

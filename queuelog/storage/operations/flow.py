@@ -25,7 +25,7 @@ from typing import Any
 
 from queuelog import jsonutil
 from queuelog.model import RateLimit, TypeControl
-from queuelog.storage.codec import micros_to_datetime
+from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.statements import RUNNING, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
 

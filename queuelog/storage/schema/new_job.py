@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from queuelog.model import Job, JobStatus, NewJob
-from queuelog.storage.codec import JOB_COLUMNS, LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
-from queuelog.storage.tables import jobs
-from queuelog.storage.types import JsonDocument, UtcTimestamp, compact_json, to_micros
+from queuelog.storage.schema.codec import JOB_COLUMNS, LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+from queuelog.storage.schema.tables import jobs
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp, compact_json, to_micros
 
 # column -> (its value in the row, its value in the Job): the columns a NewJob has no field
 # for, or holds in another form. Names in scope: item, created_by, now_us (row), now (Job).

@@ -12,18 +12,19 @@ from typing import Any
 
 from queuelog import jsonutil
 from queuelog.model import EventKind, Job, JobScope, JobStatus, MinuteCount, QueueStats, RecordedEvent
-from queuelog.storage import counters, dependencies, flow, schedules
-from queuelog.storage.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
-from queuelog.storage.read_plans import (
+from queuelog.storage.operations import dependencies, flow, schedules
+from queuelog.storage.operations.read_plans import (
     OldestPending,
     Walk,
     plan_held_of_creator,
     plan_list,
     plan_oldest_pending,
 )
+from queuelog.storage.schema import counters
+from queuelog.storage.schema.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
+from queuelog.storage.schema.types import ids_json, to_micros
 from queuelog.storage.statements import LAST_ID, PENDING, STATUS_TEXT, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
-from queuelog.storage.types import ids_json, to_micros
 
 MICROS_PER_MINUTE = 60_000_000
 

@@ -1,0 +1,1 @@
+"""What runs on either database, through the statements' names (statements.py)."""
