@@ -64,7 +64,8 @@ def test_the_client_selections_name_graphql_fields() -> None:
 
 
 def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> None:
-    from queuelog.storage.postgres.statements import INSERT_JOBS_AT_ONCE, PostgresStatements
+    from queuelog.storage.postgres.statements import PostgresStatements
+    from queuelog.storage.postgres.statements.sending import INSERT_JOBS_AT_ONCE
     from queuelog.storage.schema.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
     from queuelog.storage.sqlite.statements import SqliteStatements
 

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from queuelog.storage.operations.read_plans import BulkWalk
-from queuelog.storage.postgres.statements import AT_ONCE, PostgresStatements, PostgresWriterStatements
+from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.postgres.statements.sending import AT_ONCE
 from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.statements import STATUS_VALUES_IN_ORDER, Statements, statement_names
 

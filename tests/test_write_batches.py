@@ -24,7 +24,7 @@ from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.operations import claims
 from queuelog.storage.operations import jobs as ops
 from queuelog.storage.postgres import database as postgres
-from queuelog.storage.postgres.statements import FORCE_GENERIC_PLANS
+from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 

@@ -59,7 +59,7 @@ from sqlalchemy.sql import ColumnElement
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError, echo
 from queuelog.model import JobStatus
 from queuelog.storage.engine import dialect_of, protect_sqlite_file
-from queuelog.storage.postgres.statements import (
+from queuelog.storage.postgres.statements.copying import (
     COLUMN_TYPES,
     SEQUENCE_OF,
     copy_binary,
@@ -83,7 +83,7 @@ from queuelog.storage.schema.tables import (
     type_controls,
 )
 from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
-from queuelog.storage.sqlite.statements import GIVEN_OUT, IS_MIGRATED
+from queuelog.storage.sqlite.statements.copying import GIVEN_OUT, IS_MIGRATED
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
 # Copied row for row, ids included; each id sequence then restarts past the source's ids.

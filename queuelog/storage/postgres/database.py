@@ -56,19 +56,10 @@ from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome
 from queuelog.storage.operations import bulk, claims
 from queuelog.storage.operations import jobs as ops
 from queuelog.storage.postgres import vacuum
-from queuelog.storage.postgres.statements import (
-    AT_ONCE,
-    DB_NOW,
-    DEFAULT_PLANS,
-    EVENTS_CHANNEL,
-    FORCE_GENERIC_PLANS,
-    GENERIC_PLANS,
-    INT8_ARRAYS,
-    NOTIFY,
-    RETURNING_ID,
-    PostgresStatements,
-    PostgresWriterStatements,
-)
+from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.postgres.statements.plans import DEFAULT_PLANS, FORCE_GENERIC_PLANS, GENERIC_PLANS
+from queuelog.storage.postgres.statements.sending import AT_ONCE, INT8_ARRAYS, RETURNING_ID
+from queuelog.storage.postgres.statements.server import DB_NOW, EVENTS_CHANNEL, NOTIFY
 from queuelog.storage.schema.types import from_micros
 from queuelog.storage.transaction import WriteTx
 

@@ -47,7 +47,7 @@ from queuelog.storage.feeds.tail import (
 )
 from queuelog.storage.operations import reads
 from queuelog.storage.postgres.database import PostgresDatabase, connect
-from queuelog.storage.postgres.statements import LISTEN, LISTENER_CHECKPOINT
+from queuelog.storage.postgres.statements.server import LISTEN, LISTENER_CHECKPOINT
 
 log = logging.getLogger("queuelog.storage")
 RECONNECT_SECONDS = (0.1, 0.25, 0.5, 1.0, 2.0)

@@ -45,7 +45,8 @@ from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS, protect_sqlite_file
 from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
 from queuelog.storage.operations import jobs as ops
-from queuelog.storage.sqlite.statements import LAST_ID_AFTER, SqliteStatements
+from queuelog.storage.sqlite.statements import SqliteStatements
+from queuelog.storage.sqlite.statements.inserted_ids import LAST_ID_AFTER
 from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
 
