@@ -79,8 +79,8 @@ def state_guard(condition: str) -> str:
     'running'` beside `id = %(id)s`, the planner may walk a partial index on status
     instead (ix_jobs_lease for running jobs, ix_jobs_claim for pending ones) whenever its
     statistics say that state is rare: right after a burst of claims, before autovacuum
-    has looked again (`python -m bench --database postgresql`: ix_jobs_lease read 27M
-    entries for 2,900 completions, 3.5-4.9 ms of PostgreSQL CPU each). `(...) IS TRUE`
+    has looked again (under `python -m bench --database postgresql`, 27M entries of
+    ix_jobs_lease for 2,900 completions, 3.5-4.9 ms of PostgreSQL CPU each). `(...) IS TRUE`
     (the same truth: status is NOT NULL) is a test that no index's predicate matches."""
     return f"({condition}) IS TRUE"
 

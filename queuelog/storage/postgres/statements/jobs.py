@@ -118,13 +118,13 @@ class JobStatements(Statements, part=True):
     # RUNNING jobs past their lease, then those past their timeout: one probe for both. Each
     # reads its own index (ix_jobs_lease, ix_jobs_timeout: the rows whose lease or timeout
     # is set, only RUNNING jobs') in its order: stated with `status = 'running'`, stale
-    # statistics had the planner walk every running job through ix_jobs_status (migration
-    # 0008). The status is checked after the LIMIT, where it cannot steer the plan: a guard
+    # statistics can have the planner walk every running job through ix_jobs_status. The
+    # status is checked after the LIMIT, where it cannot steer the plan: a guard
     # the planner believes rare made it read all that is overdue and sort it.
     # Every way out of RUNNING clears both columns; a finished job that still has one (left
     # by an older queuelog, or copied from one) is cleared here, the first time the probe
-    # meets it, so that it is met once: left alone, the oldest of them filled every batch
-    # and hid the jobs that really were overdue.
+    # meets it, so that it is met once: left alone, the oldest of them would fill every
+    # batch and hide the jobs that really are overdue.
     OVERDUE = f"""
         WITH expired AS MATERIALIZED (
             SELECT {JOB_COLUMN_LIST}, 'lease' AS why FROM jobs WHERE lease_expires_at < {NOW}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.postgres.statements.sending import INSERT_EVENTS_AT_ONCE, INSERT_JOBS_AT_ONCE
 
-# Statements run with a generic plan, made once per connection. Their custom plans took
+# Statements run with a generic plan, made once per connection. Their custom plans cost
 # 0.5-0.7 ms of PostgreSQL's CPU to make, on every call, for a few hundredths of a
 # millisecond's work: PostgreSQL's own choice ("auto") keeps making them because a generic
 # plan cannot see how many types the array holds, nor the limit, and so looks costlier. The

@@ -156,7 +156,7 @@ class ReadStatements(Statements, part=True):
     # the status's index and test the type, past every job of other types.
     # JIT off too: where every plan of a statement sorts after all (a caller with both roles:
     # created_by = name OR worker_id = name), the sort's penalty puts its cost far above
-    # jit_above_cost, and compiling it took longer than running it.
+    # jit_above_cost, and compiling it takes longer than running it.
     WALK_IN_INDEX_ORDER = (
         "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
         " set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)"
