@@ -38,8 +38,7 @@ from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.feeds import tail as event_tail
 from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.operations import claims
-from queuelog.storage.operations import jobs as ops
+from queuelog.storage.operations import claims, enqueue
 from queuelog.storage.postgres.database import PostgresDatabase
 from queuelog.storage.postgres.listener import Checkpoints
 from queuelog.storage.sqlite.database import SqliteDatabase
@@ -141,7 +140,7 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
 
         async def write_own() -> int:
-            (outcome,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+            (outcome,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
             return outcome.job.id
 
         await tail.poll()  # the first look always reads
@@ -209,7 +208,7 @@ def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_pa
         )
         connection.execute("COMMIT")
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
-        (mine,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+        (mine,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
 
         assert await tail.poll() == EVENT_TAIL_BATCH
         while await tail.poll():
@@ -238,7 +237,7 @@ def test_an_event_read_back_after_its_job_changed_carries_the_newest_state_apart
         await tail.start()
         await tail.close()
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
-        (outcome,) = await other.write(lambda tx: ops.enqueue(tx, [job], "p"))
+        (outcome,) = await other.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
         claimed = await other.write(lambda tx: claims.claim(tx, "w", ["email"], 1, 60, lambda *_: None).jobs)
         assert [j.id for j in claimed] == [outcome.job.id]
         await tail.poll()

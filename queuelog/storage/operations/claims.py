@@ -15,7 +15,7 @@ from typing import Any
 
 from queuelog.model import EventKind, Job, TypeControl
 from queuelog.storage.operations import flow
-from queuelog.storage.operations.jobs import expire_overdue
+from queuelog.storage.operations.running import expire_overdue
 from queuelog.storage.schema.codec import decode_job
 from queuelog.storage.schema.types import ids_json
 from queuelog.storage.statements import (

@@ -22,11 +22,10 @@ from queuelog.storage.operations.read_plans import (
 )
 from queuelog.storage.schema import counters
 from queuelog.storage.schema.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
+from queuelog.storage.schema.counters import MICROS_PER_MINUTE
 from queuelog.storage.schema.types import ids_json, to_micros
 from queuelog.storage.statements import LAST_ID, PENDING, STATUS_TEXT, per_type_params
 from queuelog.storage.transaction import Connection, WriteTx
-
-MICROS_PER_MINUTE = 60_000_000
 
 
 def pending_types(conn: Connection) -> list[str]:

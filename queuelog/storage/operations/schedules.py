@@ -31,16 +31,7 @@ from typing import Any
 
 from queuelog import cron, jsonutil
 from queuelog.errors import Conflict, echo
-from queuelog.model import (
-    EventKind,
-    JobStatus,
-    Misfire,
-    NewJob,
-    Overlap,
-    Priority,
-    Schedule,
-    ScheduleSpec,
-)
+from queuelog.model import EventKind, JobStatus, Misfire, NewJob, Overlap, Priority, Schedule, ScheduleSpec
 from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.schema.new_job import new_job, row_values
 from queuelog.storage.schema.types import compact_json, ids_json, to_micros

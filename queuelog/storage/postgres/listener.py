@@ -46,7 +46,8 @@ from queuelog.storage.feeds.tail import (
     remote_event,
 )
 from queuelog.storage.operations import reads
-from queuelog.storage.postgres.database import PostgresDatabase, connect
+from queuelog.storage.postgres.connection import connect
+from queuelog.storage.postgres.database import PostgresDatabase
 from queuelog.storage.postgres.statements.server import LISTEN, LISTENER_CHECKPOINT
 
 log = logging.getLogger("queuelog.storage")

@@ -24,6 +24,7 @@ ALL, PRODUCER, WORKER, SELF = "*", "p", "w", "s"
 STATUS_TEXT = {status: status.value for status in JobStatus}
 FINISHED = frozenset({STATUS_TEXT[JobStatus.COMPLETED], STATUS_TEXT[JobStatus.FAILED]})
 MINUTES_KEPT = 24 * 60  # job_minutes rows older than this are pruned
+MICROS_PER_MINUTE = 60_000_000  # job_minutes.minute: microseconds since the epoch // this
 
 
 def count_keys(job_type: str, status: str, created_by: str, worker_id: str | None) -> list[CountKey]:

@@ -36,74 +36,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import make_url
-
 from queuelog import clock
-from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS, protect_sqlite_file
 from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
-from queuelog.storage.operations import jobs as ops
+from queuelog.storage.operations import batch as steps
+from queuelog.storage.sqlite.connection import connect, database_path
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.sqlite.statements.inserted_ids import LAST_ID_AFTER
 from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
-
-
-def database_path(url: str) -> str:
-    database = make_url(url).database
-    if not database or database == ":memory:":
-        raise DatabaseUnavailable("queuelog needs a SQLite file (sqlite:///path.db), not a memory database")
-    return database
-
-
-class SqliteConnection(sqlite3.Connection):
-    """sqlite3's connection, carrying SQLite's statements (`sql`) and allocating ids."""
-
-    sql = SqliteStatements
-
-    def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
-        return [self.execute(sql, parameters).fetchall() for sql, parameters in statements]
-
-    def insert_ids(self, sql: str, rows: list[dict[str, Any]]) -> range:
-        """executemany an INSERT and return the new rows' ids, in order. AUTOINCREMENT under
-        the write lock hands out consecutive ids after the last one ever used; the check
-        below makes sure of it before relying on it."""
-        last_id = LAST_ID_AFTER[sql]
-        before = self.execute(last_id).fetchone()
-        cursor = self.executemany(sql, rows)
-        last = self.execute(last_id).fetchone()[0]
-        first_id = (before[0] if before is not None else 0) + 1
-        if cursor.rowcount != len(rows) or last != first_id + len(rows) - 1:  # pragma: no cover
-            raise RuntimeError("ids were not consecutive; nothing was written")
-        return range(first_id, first_id + len(rows))
-
-
-def connect(path: str) -> SqliteConnection:
-    """A connection in autocommit mode (queuelog issues BEGIN itself), WAL, NORMAL sync, on a
-    file only its owner may read (engine.protect_sqlite_file)."""
-    protect_sqlite_file(path)
-    try:
-        connection = sqlite3.connect(
-            path,
-            isolation_level=None,
-            check_same_thread=False,
-            cached_statements=512,
-            timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
-            factory=SqliteConnection,
-        )
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute("PRAGMA foreign_keys=ON")
-    except sqlite3.Error as exc:
-        raise DatabaseUnavailable(f"cannot open the SQLite database {path}: {exc}") from None
-    return connection
-
-
 CHECKPOINT_SECONDS = 0.2
 
 
@@ -210,7 +154,7 @@ class SqliteDatabase(GroupCommit):
                 mark = tx.mark()
                 connection.execute("SAVEPOINT op")
                 try:
-                    value = ops.run(operation, tx)
+                    value = steps.run(operation, tx)
                 except Exception as exc:
                     connection.execute("ROLLBACK TO op")
                     connection.execute("RELEASE op")
@@ -219,7 +163,7 @@ class SqliteDatabase(GroupCommit):
                 else:
                     connection.execute("RELEASE op")
                     outcomes.append((future, value, None))
-            ops.write_side_effects(tx)
+            steps.write_side_effects(tx)
             if self.own_events is not None and tx.event_ids:
                 self.own_events.add(tx.event_ids)  # before COMMIT: the tail may read them at once
             connection.execute("COMMIT")
