@@ -21,6 +21,12 @@ from queuelog.storage.statements import Statements
 FINISHED = TERMINAL_STATUSES
 
 
+class RunAgain(Exception):
+    """Raised inside an operation that must be undone (to its savepoint) and run again in the
+    same transaction: where other transactions commit meanwhile (PostgreSQL), a claim whose
+    controls another server has changed since it read them."""
+
+
 class Cursor(Protocol):
     # Read-only, as sqlite3.Cursor has them; postgres.Result's plain attributes match too.
     @property

@@ -26,7 +26,7 @@ from queuelog.storage.statements import (
     RetryDecision,
     per_type_params,
 )
-from queuelog.storage.transaction import WriteTx
+from queuelog.storage.transaction import RunAgain, WriteTx
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,11 +39,6 @@ class Claimed:
     # The controls the claim went by, when any bound one of its types: a waiting claim
     # claims again when they change (another process's resume or raised limit).
     controls: dict[str, TypeControl] = dataclasses.field(default_factory=dict)
-
-
-class RunAgain(Exception):
-    """Raised inside an operation that must be undone (to its savepoint) and run again: on
-    PostgreSQL, a claim that went by controls another server has changed since."""
 
 
 class ClaimerRevoked(Exception):

@@ -50,14 +50,14 @@ from queuelog.model import JobEvent
 from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
 from queuelog.storage.operations import batch as steps
-from queuelog.storage.operations import bulk, claims
+from queuelog.storage.operations import bulk
 from queuelog.storage.postgres import vacuum
 from queuelog.storage.postgres.connection import PgConnection, close_quietly, connect
 from queuelog.storage.postgres.statements import PostgresStatements
 from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
 from queuelog.storage.postgres.statements.server import DB_NOW, EVENTS_CHANNEL, NOTIFY
 from queuelog.storage.schema.types import from_micros
-from queuelog.storage.transaction import WriteTx
+from queuelog.storage.transaction import RunAgain, WriteTx
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
@@ -267,7 +267,7 @@ class PostgresDatabase(GroupCommit):
             ((operation, future),) = batch
             try:
                 outcomes.append((future, steps.run(operation, tx), None))
-            except (pg_errors.UniqueViolation, claims.RunAgain):
+            except (pg_errors.UniqueViolation, RunAgain):
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
             except (*RETRIED_ERRORS, psycopg.OperationalError, psycopg.InterfaceError):
@@ -298,7 +298,7 @@ class PostgresDatabase(GroupCommit):
             mark = tx.mark()
             try:
                 value = steps.run(operation, tx)
-            except (pg_errors.UniqueViolation, claims.RunAgain) as exc:
+            except (pg_errors.UniqueViolation, RunAgain) as exc:
                 # Another server inserted one of its idempotency keys after this operation
                 # looked (a batch may meet several, one after the other), or changed the
                 # controls a claim went by: run it again, and it finds that job, or reads them.
