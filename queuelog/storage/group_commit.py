@@ -7,6 +7,9 @@ answers every caller, then publishes the events, and looks for the next batch. A
 acknowledged write has therefore always been committed.
 
 Backends say when a batch runs (`_schedule`) and whether one is under way (`_working`).
+Besides its operations' own statements, a batch runs what its `steps` say (BatchSteps: the
+queue's are in operations/batch.py, handed in by the repository): each operation through
+`steps.run`, in its savepoint, and `steps.write_side_effects` before COMMIT.
 
 Claims expected to take the controlled-claim lock (flow.py) may go in the controlled lane
 (`write(lane=True)`): a backend that runs several batches at once (PostgreSQL) runs at most
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
@@ -40,6 +43,18 @@ T = TypeVar("T")
 Operation = Callable[[WriteTx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
+
+
+class BatchSteps(Protocol):
+    """What a write batch runs besides its operations' own statements."""
+
+    def run(self, operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
+        """One operation of the batch, in its savepoint, with whatever must follow it there."""
+        ...
+
+    def write_side_effects(self, tx: WriteTx) -> None:
+        """Before COMMIT: what the operations that were kept changed besides their rows."""
+        ...
 
 
 def all_failed(batch: Batch, exc: BaseException) -> list[Outcome]:
@@ -84,8 +99,10 @@ class ParkedClaim(Generic[T]):
 
 
 class GroupCommit:
-    def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+    def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
         self._on_commit = on_commit
+        self._run_operation = steps.run
+        self._write_side_effects = steps.write_side_effects
         self._queue: Batch = []
         self._last: Batch = []  # run after the others (write(last=True))
         self._lane: Batch = []  # the controlled lane (write(lane=True)), where a backend has one

@@ -87,9 +87,9 @@ class Repository:
             require_postgres_driver()
             from queuelog.storage.postgres.database import PostgresDatabase
 
-            self._db = PostgresDatabase(url, self._publish)
+            self._db = PostgresDatabase(url, self._publish, batch)
         else:
-            self._db = SqliteDatabase(url, self._publish)
+            self._db = SqliteDatabase(url, self._publish, batch)
         self._generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []

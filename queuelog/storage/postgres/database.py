@@ -48,8 +48,7 @@ from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage.feeds.tail import OwnEvents
-from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.operations import batch as steps
+from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Operation, Outcome, all_failed
 from queuelog.storage.operations import bulk
 from queuelog.storage.postgres import vacuum
 from queuelog.storage.postgres.connection import PgConnection, close_quietly, connect
@@ -104,8 +103,8 @@ def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
 class PostgresDatabase(GroupCommit):
     sql = PostgresStatements
 
-    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
-        super().__init__(on_commit)
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
+        super().__init__(on_commit, steps)
         self.url = url
         self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
         # Writer connections not in use; the first is opened now, so that a server whose
@@ -266,7 +265,7 @@ class PostgresDatabase(GroupCommit):
         else:
             ((operation, future),) = batch
             try:
-                outcomes.append((future, steps.run(operation, tx), None))
+                outcomes.append((future, self._run_operation(operation, tx), None))
             except (pg_errors.UniqueViolation, RunAgain):
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
@@ -280,7 +279,7 @@ class PostgresDatabase(GroupCommit):
         # only ends the failed transaction (nothing of it is stored). Always NOTIFY, even
         # where this server polls: replicas that LISTEN hear it too.
         with raw.pipeline():
-            steps.write_side_effects(tx)
+            self._write_side_effects(tx)
             for payload in notify_payloads(self.origin, tx.events):
                 raw.execute(NOTIFY, (EVENTS_CHANNEL, payload))
             if self.own_events is not None:
@@ -294,10 +293,11 @@ class PostgresDatabase(GroupCommit):
     def _run_one(self, connection: PgConnection, tx: WriteTx, operation: Operation) -> tuple[Any, Any]:
         """One operation in its savepoint (taken by the deferred SAVEPOINT that goes with its
         first statement): (value, None) or (None, the exception)."""
+        run = self._run_operation
         for attempt in range(1, UNIQUE_VIOLATION_ATTEMPTS + 1):
             mark = tx.mark()
             try:
-                value = steps.run(operation, tx)
+                value = run(operation, tx)
             except (pg_errors.UniqueViolation, RunAgain) as exc:
                 # Another server inserted one of its idempotency keys after this operation
                 # looked (a batch may meet several, one after the other), or changed the

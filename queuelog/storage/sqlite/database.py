@@ -39,8 +39,7 @@ from typing import Any, TypeVar
 from queuelog import clock
 from queuelog.model import JobEvent
 from queuelog.storage.feeds.tail import OwnEvents
-from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
-from queuelog.storage.operations import batch as steps
+from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Outcome, all_failed
 from queuelog.storage.sqlite.connection import connect, database_path
 from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.sqlite.write_lock import WriteLock
@@ -84,8 +83,8 @@ class Checkpointer:
 class SqliteDatabase(GroupCommit):
     sql = SqliteStatements
 
-    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
-        super().__init__(on_commit)
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
+        super().__init__(on_commit, steps)
         path = database_path(url)
         self._writer = connect(path)
         self._writer.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's job
@@ -145,6 +144,7 @@ class SqliteDatabase(GroupCommit):
         if self.own_events is not None:
             tx.event_ids = []
         outcomes: list[Outcome] = []
+        run = self._run_operation
         try:
             connection.execute("BEGIN IMMEDIATE")
             # Timed once the write lock is held: another process's commit that this batch
@@ -154,7 +154,7 @@ class SqliteDatabase(GroupCommit):
                 mark = tx.mark()
                 connection.execute("SAVEPOINT op")
                 try:
-                    value = steps.run(operation, tx)
+                    value = run(operation, tx)
                 except Exception as exc:
                     connection.execute("ROLLBACK TO op")
                     connection.execute("RELEASE op")
@@ -163,7 +163,7 @@ class SqliteDatabase(GroupCommit):
                 else:
                     connection.execute("RELEASE op")
                     outcomes.append((future, value, None))
-            steps.write_side_effects(tx)
+            self._write_side_effects(tx)
             if self.own_events is not None and tx.event_ids:
                 self.own_events.add(tx.event_ids)  # before COMMIT: the tail may read them at once
             connection.execute("COMMIT")
