@@ -36,7 +36,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
-from queuelog.storage.operations import bulk, settlements
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")
@@ -121,10 +120,6 @@ class GroupCommit:
         return self.db_clock.now()
 
     has_lane = False  # whether the backend keeps the controlled lane apart
-    bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
-    bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
-    bulk_scan_rows = bulk.SCAN_ROWS  # the rows of each walk a bulk action's chunk passes at most
-    settle_chunk_seconds = settlements.CHUNK_SECONDS  # what a sweeper's chunk aims at (settlements.py)
 
     async def write(
         self,

@@ -55,6 +55,7 @@ from queuelog.storage.operations import (
     dependencies,
     enqueue,
     flow,
+    pacing,
     pruning,
     reads,
     running,
@@ -88,8 +89,10 @@ class Repository:
             from queuelog.storage.postgres.database import PostgresDatabase
 
             self._db = PostgresDatabase(url, self._publish, batch)
+            self._pacing = pacing.POSTGRES
         else:
             self._db = SqliteDatabase(url, self._publish, batch)
+            self._pacing = pacing.SQLITE
         self._generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
@@ -323,7 +326,7 @@ class Repository:
                 created_by,
                 after,
                 min(size, limit - done),
-                self._db.bulk_scan_rows,
+                self._pacing.bulk_scan_rows,
             )
             after = found.last
             if found.rows:
@@ -331,10 +334,10 @@ class Repository:
                 started = time.perf_counter()
                 changed = await self._db.write(chunk)
                 took = time.perf_counter() - started
-                size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
+                size = bulk.next_chunk_size(size, took, self._pacing.bulk_chunk_seconds)
                 done += changed
                 if changed and done < limit and not found.exhausted:
-                    await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+                    await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
             if found.exhausted:
                 return BulkOutcome(done, more=False)
             await asyncio.sleep(0)  # a SQLite read runs on the loop: let what waits run
@@ -361,8 +364,8 @@ class Repository:
                 on_ready(swept.ready_types)
             if not swept.found:
                 return passed
-            size = settlements.next_chunk_size(size, took, self._db.settle_chunk_seconds)
-            await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+            size = settlements.next_chunk_size(size, took, self._pacing.settle_chunk_seconds)
+            await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
 
     async def settlements_left(self, timeout: float) -> None:
         """Until a transaction of this server left dependents to settle, or `timeout` seconds."""
@@ -376,7 +379,7 @@ class Repository:
     ) -> bool:
         """Whether a job after id `after` matches, read as a bulk call reads its chunks."""
         while True:
-            scan = self._db.bulk_scan_rows
+            scan = self._pacing.bulk_scan_rows
             found = await self._db.read(bulk.matching, job_filter, parts, created_by, after, 1, scan)
             if found.rows or found.exhausted:
                 return bool(found.rows)

@@ -49,7 +49,6 @@ from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
 from queuelog.storage.feeds.tail import OwnEvents
 from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.operations import bulk
 from queuelog.storage.postgres import vacuum
 from queuelog.storage.postgres.connection import PgConnection, close_quietly, connect
 from queuelog.storage.postgres.statements import PostgresStatements
@@ -129,10 +128,6 @@ class PostgresDatabase(GroupCommit):
     # --- writes ------------------------------------------------------------------------------
 
     has_lane = True
-    bulk_chunk_seconds = bulk.PG_CHUNK_SECONDS
-    bulk_pause_ratio = bulk.PG_PAUSE_RATIO
-    bulk_scan_rows = bulk.PG_SCAN_ROWS
-    settle_chunk_seconds = bulk.PG_CHUNK_SECONDS
 
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
