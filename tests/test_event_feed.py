@@ -36,11 +36,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.feeds import tail as event_tail
-from queuelog.storage.feeds.tail import EventTail, OwnEvents
+from queuelog.storage.feeds.tail import EventTail
+from queuelog.storage.group_commit import OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
 from queuelog.storage.operations import batch, claims, enqueue
 from queuelog.storage.postgres.database import PostgresDatabase
-from queuelog.storage.postgres.listener import Checkpoints
+from queuelog.storage.postgres.notifications import Checkpoints
 from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 

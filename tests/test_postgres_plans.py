@@ -213,7 +213,6 @@ def test_a_callers_own_pages_walk_the_callers_index(
     sql = PostgresStatements.scope_page(by_worker, statuses, has_type)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
         shown = plan(callers_shaped, sql, name="w" if by_worker else "p", type="noop", after=2**62, limit=26)
     finally:
@@ -311,7 +310,6 @@ def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
     )
     if generic:
         queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    assert PostgresStatements.PROMOTE_PENDING is not None
     now = int(time.time() * 1_000_000)
     shown = plan(queue_shaped, PostgresStatements.PROMOTE_PENDING, now=now)
     assert re.search(r"ix_jobs_delayed on jobs\s.*\n\s+Index Cond: \(\(\(type\)::text = ", shown), shown
@@ -386,7 +384,6 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
     now = int(time.time() * 1_000_000)
     ids = [30000 + i for i in range(100)]
     parameters = {"id": ids, "attempt": [1] * 100, "result": ["{}"] * 100, "worker": "w", "now": now}
-    assert PostgresStatements.COMPLETE_MANY is not None
     shown = plan(running_burst, PostgresStatements.COMPLETE_MANY, **parameters)
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
@@ -561,7 +558,6 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
     try:
         if generic:
             connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
         sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True)
         # plan_bulk walks a type's index for a type that is few among its status: none here
@@ -586,7 +582,6 @@ def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
     sql = PostgresStatements.held_schedule_jobs(by_worker, False)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)  # as reads.py runs it
         shown = plan(
             callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21

@@ -131,7 +131,7 @@ def _postgres(analyzed: bool, generic: bool) -> Iterator[Shaped]:
                 connection.execute("BEGIN")
                 try:
                     if walk:
-                        connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER or "")  # type: ignore[arg-type]
+                        connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
                     if generic:
                         connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     return explain_analyze(connection, sql, params)

@@ -30,6 +30,8 @@ a producer is not to pay for a worker's claim.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -97,6 +99,58 @@ class ParkedClaim(Generic[T]):
             self.claimed.set_result(value)
 
 
+class OwnEvents:
+    """The ids of the events this process wrote, as (first, last) runs, oldest first.
+
+    The writer threads (SQLite's one, PostgreSQL's up to four) add ids while the tail, on
+    the event loop's thread, looks them up and forgets old runs: every method holds the lock
+    (iterating a deque that another thread appends to raises RuntimeError, and the tail
+    would lose that read's events).
+    """
+
+    def __init__(self) -> None:
+        self._runs: deque[tuple[int, int]] = deque()
+        self._lock = threading.Lock()
+        self._highest = 0  # runs may arrive out of order: PostgreSQL's writers commit in parallel
+
+    def add(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            self._add(ids)
+
+    def _add(self, ids: Sequence[int]) -> None:
+        for event_id in ids:
+            self._highest = max(self._highest, event_id)
+            if self._runs and self._runs[-1][1] == event_id - 1:
+                self._runs[-1] = (self._runs[-1][0], event_id)
+            else:
+                self._runs.append((event_id, event_id))
+
+    def withdraw(self, ids: Sequence[int]) -> None:
+        """Ids of a transaction that did not commit (SQLite would hand them out again)."""
+        gone = set(ids)
+        with self._lock:
+            kept = [i for first, last in self._runs for i in range(first, last + 1) if i not in gone]
+            self._runs.clear()
+            self._highest = 0
+            self._add(kept)
+
+    @property
+    def last(self) -> int:
+        """The highest id held (0 when none)."""
+        with self._lock:
+            return self._highest if self._runs else 0
+
+    def __contains__(self, event_id: int) -> bool:
+        with self._lock:
+            return any(first <= event_id <= last for first, last in self._runs)
+
+    def forget_through(self, event_id: int) -> None:
+        """Drop the runs wholly at or below this id (the tail has passed them for good)."""
+        with self._lock:
+            while self._runs and self._runs[0][1] <= event_id:
+                self._runs.popleft()
+
+
 class GroupCommit:
     def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
         self._on_commit = on_commit
@@ -114,6 +168,8 @@ class GroupCommit:
         # dependents to settle later; the loop then sets `settlements_left` for the sweeper.
         self._wrote_settlements = False
         self.settlements_left = asyncio.Event()
+        # Set when an event tail runs (event_tail.py): the ids of the events this process writes.
+        self.own_events: OwnEvents | None = None
 
     def now(self) -> datetime:
         """The time by the clock this database's writes use (queuelog/clock.py)."""

@@ -16,7 +16,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
@@ -43,9 +43,11 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage.database import Database
 from queuelog.storage.engine import dialect_of, require_postgres_driver
-from queuelog.storage.feeds.tail import EventTail, OwnEvents
-from queuelog.storage.group_commit import ParkedClaim
+from queuelog.storage.feeds.notify import NotifyFeed
+from queuelog.storage.feeds.tail import EventTail
+from queuelog.storage.group_commit import OwnEvents, ParkedClaim
 from queuelog.storage.operations import (
     actions,
     batch,
@@ -64,15 +66,12 @@ from queuelog.storage.operations import (
 )
 from queuelog.storage.operations.bulk import Part as BulkPart
 from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
+from queuelog.storage.operations.pacing import Pacing
 from queuelog.storage.operations.schedules import Fired
 from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
-
-if TYPE_CHECKING:
-    from queuelog.storage.postgres.database import PostgresDatabase
-    from queuelog.storage.postgres.listener import PostgresListener
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
@@ -83,7 +82,8 @@ class ClaimAbandoned(Exception):
 
 class Repository:
     def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
-        self._db: SqliteDatabase | PostgresDatabase
+        self._db: Database
+        self._pacing: Pacing
         if dialect_of(url) == "postgresql":
             require_postgres_driver()
             from queuelog.storage.postgres.database import PostgresDatabase
@@ -98,7 +98,7 @@ class Repository:
         self._listeners: list[EventListener] = []
         self._remote_listeners: list[EventListener] = []
         self._event_feed = event_feed
-        self._feed: PostgresListener | EventTail | None = None
+        self._feed: NotifyFeed | EventTail | None = None
         # The controls the latest claims went by: a claim they bind goes in the controlled
         # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
         # controls in its transaction all the same.
@@ -117,25 +117,20 @@ class Repository:
         LISTEN/NOTIFY), `poll` (read job_events forward: any processes on one SQLite file,
         or PostgreSQL behind PgBouncer in transaction mode) or `local` (hear nobody: one
         process alone on a SQLite file, sure to stay so)."""
-        sqlite = isinstance(self._db, SqliteDatabase)
+        notifies = self._db.can.notifies
         feed = self._event_feed
         if feed == "auto":
-            feed = "poll" if sqlite else "notify"
-        if feed == "notify" and sqlite:
+            feed = "notify" if notifies else "poll"
+        if feed == "notify" and not notifies:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
-            from queuelog.storage.postgres.listener import PostgresListener
-
-            listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
+            listener = NotifyFeed(self._db, self._publish_remote, self.refresh_key_generation)
             self._feed = listener
             await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
         elif feed == "poll":
-            self._db.own_events = OwnEvents()
-            # On SQLite the tail reads rows only once another process has committed.
-            others_wrote = self._db.others_wrote if isinstance(self._db, SqliteDatabase) else None
-            tail = EventTail(
-                self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation, others_wrote
-            )
+            own = self._db.own_events = OwnEvents()
+            refresh = self.refresh_key_generation
+            tail = EventTail(self._db, own, self._publish_remote, refresh, self._db.others_wrote)
             self._feed = tail
             await tail.start()
 
@@ -475,14 +470,12 @@ class Repository:
     @property
     def vacuums(self) -> bool:
         """Whether maintenance should look for tables to vacuum (PostgreSQL: vacuum.py)."""
-        return not isinstance(self._db, SqliteDatabase)
+        return self._db.can.vacuums
 
     async def vacuum_where_due(self) -> list[str]:
         """VACUUM and ANALYZE what autovacuum would have, where it does not run; the
         statements run (none on SQLite, or where autovacuum runs)."""
-        if isinstance(self._db, SqliteDatabase):
-            return []
-        return [work.statement for work in await self._db.vacuum_where_due()]
+        return await self._db.vacuum_where_due()
 
     async def ping(self) -> None:
         await self._db.read_one(self._db.sql.PING)
@@ -508,16 +501,17 @@ class Repository:
     def key_generation(self) -> int:
         """Goes up whenever any key is revoked or changed, by any process.
 
-        Read now on SQLite (a local read costs microseconds); on PostgreSQL, the value the
-        last `refresh_key_generation` read (every request, and every open websocket's watch).
+        Read now where reads run on the event loop (SQLite: a local read costs microseconds);
+        elsewhere, the value the last `refresh_key_generation` read (every request, and every
+        open websocket's watch).
         """
-        if isinstance(self._db, SqliteDatabase):
+        if self._db.can.runs_on_the_loop:
             row = self._db.read_one_now(self._db.sql.KEY_GENERATION)
             self._generation = row[0] if row is not None else 0
         return self._generation
 
     async def refresh_key_generation(self) -> int:
-        if isinstance(self._db, SqliteDatabase):
+        if self._db.can.runs_on_the_loop:
             return self.key_generation()
         row = await self._db.read_one(self._db.sql.KEY_GENERATION)
         self._generation = row[0] if row is not None else 0

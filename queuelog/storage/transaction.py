@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent, TypeControl
 from queuelog.storage.schema.counters import STATUS_TEXT, Move
 from queuelog.storage.schema.types import to_micros
-from queuelog.storage.statements import Statements
+from queuelog.storage.statements import Capabilities, Statements
 
 FINISHED = TERMINAL_STATUSES
 
@@ -45,6 +45,8 @@ class Connection(Protocol):
 
     @property
     def sql(self) -> type[Statements]: ...
+    @property
+    def can(self) -> Capabilities: ...
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
 
@@ -99,6 +101,7 @@ class WriteTx:
         # Which job_counts / job_minutes rows this transaction adds to (tables.py).
         self.counter_shard = 0
         self.sql = connection.sql
+        self.can = connection.can
         # The ids of the events this transaction writes, collected only when an event tail
         # (event_tail.py) must tell this process's events from other processes'.
         self.event_ids: list[int] | None = None

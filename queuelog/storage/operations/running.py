@@ -97,8 +97,8 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
     write. Rows are checked as read and decoded once, in their completed form. Where the
     database checks and completes in one statement (COMPLETE_MANY), it does that instead.
     """
-    if tx.sql.COMPLETE_MANY is not None:
-        return _complete_many_at_once(tx, tx.sql.COMPLETE_MANY, worker, items)
+    if tx.can.completes_at_once:
+        return _complete_many_at_once(tx, worker, items)
     rows = tx.execute(tx.sql.JOBS_BY_IDS, {"ids": ids_json([item.id for item in items])}).fetchall()
     current = {row[COL_ID]: row for row in rows}
     accepted: list[tuple[Any, Completion]] = []
@@ -147,9 +147,7 @@ def _result_text(item: Completion) -> str | None:
     return item.result_json if item.result_json is not None else compact_json(item.result)
 
 
-def _complete_many_at_once(
-    tx: WriteTx, sql: str, worker: str, items: Sequence[Completion]
-) -> CompletionOutcome:
+def _complete_many_at_once(tx: WriteTx, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
     """complete_many as one UPDATE that checks each row and returns those it completed: the
     same outcome as checking the rows as read (an id given twice: its later items rejected),
     with no read and no row lock before it."""
@@ -164,7 +162,7 @@ def _complete_many_at_once(
         "worker": worker,
         "now": tx.now_us,
     }
-    done = {row[COL_ID]: row for row in tx.execute(sql, params).fetchall()}
+    done = {row[COL_ID]: row for row in tx.execute(tx.sql.COMPLETE_MANY, params).fetchall()}
     completed: list[Job] = []
     rejected: list[int] = []
     for item in items:

@@ -212,7 +212,7 @@ def _step(tx: WriteTx, group: list[Settlement], limit: int) -> tuple[list[tuple[
 def _release(tx: WriteTx, params: dict[str, object]) -> list[tuple[int, int]]:
     """The next edges of a release, each counted done for its waiting dependent; the types
     of the jobs that became ready go to `tx.ready_types` (the batch's parked claims)."""
-    if tx.sql.RELEASE_NEXT_RETURNS_EDGES:
+    if tx.can.release_returns_edges:
         rows = tx.execute(tx.sql.RELEASE_NEXT, params).fetchall()
         edges = sorted((row[0], row[1]) for row in rows if row[0] is not None)
         released = [(row[3], row[4]) for row in rows if row[0] is None]

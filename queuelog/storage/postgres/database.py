@@ -47,10 +47,11 @@ from psycopg import errors as pg_errors
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage.feeds.tail import OwnEvents
+from queuelog.storage.database import Heard, Missed
 from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Operation, Outcome, all_failed
 from queuelog.storage.postgres import vacuum
-from queuelog.storage.postgres.connection import PgConnection, close_quietly, connect
+from queuelog.storage.postgres.connection import POSTGRES, PgConnection, close_quietly, connect
+from queuelog.storage.postgres.notifications import Notifications
 from queuelog.storage.postgres.statements import PostgresStatements
 from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
 from queuelog.storage.postgres.statements.server import DB_NOW, EVENTS_CHANNEL, NOTIFY
@@ -101,6 +102,7 @@ def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
 
 class PostgresDatabase(GroupCommit):
     sql = PostgresStatements
+    can = POSTGRES
 
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
         super().__init__(on_commit, steps)
@@ -122,8 +124,6 @@ class PostgresDatabase(GroupCommit):
         self._readers = threading.local()
         self._all_readers: list[psycopg.Connection[Any]] = []
         self._readers_lock = threading.Lock()
-        # Set when the polling event feed runs instead of LISTEN: this process's event ids.
-        self.own_events: OwnEvents | None = None
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -379,12 +379,28 @@ class PostgresDatabase(GroupCommit):
             self._read_threads, self._run_read, _first_row, (sql, parameters), True
         )
 
+    def read_one_now(self, sql: str, parameters: Any = ()) -> Any:
+        """read_one on the caller's thread, which waits for the round trip."""
+        return self._run_read(_first_row, (sql, parameters), True)
+
+    # --- other servers -------------------------------------------------------------------
+
+    def others_wrote(self) -> bool:
+        """Whether another server may have committed since the last call: always."""
+        return True
+
+    def listen(self, heard: Heard, missed: Missed) -> Notifications:
+        """Hear other servers' events as they commit (notifications.py)."""
+        return Notifications(self.url, self.origin, heard, missed)
+
     # --- maintenance ---------------------------------------------------------------------
 
-    async def vacuum_where_due(self) -> list[vacuum.Work]:
+    async def vacuum_where_due(self) -> list[str]:
         """VACUUM and ANALYZE what autovacuum would have, where it does not run (vacuum.py),
-        on a connection of its own, closed after (its advisory lock goes with it)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self._vacuum_where_due)
+        on a connection of its own, closed after (its advisory lock goes with it); the
+        statements run."""
+        done = await asyncio.get_running_loop().run_in_executor(None, self._vacuum_where_due)
+        return [work.statement for work in done]
 
     def _vacuum_where_due(self) -> list[vacuum.Work]:
         try:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from queuelog import jsonutil
-from queuelog.model import Job, JobStatus, Priority
+from queuelog.model import EventKind, Job, JobStatus, Priority
 from queuelog.storage.schema.tables import jobs
 from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
@@ -33,6 +33,17 @@ if set(JOB_COLUMNS) != {f.name for f in dataclasses.fields(Job)}:  # pragma: no 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PRIORITY_BY_VALUE = {p.value: p for p in Priority}
 STATUS_BY_VALUE = {s.value: s for s in JobStatus}
+KIND_BY_VALUE = {k.value: k for k in EventKind}
+# An event of another process, as (kind, job id, the job's status as of the event).
+RemoteEvent = tuple[EventKind, int, JobStatus]
+
+
+def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
+    """An event as stored in job_events or notified (text), or None for a kind or status
+    this version does not know (a newer server's)."""
+    if kind in KIND_BY_VALUE and status in STATUS_BY_VALUE:
+        return (KIND_BY_VALUE[kind], job_id, STATUS_BY_VALUE[status])
+    return None
 
 
 _DATETIMES: dict[int, datetime] = {}

@@ -38,9 +38,9 @@ from typing import Any, TypeVar
 
 from queuelog import clock
 from queuelog.model import JobEvent
-from queuelog.storage.feeds.tail import OwnEvents
+from queuelog.storage.database import Heard, Listening, Missed
 from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Outcome, all_failed
-from queuelog.storage.sqlite.connection import connect, database_path
+from queuelog.storage.sqlite.connection import SQLITE, connect, database_path
 from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
@@ -82,6 +82,7 @@ class Checkpointer:
 
 class SqliteDatabase(GroupCommit):
     sql = SqliteStatements
+    can = SQLITE
 
     def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
         super().__init__(on_commit, steps)
@@ -95,8 +96,6 @@ class SqliteDatabase(GroupCommit):
         self._flush_scheduled = False
         self._in_thread = False
         self._thread: ThreadPoolExecutor | None = None
-        # Set when an event tail runs (every SQLite feed but `local`): this process's event ids.
-        self.own_events: OwnEvents | None = None
         self._data_version: int | None = None
 
     # --- writes ------------------------------------------------------------------------------
@@ -211,6 +210,12 @@ class SqliteDatabase(GroupCommit):
         changed = version != self._data_version
         self._data_version = version
         return changed
+
+    def listen(self, heard: Heard, missed: Missed) -> Listening:
+        raise NotImplementedError("SQLite has no LISTEN/NOTIFY (can.notifies)")
+
+    async def vacuum_where_due(self) -> list[str]:
+        return []  # SQLite has no autovacuum to stand in for
 
     async def close(self) -> None:
         await self._drained()

@@ -82,5 +82,4 @@ class ClaimStatements(Statements, part=True):
     claim_jobs = staticmethod(same_text(_CLAIM))
     promote_due = staticmethod(same_text(_PROMOTE))
     PENDING_TYPES = PENDING_TYPES_SQL
-    PROMOTE_READS_CONTROLS = True
     PROMOTE_PENDING = _PROMOTE_PENDING

@@ -69,5 +69,3 @@ class ClaimStatements(Statements, part=True):
     claim_jobs = staticmethod(claim_statement)
     promote_due = staticmethod(promote_statement)
     PENDING_TYPES = PENDING_TYPES_SQL
-    PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
-    PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read

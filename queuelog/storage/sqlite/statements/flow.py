@@ -60,9 +60,6 @@ class FlowStatements(Statements, part=True):
         RETURNING {JOB_COLUMN_LIST}
     """
     TYPE_CONTROLS = TYPE_CONTROLS_SQL
-    # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
-    # nothing to lock, no clock to read again (NULL)
-    LOCK_CONTROLLED_CLAIMS = "SELECT NULL"
     RUNNING_PER_KEY = (
         "SELECT concurrency_key, count(*) FROM jobs INDEXED BY ix_jobs_running_key"
         " WHERE type = :type AND status = 'running' AND concurrency_key IS NOT NULL"

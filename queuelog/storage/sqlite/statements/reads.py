@@ -162,9 +162,7 @@ class ReadStatements(Statements, part=True):
     )
     list_jobs = staticmethod(list_statement)
     scope_page = staticmethod(scope_page_statement)
-    TYPE_INDEX = True
     held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
-    WALK_IN_INDEX_ORDER = None  # match_jobs names its index (INDEXED BY)
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"
         " WHERE key_hash = :key_hash AND revoked_at IS NULL"
