@@ -21,10 +21,9 @@ import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.schema.codec import NEW_JOB_COLUMNS
-from queuelog.storage.statements import per_type_params
+from queuelog.storage.statements import BulkWalk, per_type_params
 
 FILL = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,

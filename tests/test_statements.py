@@ -9,13 +9,18 @@ import re
 
 import pytest
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.connection import POSTGRES
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.postgres.statements.sending import AT_ONCE
 from queuelog.storage.sqlite.connection import SQLITE
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.statements import ONLY_WHERE, STATUS_VALUES_IN_ORDER, Statements, statement_names
+from queuelog.storage.statements import (
+    ONLY_WHERE,
+    STATUS_VALUES_IN_ORDER,
+    BulkWalk,
+    Statements,
+    statement_names,
+)
 
 DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
 CAPABILITIES = {SqliteStatements: SQLITE, PostgresStatements: POSTGRES, PostgresWriterStatements: POSTGRES}

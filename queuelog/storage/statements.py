@@ -12,12 +12,12 @@ only where a capability says so (ONLY_WHERE).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from queuelog.model import EventKind, Job, JobStatus
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.schema import counters
 from queuelog.storage.schema.codec import COLUMN_INDEX
 from queuelog.storage.schema.tables import schedules
@@ -82,6 +82,15 @@ def status_literal(value: str) -> str:
 
 STATUS_VALUES_IN_ORDER = tuple(status.value for status in JobStatus)
 STATUS_VALUES = frozenset(STATUS_VALUES_IN_ORDER)
+
+
+class BulkWalk(enum.Enum):
+    """The index a bulk action's chunks walk for one status, in id order."""
+
+    STATUS = enum.auto()  # ix_jobs_status: every job of the status, testing the filter
+    TYPE_STATUS = enum.auto()  # ix_jobs_type_status: the type's jobs of the status
+    CREATOR = enum.auto()  # ix_jobs_creator_status: the creator's PENDING jobs, testing the type
+
 
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
@@ -218,7 +227,7 @@ class Statements:
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
     OLDEST_DUE_AMONG_OWN: ClassVar[str]
     # Bulk actions (bulk.py): `match_jobs(walk, by_creator, job_type, key, before)` passes
-    # at most `scan` rows of one `status`'s walk (read_plans.BulkWalk) after id `after`, in
+    # at most `scan` rows of one `status`'s walk (BulkWalk) after id `after`, in
     # id order, and reads (id, status, worker_id) of the first `limit` that match; and one
     # row (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where
     # the next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a

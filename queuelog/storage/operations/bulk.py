@@ -41,9 +41,10 @@ from typing import Any
 
 from queuelog.model import ALL_JOBS, EventKind, Job, JobFilter, JobScope, JobStatus
 from queuelog.storage.operations import dependencies, reads
-from queuelog.storage.operations.read_plans import BulkWalk, plan_bulk
+from queuelog.storage.operations.read_plans import plan_bulk
 from queuelog.storage.schema.codec import decode_job
 from queuelog.storage.schema.types import ids_json, to_micros
+from queuelog.storage.statements import BulkWalk
 from queuelog.storage.transaction import Connection, WriteTx
 
 FIRST_CHUNK = 50

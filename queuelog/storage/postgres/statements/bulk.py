@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.statements.fragments import (
     CANCELLED,
     IS_PENDING,
@@ -16,7 +15,7 @@ from queuelog.storage.postgres.statements.fragments import (
     ts,
 )
 from queuelog.storage.schema.codec import JOB_COLUMN_LIST
-from queuelog.storage.statements import Statements
+from queuelog.storage.statements import BulkWalk, Statements
 
 # Each bulk walk's terms and the order that only its index gives (bulk.py). PostgreSQL's
 # B-tree stops a walk only at a bound of its first column, or of a column after equalities:

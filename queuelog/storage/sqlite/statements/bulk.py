@@ -7,7 +7,6 @@ import functools
 
 from sqlalchemy import literal_column, select, text, update
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.schema.tables import jobs
 from queuelog.storage.sqlite.statements.fragments import (
     CANCELLED_VALUES,
@@ -16,7 +15,7 @@ from queuelog.storage.sqlite.statements.fragments import (
     lit,
     sql_of,
 )
-from queuelog.storage.statements import LAST_ID, Statements
+from queuelog.storage.statements import LAST_ID, BulkWalk, Statements
 
 # Each bulk walk's index, and the terms that walk it (bulk.py).
 _BULK_WALKS = {
