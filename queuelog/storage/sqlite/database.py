@@ -42,8 +42,8 @@ from queuelog.storage.database import Heard, Listening, Missed
 from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Outcome, all_failed
 from queuelog.storage.sqlite.connection import SQLITE, connect, database_path
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
+from queuelog.storage.write_lock import WriteLock
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
