@@ -9,7 +9,7 @@ between these figures and figure 3 of `python -m bench` is what HTTP and GraphQL
 the gap to figure 3's raw ceiling is what queuelog's schema (indexes for every `jobs`
 filter, the claim, leases, pruning and scopes, plus job_events and job_counts) costs.
 
-`--sql-only` runs queuelog's own statements (sqlite_statements.py) on the same migrated schema
+`--sql-only` runs queuelog's own statements (sqlite/statements/) on the same migrated schema
 through stdlib sqlite3, with no Repository and no Python model: one transaction per batch,
 executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
 and its events; the read of the held rows, the guarded completion UPDATEs and their

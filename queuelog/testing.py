@@ -514,7 +514,7 @@ class LocalQueue:
 
     def _snapshot(self, claimable: list[str]) -> tuple[int, int, datetime | None]:
         """How many jobs of the handled types are RUNNING, how many finished jobs' dependents
-        are still being released or cancelled in chunks (storage/settlements.py), and the
+        are still being released or cancelled in chunks (storage/operations/settlements.py), and the
         earliest runAt of the PENDING jobs of the claimable ones that wait for no dependency:
         in one statement, so of one state of the database (two reads could miss a job going
         from one to the other)."""

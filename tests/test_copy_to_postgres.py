@@ -463,7 +463,7 @@ def old_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OldQueue]:
     finally:
         server.stop()
     # A server stopped in the middle of settling a completed job's dependents leaves the rest
-    # to do in dependency_settlements (storage/settlements.py); this one's walk is at its end.
+    # to do in dependency_settlements (storage/operations/settlements.py); this one's walk is at its end.
     with closing(sqlite3.connect(path)) as db, db:
         highest = db.execute("SELECT max(id) FROM jobs").fetchone()[0]
         db.execute(

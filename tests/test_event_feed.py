@@ -1,4 +1,4 @@
-"""Events made by other server processes reach this one's subscribers (storage/event_tail.py).
+"""Events made by other server processes reach this one's subscribers (storage/feeds/tail.py).
 
 Attacked and proven:
 - the event tail delivers every other process's event exactly once and none of its own, on a

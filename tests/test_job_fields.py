@@ -1,13 +1,13 @@
 """A job's fields are declared in few places; these tests keep them from drifting apart.
 
-`storage/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
+`storage/schema/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
 generated from the table); the GraphQL `Job` type exposes every model field but the
 internal `created_by`, plus the relations computed on request (`events`, which takes an
 argument and reads job_events); the Python client's `Job` has exactly the GraphQL fields but
 those relations, and its selections are derived from it.
 
 The lists a new column would otherwise need by hand are generated from the table (the
-INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/new_job.py) or from the
+INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/schema/new_job.py) or from the
 client's dataclass (`client.Job.from_graphql`); the client-side selections chosen by hand
 (the worker's, the dashboard's and the bench's copy of it) are checked here against the
 schema, and each failure names the file to fix.

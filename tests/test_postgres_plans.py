@@ -505,7 +505,7 @@ def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, ana
 def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
     databases: Databases, analyzed: bool, statement: str
 ) -> None:
-    """A chunk of a settlement (storage/settlements.py) of a job with 50,000 dependents, far
+    """A chunk of a settlement (storage/operations/settlements.py) of a job with 50,000 dependents, far
     into them, reads its next edges from ix_job_dependencies_on in order and stops at its
     limit: a bitmap scan and a sort (the plan a table not analyzed yet invited) read every
     edge left, each chunk."""

@@ -1,4 +1,4 @@
-"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite.py).
+"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite/database.py).
 
 On a real SQLite file, through the Repository: the writer never checkpoints
 (wal_autocheckpoint=0), so a COMMIT on the event loop never waits for one; the database's

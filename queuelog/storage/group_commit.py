@@ -11,7 +11,7 @@ Besides its operations' own statements, a batch runs what its `steps` say (Batch
 queue's are in operations/batch.py, handed in by the repository): each operation through
 `steps.run`, in its savepoint, and `steps.write_side_effects` before COMMIT.
 
-Claims expected to take the controlled-claim lock (flow.py) may go in the controlled lane
+Claims expected to take the controlled-claim lock (operations/flow.py) may go in the controlled lane
 (`write(lane=True)`): a backend that runs several batches at once (PostgreSQL) runs at most
 one batch of the lane at a time, so that the claims arriving meanwhile share the next one,
 and its one wait for the lock, instead of each transaction queueing for it on its own. A
@@ -168,7 +168,7 @@ class GroupCommit:
         # dependents to settle later; the loop then sets `settlements_left` for the sweeper.
         self._wrote_settlements = False
         self.settlements_left = asyncio.Event()
-        # Set when an event tail runs (event_tail.py): the ids of the events this process writes.
+        # Set when an event tail runs (feeds/tail.py): the ids of the events this process writes.
         self.own_events: OwnEvents | None = None
 
     def now(self) -> datetime:

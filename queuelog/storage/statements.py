@@ -186,9 +186,9 @@ class Statements:
     # (PENDING_TYPES, read in the statement), for a claim of any type to send with
     # PENDING_TYPES in one round trip.
     PROMOTE_PENDING: ClassVar[str]
-    # Claims of controlled types (flow.py): `claim_within_quotas(n)` claims the first `limit`
-    # of each type's first `quota{i}` ready jobs in claim order, in one statement, when no
-    # type is limited per key; otherwise candidates first, then CLAIM_IDS.
+    # Claims of controlled types (operations/flow.py): `claim_within_quotas(n)` claims the
+    # first `limit` of each type's first `quota{i}` ready jobs in claim order, in one
+    # statement, when no type is limited per key; otherwise candidates first, then CLAIM_IDS.
     claim_within_quotas: ClassVar[Callable[[int], str]]
     # `ready_heads(n)`: each type's first ready jobs, `quota{i}` without a key and `kquota{i}`
     # with one; `key_heads(n)`: the first `quota{i}` ready jobs of (type{i}, key{i}).
@@ -226,12 +226,12 @@ class Statements:
     oldest_due_of: ClassVar[Callable[[int], str]]
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
     OLDEST_DUE_AMONG_OWN: ClassVar[str]
-    # Bulk actions (bulk.py): `match_jobs(walk, by_creator, job_type, key, before)` passes
-    # at most `scan` rows of one `status`'s walk (BulkWalk) after id `after`, in
-    # id order, and reads (id, status, worker_id) of the first `limit` that match; and one
-    # row (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where
-    # the next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a
-    # chunk is about to change, locked (PostgreSQL); *_IDS change them.
+    # Bulk actions (operations/bulk.py): `match_jobs(walk, by_creator, job_type, key, before)`
+    # passes at most `scan` rows of one `status`'s walk (BulkWalk) after id `after`, in id
+    # order, and reads (id, status, worker_id) of the first `limit` that match; and one row
+    # (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where the
+    # next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a chunk is
+    # about to change, locked (PostgreSQL); *_IDS change them.
     match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool], str]]
     # Only where `plans_by_statistics`: run in a read's transaction before match_jobs,
     # scope_page and list_jobs, so that their walks go in index order and stop at their LIMIT
@@ -272,7 +272,7 @@ class Statements:
     # type_controls and rate_claims (flow control)
     TYPE_CONTROLS: ClassVar[str]
     # Only where `concurrent_writes`: the lock every server's controlled claims take in turn
-    # (flow.py), answering the clock once it is held.
+    # (operations/flow.py), answering the clock once it is held.
     LOCK_CONTROLLED_CLAIMS: ClassVar[str]
     RUNNING_PER_KEY: ClassVar[str]
     # A per-key type's ready keyed jobs in claim order, those of the `full` keys (a JSON list)
@@ -290,23 +290,23 @@ class Statements:
     # of `schedule` that `worker` holds (of `status` and `type` where not NULL), newest first
     # below id `after` (`count`: how many), walking ix_jobs_worker_status (`by_worker`: each
     # status's part, merged) or ix_jobs_schedule. Other callers read a schedule's jobs as its
-    # creator's (reads.py).
+    # creator's (operations/reads.py).
     held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
-    # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents at least 1 on `ids`,
-    # their (id, status, created_by, worker_id) back, the rows locked against a concurrent
-    # finish.
+    # job_dependencies (operations/dependencies.py). MARK_DEPENDED_ON: has_dependents at least
+    # 1 on `ids`, their (id, status, created_by, worker_id) back, the rows locked against a
+    # concurrent finish.
     MARK_DEPENDED_ON: ClassVar[str]
     INSERT_DEPENDENCY: ClassVar[str]
     DEPENDENCIES_OF_JOBS: ClassVar[str]
-    # Settling finished jobs' dependents (settlements.py). NEXT_EDGES: (depends_on, job_id,
-    # spared_by) of the first `limit` edges to the jobs `ids` whose job_id is in (`passed`,
-    # `reaches`], in that order. RELEASE_NEXT: the PENDING jobs of those edges that wait
-    # count one dependency done per edge; those at 0 become ready (or delayed). It returns
+    # Settling finished jobs' dependents (operations/settlements.py). NEXT_EDGES: (depends_on,
+    # job_id, spared_by) of the first `limit` edges to the jobs `ids` whose job_id is in
+    # (`passed`, `reaches`], in that order. RELEASE_NEXT: the PENDING jobs of those edges that
+    # wait count one dependency done per edge; those at 0 become ready (or delayed). It returns
     # (type, delayed) of each; where `release_returns_edges` (PostgreSQL), NEXT_EDGES's rows
     # too: rows (depends_on, job_id, spared_by, NULL, NULL) of the edges, then (NULL, NULL,
-    # NULL, type, delayed) of the jobs released.
-    # CANCEL_DEPENDENTS: the PENDING jobs `ids` CANCELLED with `error`, but those whose edge
-    # to one of `parents` spares them (spared_by at least `settlement`).
+    # NULL, type, delayed) of the jobs released. CANCEL_DEPENDENTS: the PENDING jobs `ids`
+    # CANCELLED with `error`, but those whose edge to one of `parents` spares them (spared_by
+    # at least `settlement`).
     NEXT_EDGES: ClassVar[str]
     RELEASE_NEXT: ClassVar[str]
     CANCEL_DEPENDENTS: ClassVar[str]
@@ -336,7 +336,7 @@ class Statements:
     # A row when job `id` is a dependency of a RUNNING job held by `worker`.
     DEPENDENCY_OF_HELD: ClassVar[str]
     DELETE_DEPENDENCIES_OF: ClassVar[str]
-    # schedules and schedule_clock (schedules.py)
+    # schedules and schedule_clock (operations/schedules.py)
     SCHEDULES: ClassVar[str]
     # How many SCHEDULES answers: what `schedules` costs (schema/cost.py).
     SCHEDULE_COUNT: ClassVar[str]

@@ -1,9 +1,10 @@
 """The claim: ready jobs of some types, in claim order, within their types' controls.
 
 Before it claims, a transaction handles what is overdue (expired leases, timeouts: see
-operations.expire_overdue) and makes due delayed jobs ready ("promotion"), each once per
-transaction; flow.py decides what the controls allow. Like operations.py, SQL and nothing
-else: the rules arrive as values.
+running.expire_overdue) and makes due delayed jobs ready ("promotion"), each once per
+transaction; flow.py decides what the controls allow. Where other servers write at once
+(`can.concurrent_writes`), the controls a claim went by may change before it commits: it
+checks them again with its own statement, and runs again (RunAgain) where they did.
 """
 
 from __future__ import annotations

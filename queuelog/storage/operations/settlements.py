@@ -4,7 +4,7 @@ When a job that others depend on (`has_dependents`) finishes, its dependents are
 COMPLETED counts it done for each of them (one at 0 becomes claimable at once); FAILED or
 CANCELLED cancels each PENDING one with error `dependency <id> <STATUS>`, and on downstream
 from every job so cancelled. The transaction that finished the job settles the first
-IN_TRANSACTION of them itself, right after the operation (`settle`, from operations.run): all
+IN_TRANSACTION of them itself, right after the operation (`settle`, from batch.run): all
 of them, in the common case of a few. What is left is written down in that same
 transaction, as rows of dependency_settlements, so that it outlives the server: every
 server's sweeper (`sweep`, run by maintenance.py through the repository) takes them in

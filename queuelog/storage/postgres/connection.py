@@ -35,7 +35,7 @@ _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Uni
 
 class MicrosLoader(Loader):
     """timestamptz, read in binary (microseconds since 2000-01-01), as Unix microseconds:
-    the integer form operations.py and the codec use on both backends."""
+    the integer form the operations and the codec use on both backends."""
 
     format = Format.BINARY
 
@@ -61,7 +61,7 @@ def connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
 
 
 class Result:
-    """What operations.py reads of a cursor: rows, rowcount, and the id an INSERT returned."""
+    """What an operation reads of a cursor: rows, rowcount, and the id an INSERT returned."""
 
     __slots__ = ("rows", "rowcount", "lastrowid", "_next")
 
@@ -198,7 +198,7 @@ class PgConnection:
 
 
 def _as_int8_arrays(parameters: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """`parameters` with the integer lists `names` sent as bigint[] (postgres_statements.INT8_ARRAYS)."""
+    """`parameters` with the integer lists `names` sent as bigint[] (statements/sending.py)."""
     return parameters | {name: [None if v is None else Int8(v) for v in parameters[name]] for name in names}
 
 

@@ -1,4 +1,5 @@
-"""PostgreSQL through psycopg 3, with the group commit of sqlite.py and events across servers.
+"""PostgreSQL through psycopg 3: the group commit (group_commit.py), reads, and events across
+servers.
 
 Writes are grouped as on SQLite: operations queued meanwhile are run in one transaction,
 each in its own SAVEPOINT, and answered after COMMIT. Up to WRITE_CONNECTIONS batches run at
@@ -9,7 +10,7 @@ in the order the COMMITs began, so a job's events reach subscribers in the order
 happened.
 
 Many server processes write at once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED`
-claims and unique constraints keep them apart (postgres_statements.py), as they keep this
+claims and unique constraints keep them apart (statements/), as they keep this
 server's own concurrent batches apart. A batch that PostgreSQL aborts as a deadlock or
 serialization failure is run again from the start; nothing of it was kept.
 
@@ -21,7 +22,7 @@ differ by milliseconds: a job enqueued on one was not yet due for a claim on ano
 Events cross processes with LISTEN/NOTIFY: each commit notifies `queuelog_events` with a
 small payload (this server's id, then `kind:job_id:status` items) in the same transaction, so it
 is delivered exactly when the rows are visible. Every other server reads those jobs back
-and hands them to its subscriptions and waiting claims (listener.py).
+and hands them to its subscriptions and waiting claims (notifications.py, feeds/notify.py).
 
 Reads run on a small pool of connections, on threads, each in one read-only REPEATABLE READ
 transaction: all its statements see one snapshot, as a read on SQLite does.
@@ -68,7 +69,7 @@ NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
 WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
-# Counter shards a write batch picks from at random (tables.py, job_counts): two concurrent
+# Counter shards a write batch picks from at random (schema/tables.py, job_counts): two concurrent
 # batches, of any servers, add to the same counter rows once in this many.
 COUNTER_SHARDS = 16
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)

@@ -2,7 +2,7 @@
 
 The decoder is generated from the table's columns, so the field list lives in two places
 only: `model.Job` and `tables.jobs` (whose column names must be the model's field names;
-checked at import). Timestamps are integer microseconds on SQLite (see storage/types.py),
+checked at import). Timestamps are integer microseconds on SQLite (see storage/schema/types.py),
 JSON columns are compact text there.
 """
 

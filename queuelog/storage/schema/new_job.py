@@ -30,7 +30,7 @@ ENQUEUED = {
         "now_us if item.run_at is None else to_micros(item.run_at)",
         "now if item.run_at is None else item.run_at",
     ),
-    "delayed": (  # 2: waiting for dependencies (storage/tables.py)
+    "delayed": (  # 2: waiting for dependencies (storage/schema/tables.py)
         "2 if item.waiting_for else int(item.run_at is not None and to_micros(item.run_at) > now_us)",
         "2 if item.waiting_for else int(item.run_at is not None and item.run_at > now)",
     ),
@@ -48,7 +48,7 @@ def _from_new_job(column: str) -> tuple[str, str]:
     if column not in _NEW_JOB_FIELDS:
         raise RuntimeError(
             f"jobs.{column}: model.NewJob has no field {column!r}; add one, or say how an enqueue"
-            " fills it (storage/new_job.py ENQUEUED, or codec.LIFECYCLE_COLUMNS for NULL)"
+            " fills it (storage/schema/new_job.py ENQUEUED, or codec.LIFECYCLE_COLUMNS for NULL)"
         )
     value = f"item.{column}"
     kind = jobs.c[column].type

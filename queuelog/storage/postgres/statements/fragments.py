@@ -49,7 +49,7 @@ STAMP = f"GREATEST({NOW}, jobs.updated_at)"
 # Every UPDATE of a job adds one: under the row's lock, so revisions grow in commit order.
 NEXT_REVISION = "revision = jobs.revision + 1"
 READY = "status = 'pending' AND delayed = 0"
-PER_KEY = "concurrency_key >= ''"  # ix_jobs_ready_key's mark (tables.py)
+PER_KEY = "concurrency_key >= ''"  # ix_jobs_ready_key's mark (schema/tables.py)
 DELAYED = "status = 'pending' AND delayed = 1"
 # One row per type asked for (the `types` array; `quotas`: at most that many of each). The
 # per-type statements read each type's own index range (LATERAL), so other types' rows and

@@ -17,7 +17,7 @@ from queuelog.storage.sqlite.statements.fragments import (
 )
 from queuelog.storage.statements import LAST_ID, BulkWalk, Statements
 
-# Each bulk walk's index, and the terms that walk it (bulk.py).
+# Each bulk walk's index, and the terms that walk it (operations/bulk.py).
 _BULK_WALKS = {
     BulkWalk.STATUS: ("ix_jobs_status", "status = :status"),
     BulkWalk.TYPE_STATUS: ("ix_jobs_type_status", "type = :type AND status = :status"),

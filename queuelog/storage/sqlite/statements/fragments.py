@@ -51,7 +51,7 @@ CANDIDATE = "id, type, concurrency_key, priority, created_at"
 # a clock stepped back makes a difference): a job's recorded times never run backwards.
 STAMP: Any = func.max(bindparam("now"), jobs.c.updated_at)
 STAMP_SQL = "max(:now, updated_at)"
-# Every UPDATE of a job adds one (storage/tables.py).
+# Every UPDATE of a job adds one (storage/schema/tables.py).
 NEXT_REVISION = jobs.c.revision + literal_column("1")
 NEXT_REVISION_SQL = "revision = revision + 1"
 RETRIED_VALUES = {

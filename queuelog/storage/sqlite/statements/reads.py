@@ -64,7 +64,7 @@ def list_statement(
     """`jobs(...)`, newest first, through the filter's index, testing the caller on each row;
     with several statuses, each status's part, merged. A caller who sees only its own jobs
     names the filter's index: SQLite has no statistics to choose between it and the
-    caller's own, so list_jobs does, from the counters (read_plans.py), and reads the
+    caller's own, so list_jobs does, from the counters (operations/read_plans.py), and reads the
     caller's own through scope_page_statement."""
     filters = []
     if by_creator and by_worker:
