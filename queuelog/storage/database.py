@@ -55,7 +55,8 @@ class Database(Protocol):
 
     # Set when an event tail runs (feeds/tail.py): the ids of the events this process writes.
     own_events: OwnEvents | None
-    # Set once a transaction of this process left dependents to settle later (operations/settlements.py).
+    # Set once a transaction of this process left dependents to settle later
+    # (operations/settlements.py).
     settlements_left: asyncio.Event
 
     def now(self) -> datetime:

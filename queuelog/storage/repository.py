@@ -1,11 +1,12 @@
 """The repository: the async interface the rest of queuelog uses to reach the database.
 
-It runs the storage modules' functions — `operations` (enqueue and the holder's reports),
-`claims`, `bulk` (cancel and retry by filter), `controls` (type controls), `flow` (limits
-inside a claim), `schedules`, `dependencies` and `settlements` (a finished job's dependents)
-— through the group-commit writer, and those of `reads` on a reading connection; once a
-write has committed, it hands its events to the listeners (subscriptions, metrics, the
-claim wake-up).
+It opens the database its URL names (a `Database`: sqlite/ or postgres/), hands it the
+queue's batch steps (operations/batch.py), and runs the operations through its group-commit
+writer: enqueue, claims (with flow and controls), running (the holder's reports, expiry),
+actions (cancel, retry), bulk, schedules, dependencies and settlements, pruning; and those of
+`reads` on a reading connection. Once a write has committed, it hands its events to the
+listeners (subscriptions, metrics, the claim wake-up), and through a feed (feeds/) those of
+other server processes too.
 """
 
 from __future__ import annotations

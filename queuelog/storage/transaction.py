@@ -112,14 +112,14 @@ class WriteTx:
         # (type, created_by, old status, old worker, new status, new worker) per transition;
         # turned into counter changes once per transaction, for each distinct move.
         self.moves: list[Move] = []
-        # rate_claims rows of this transaction's rate-limited claims (operations/flow.py), written with
-        # the events.
+        # rate_claims rows of this transaction's rate-limited claims (operations/flow.py),
+        # written with the events.
         self.rate_claims: list[dict[str, Any]] = []
         # Jobs with dependents that the running operation finished: settlements.settle
         # releases or cancels their dependents right after it, in its savepoint.
         self.parents: list[Job] = []
-        # Set when this transaction wrote down dependents to settle later (operations/settlements.py):
-        # once it commits, the server's sweeper looks at once.
+        # Set when this transaction wrote down dependents to settle later
+        # (operations/settlements.py): once it commits, the server's sweeper looks at once.
         self.settlements_left = False
         # The types of the jobs this transaction made ready to claim now (released by a
         # completion): the batch's parked claims run only for these (group_commit.py).

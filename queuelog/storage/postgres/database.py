@@ -69,8 +69,8 @@ NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
 WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
-# Counter shards a write batch picks from at random (schema/tables.py, job_counts): two concurrent
-# batches, of any servers, add to the same counter rows once in this many.
+# Counter shards a write batch picks from at random (schema/tables.py, job_counts): two
+# concurrent batches, of any servers, add to the same counter rows once in this many.
 COUNTER_SHARDS = 16
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 # An operation that meets a unique violation runs again, at most this many times in all. Only

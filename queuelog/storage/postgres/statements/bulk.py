@@ -17,9 +17,10 @@ from queuelog.storage.postgres.statements.fragments import (
 from queuelog.storage.schema.codec import JOB_COLUMN_LIST
 from queuelog.storage.statements import BulkWalk, Statements
 
-# Each bulk walk's terms and the order that only its index gives (operations/bulk.py). PostgreSQL's
-# B-tree stops a walk only at a bound of its first column, or of a column after equalities:
-# the type is an equality, so that the walk of ix_jobs_type_status ends with the status.
+# Each bulk walk's terms and the order that only its index gives (operations/bulk.py).
+# PostgreSQL's B-tree stops a walk only at a bound of its first column, or of a column after
+# equalities: the type is an equality, so that the walk of ix_jobs_type_status ends with the
+# status.
 _BULK_WALKS = {
     BulkWalk.STATUS: ("status >= %(status)s AND status <= %(status)s", "status, id"),
     BulkWalk.TYPE_STATUS: ("type = %(type)s AND status >= %(status)s AND status <= %(status)s", "status, id"),

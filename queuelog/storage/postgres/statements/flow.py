@@ -63,10 +63,10 @@ class FlowStatements(Statements, part=True):
     key_heads = staticmethod(same_text(_KEY_HEADS))
     CLAIM_IDS = f"{CLAIMED} WHERE {among_ids('id', 'ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
     TYPE_CONTROLS = TYPE_CONTROLS_SQL
-    # Every server's claims of controlled types take turns (operations/flow.py); the number is arbitrary
-    # but fixed: queuelog's only advisory lock. Answers the clock once the lock is held (the
-    # subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed after
-    # every controlled claim it waited for.
+    # Every server's claims of controlled types take turns (operations/flow.py); the number is
+    # arbitrary but fixed: queuelog's only advisory lock. Answers the clock once the lock is
+    # held (the subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed
+    # after every controlled claim it waited for.
     LOCK_CONTROLLED_CLAIMS = (
         "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
         " FROM (SELECT pg_advisory_xact_lock(7160419) OFFSET 0) AS locked"
