@@ -11,11 +11,12 @@ Besides its operations' own statements, a batch runs what its `steps` say (Batch
 queue's are in operations/batch.py, handed in by the repository): each operation through
 `steps.run`, in its savepoint, and `steps.write_side_effects` before COMMIT.
 
-Claims expected to take the controlled-claim lock (operations/flow.py) may go in the controlled lane
-(`write(lane=True)`): a backend that runs several batches at once (PostgreSQL) runs at most
-one batch of the lane at a time, so that the claims arriving meanwhile share the next one,
-and its one wait for the lock, instead of each transaction queueing for it on its own. A
-backend that runs one batch at a time (SQLite) treats the lane as `last`.
+Claims expected to take the controlled-claim lock (operations/flow.py) may go in the
+controlled lane (`write(lane=True)`): a backend that runs several batches at once
+(PostgreSQL) runs at most one batch of the lane at a time, so that the claims arriving
+meanwhile share the next one, and its one wait for the lock, instead of each transaction
+queueing for it on its own. A backend that runs one batch at a time (SQLite) treats the lane
+as `last`.
 
 A waiting claim may park (`park`): every batch with a write that may make jobs ready to
 claim (`write(makes_ready=True)`: a completion, which may release dependents) then runs it

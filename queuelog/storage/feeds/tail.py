@@ -8,11 +8,11 @@ read), skips this process's own (their ids are collected at commit: `OwnEvents`)
 other events' jobs back in one statement and delivers them: each job as it is now, with its
 status as of the event.
 
-On SQLite it first asks whether any other connection has committed since it last looked
-(`others_wrote`: PRAGMA data_version, microseconds). When none has and its last read
-reached the end, every event after the last one seen is this process's own, so it moves
-past them without reading: a server alone on its file pays a few microseconds per poll,
-whatever its write rate.
+It first asks the database whether any other connection has committed since it last looked
+(`others_wrote`: on SQLite PRAGMA data_version, microseconds; PostgreSQL always says yes).
+When none has and its last read reached the end, every event after the last one seen is
+this process's own, so it moves past them without reading: a server alone on its SQLite file
+pays a few microseconds per poll, whatever its write rate.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
 PostgreSQL a lower id may commit after a higher one, however long after: ids skipped over
