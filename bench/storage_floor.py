@@ -9,7 +9,7 @@ between these figures and figure 3 of `python -m bench` is what HTTP and GraphQL
 the gap to figure 3's raw ceiling is what queuelog's schema (indexes for every `jobs`
 filter, the claim, leases, pruning and scopes, plus job_events and job_counts) costs.
 
-`--sql-only` runs queuelog's own statements (sqlite_statements.py) on the same migrated schema
+`--sql-only` runs queuelog's own statements (sqlite/statements/) on the same migrated schema
 through stdlib sqlite3, with no Repository and no Python model: one transaction per batch,
 executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
 and its events; the read of the held rows, the guarded completion UPDATEs and their
@@ -32,11 +32,11 @@ from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.new_job import row_values
 from queuelog.storage.repository import Repository
-from queuelog.storage.sqlite import connect
-from queuelog.storage.sqlite_statements import LAST_JOB_ID
-from queuelog.storage.sqlite_statements import SqliteStatements as sql
+from queuelog.storage.schema.new_job import row_values
+from queuelog.storage.sqlite.connection import connect
+from queuelog.storage.sqlite.statements import SqliteStatements as sql
+from queuelog.storage.sqlite.statements.inserted_ids import LAST_JOB_ID
 from queuelog.storage.statements import per_type_params
 
 BATCH = 100

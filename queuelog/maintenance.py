@@ -1,6 +1,6 @@
 """Background loops every server process runs: lease expiry, pruning, the settling of
-finished jobs' dependents left for later (storage/settlements.py), and on PostgreSQL, where
-autovacuum does not run, VACUUM and ANALYZE of queuelog's tables (storage/vacuum.py).
+finished jobs' dependents left for later (storage/operations/settlements.py), and on PostgreSQL, where
+autovacuum does not run, VACUUM and ANALYZE of queuelog's tables (storage/postgres/vacuum.py).
 
 All are safe to run in many processes at once: every UPDATE and DELETE re-checks the
 row's state, so two servers expiring the same lease change it once, and a settlement is
@@ -87,7 +87,7 @@ async def settle_dependents_forever(
 
 
 async def vacuum_forever(repository: Repository, interval: float) -> None:
-    """Where autovacuum does not run, what it would do to queuelog's tables (storage/vacuum.py)."""
+    """Where autovacuum does not run, what it would do to queuelog's tables (storage/postgres/vacuum.py)."""
     outage = OutageLog("vacuum")
     while True:
         try:

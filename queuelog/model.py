@@ -73,14 +73,14 @@ class Job:
     updated_at: datetime
     concurrency_key: str | None = None
     timeout_seconds: int | None = None
-    delayed: int = 0  # internal: 1 while PENDING before its run_at, 2 waiting (storage/tables.py)
+    delayed: int = 0  # internal: 1 while PENDING before its run_at, 2 waiting (storage/schema/tables.py)
     timeout_at: datetime | None = None  # internal: when a RUNNING job times out
     waiting_for: int = 0  # dependencies not COMPLETED yet
     dependency_count: int = 0  # internal: how many jobs it depends on
     has_dependents: int = 0  # internal: 1 once a job depends on it
     schedule_name: str | None = None
     # Internal: how many times the job's row was updated; grows in the order its changes
-    # commit (storage/tables.py). A higher revision is a later state of the job.
+    # commit (storage/schema/tables.py). A higher revision is a later state of the job.
     revision: int = 0
 
 
@@ -91,7 +91,7 @@ class JobEvent:
     at: datetime
     # The newest state of the job known when the event was delivered, where `job` is not the
     # job as of the event: an event of another server process, whose job is read back later
-    # and given the status it had as of the event (storage/event_tail.py). None: `job` is.
+    # and given the status it had as of the event (storage/feeds/tail.py). None: `job` is.
     latest: Job | None = None
 
     @property

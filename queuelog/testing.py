@@ -63,7 +63,7 @@ from queuelog.model import JobStatus, Role
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.types import from_micros
+from queuelog.storage.schema.types import from_micros
 from queuelog.worker import Handler, JobContext, Worker
 
 ADMIN_KEY_NAME = "test-admin"  # what `q.client` uses: sees every job and its `error`
@@ -514,7 +514,7 @@ class LocalQueue:
 
     def _snapshot(self, claimable: list[str]) -> tuple[int, int, datetime | None]:
         """How many jobs of the handled types are RUNNING, how many finished jobs' dependents
-        are still being released or cancelled in chunks (storage/settlements.py), and the
+        are still being released or cancelled in chunks (storage/operations/settlements.py), and the
         earliest runAt of the PENDING jobs of the claimable ones that wait for no dependency:
         in one statement, so of one state of the database (two reads could miss a job going
         from one to the other)."""

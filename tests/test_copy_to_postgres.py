@@ -72,8 +72,8 @@ from queuelog.storage import copy
 from queuelog.storage.copy import copy_database
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.tables import api_keys, job_events, jobs, metadata, schedules, type_controls
-from queuelog.storage.types import JsonDocument, UtcTimestamp, to_micros
+from queuelog.storage.schema.tables import api_keys, job_events, jobs, metadata, schedules, type_controls
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp, to_micros
 
 CLI_TIMEOUT = 120
 JOB_FIELDS = client.JOB_FIELDS  # every field, `error` included (admin only)
@@ -463,7 +463,7 @@ def old_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OldQueue]:
     finally:
         server.stop()
     # A server stopped in the middle of settling a completed job's dependents leaves the rest
-    # to do in dependency_settlements (storage/settlements.py); this one's walk is at its end.
+    # to do in dependency_settlements (storage/operations/settlements.py); this one's walk is at its end.
     with closing(sqlite3.connect(path)) as db, db:
         highest = db.execute("SELECT max(id) FROM jobs").fetchone()[0]
         db.execute(

@@ -1,4 +1,4 @@
-"""Many dependents settled in chunks (API.md section 10, storage/settlements.py), through real
+"""Many dependents settled in chunks (API.md section 10, storage/operations/settlements.py), through real
 servers on SQLite and PostgreSQL.
 
 A job with DEPENDENTS dependents (enqueued with `enqueueJobs`, 1,000 a call) ends; its
@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from conftest import Server, serving
 
-from queuelog.storage import settlements
+from queuelog.storage.operations import settlements
 
 DEPENDENTS = 20_000
 DEADLINE_SECONDS = 180

@@ -1,13 +1,13 @@
 """A job's fields are declared in few places; these tests keep them from drifting apart.
 
-`storage/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
+`storage/schema/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
 generated from the table); the GraphQL `Job` type exposes every model field but the
 internal `created_by`, plus the relations computed on request (`events`, which takes an
 argument and reads job_events); the Python client's `Job` has exactly the GraphQL fields but
 those relations, and its selections are derived from it.
 
 The lists a new column would otherwise need by hand are generated from the table (the
-INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/new_job.py) or from the
+INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/schema/new_job.py) or from the
 client's dataclass (`client.Job.from_graphql`); the client-side selections chosen by hand
 (the worker's, the dashboard's and the bench's copy of it) are checked here against the
 schema, and each failure names the file to fix.
@@ -21,7 +21,7 @@ from graphql import GraphQLObjectType
 
 from queuelog import client, model
 from queuelog.graphql_api import schema
-from queuelog.storage.tables import jobs
+from queuelog.storage.schema.tables import jobs
 
 INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
 RELATIONS = {"events", "dependsOn"}
@@ -64,9 +64,10 @@ def test_the_client_selections_name_graphql_fields() -> None:
 
 
 def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> None:
-    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
-    from queuelog.storage.postgres_statements import INSERT_JOBS_AT_ONCE, PostgresStatements
-    from queuelog.storage.sqlite_statements import SqliteStatements
+    from queuelog.storage.postgres.statements import PostgresStatements
+    from queuelog.storage.postgres.statements.sending import INSERT_JOBS_AT_ONCE
+    from queuelog.storage.schema.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.sqlite.statements import SqliteStatements
 
     assert set(NEW_JOB_COLUMNS) == {c.name for c in jobs.c} - {"id"} - LIFECYCLE_COLUMNS
     inserted = ", ".join(NEW_JOB_COLUMNS)
@@ -83,9 +84,9 @@ def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> N
 def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     from datetime import UTC, datetime
 
-    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
-    from queuelog.storage.new_job import new_job, row_values
-    from queuelog.storage.types import to_micros
+    from queuelog.storage.schema.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.schema.new_job import new_job, row_values
+    from queuelog.storage.schema.types import to_micros
 
     now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
     item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
@@ -100,7 +101,7 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
 def test_a_column_that_no_enqueue_fills_is_named_at_import() -> None:
     import pytest
 
-    from queuelog.storage import new_job
+    from queuelog.storage.schema import new_job
 
     with pytest.raises(RuntimeError, match=r"jobs.some_new_column: model.NewJob has no field"):
         new_job._from_new_job("some_new_column")

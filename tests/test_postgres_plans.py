@@ -21,10 +21,9 @@ import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.codec import NEW_JOB_COLUMNS
-from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
-from queuelog.storage.read_plans import BulkWalk
-from queuelog.storage.statements import per_type_params
+from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.schema.codec import NEW_JOB_COLUMNS
+from queuelog.storage.statements import BulkWalk, per_type_params
 
 FILL = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
@@ -213,7 +212,6 @@ def test_a_callers_own_pages_walk_the_callers_index(
     sql = PostgresStatements.scope_page(by_worker, statuses, has_type)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
         shown = plan(callers_shaped, sql, name="w" if by_worker else "p", type="noop", after=2**62, limit=26)
     finally:
@@ -311,7 +309,6 @@ def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
     )
     if generic:
         queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    assert PostgresStatements.PROMOTE_PENDING is not None
     now = int(time.time() * 1_000_000)
     shown = plan(queue_shaped, PostgresStatements.PROMOTE_PENDING, now=now)
     assert re.search(r"ix_jobs_delayed on jobs\s.*\n\s+Index Cond: \(\(\(type\)::text = ", shown), shown
@@ -386,7 +383,6 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
     now = int(time.time() * 1_000_000)
     ids = [30000 + i for i in range(100)]
     parameters = {"id": ids, "attempt": [1] * 100, "result": ["{}"] * 100, "worker": "w", "now": now}
-    assert PostgresStatements.COMPLETE_MANY is not None
     shown = plan(running_burst, PostgresStatements.COMPLETE_MANY, **parameters)
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
@@ -509,7 +505,7 @@ def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, ana
 def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
     databases: Databases, analyzed: bool, statement: str
 ) -> None:
-    """A chunk of a settlement (storage/settlements.py) of a job with 50,000 dependents, far
+    """A chunk of a settlement (storage/operations/settlements.py) of a job with 50,000 dependents, far
     into them, reads its next edges from ix_job_dependencies_on in order and stops at its
     limit: a bitmap scan and a sort (the plan a table not analyzed yet invited) read every
     edge left, each chunk."""
@@ -561,7 +557,6 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
     try:
         if generic:
             connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
         sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True)
         # plan_bulk walks a type's index for a type that is few among its status: none here
@@ -586,7 +581,6 @@ def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
     sql = PostgresStatements.held_schedule_jobs(by_worker, False)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)  # as reads.py runs it
         shown = plan(
             callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21

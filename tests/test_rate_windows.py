@@ -1,4 +1,4 @@
-"""A rate window is counted by seeks, not row by row (API.md section 9, storage/flow.py).
+"""A rate window is counted by seeks, not row by row (API.md section 9, storage/operations/flow.py).
 
 Every claim of a rate-limited type reads its window under the lock that every server's
 counted claims share; a limit of 100,000 a day used to mean counting up to 100,000 rows of
@@ -21,9 +21,9 @@ import psycopg
 from conftest import Databases
 
 from queuelog.storage.engine import sqlite_file
-from queuelog.storage.postgres_statements import PostgresStatements
-from queuelog.storage.sqlite_statements import SqliteStatements
-from queuelog.storage.types import to_micros
+from queuelog.storage.postgres.statements import PostgresStatements
+from queuelog.storage.schema.types import to_micros
+from queuelog.storage.sqlite.statements import SqliteStatements
 
 HOUR_US = 3_600_000_000
 NOW_US = to_micros(datetime.now(UTC))

@@ -1,4 +1,4 @@
-"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite.py).
+"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite/database.py).
 
 On a real SQLite file, through the Repository: the writer never checkpoints
 (wal_autocheckpoint=0), so a COMMIT on the event loop never waits for one; the database's
@@ -18,9 +18,9 @@ from conftest import migrate
 
 from queuelog.model import NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import sqlite
 from queuelog.storage.repository import Repository
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.sqlite import database as sqlite
+from queuelog.storage.sqlite.database import SqliteDatabase
 
 JOBS = 6000
 

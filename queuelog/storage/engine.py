@@ -99,7 +99,7 @@ def create_sqlite_engine(url: str) -> Engine:
     the write lock that running servers queue on (write_lock.py).
 
     pysqlite's own transaction handling is switched off so that we issue BEGIN ourselves
-    (the SQLAlchemy-documented recipe). Servers do not use this engine: see sqlite.py.
+    (the SQLAlchemy-documented recipe). Servers do not use this engine: see sqlite/database.py.
     """
     engine = create_engine(
         url,

@@ -1,11 +1,12 @@
 """The repository: the async interface the rest of queuelog uses to reach the database.
 
-It runs the storage modules' functions — `operations` (enqueue and the holder's reports),
-`claims`, `bulk` (cancel and retry by filter), `controls` (type controls), `flow` (limits
-inside a claim), `schedules`, `dependencies` and `settlements` (a finished job's dependents)
-— through the group-commit writer, and those of `reads` on a reading connection; once a
-write has committed, it hands its events to the listeners (subscriptions, metrics, the
-claim wake-up).
+It opens the database its URL names (a `Database`: sqlite/ or postgres/), hands it the
+queue's batch steps (operations/batch.py), and runs the operations through its group-commit
+writer: enqueue, claims (with flow and controls), running (the holder's reports, expiry),
+actions (cancel, retry), bulk, schedules, dependencies and settlements, pruning; and those of
+`reads` on a reading connection. Once a write has committed, it hands its events to the
+listeners (subscriptions, metrics, the claim wake-up), and through a feed (feeds/) those of
+other server processes too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
@@ -43,22 +44,35 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules, settlements
-from queuelog.storage import operations as ops
-from queuelog.storage.bulk import Part as BulkPart
-from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
-from queuelog.storage.codec import micros_to_datetime
+from queuelog.storage.database import Database
 from queuelog.storage.engine import dialect_of, require_postgres_driver
-from queuelog.storage.event_tail import EventTail, OwnEvents
-from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.schedules import Fired
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.feeds.notify import NotifyFeed
+from queuelog.storage.feeds.tail import EventTail
+from queuelog.storage.group_commit import OwnEvents, ParkedClaim
+from queuelog.storage.operations import (
+    actions,
+    batch,
+    bulk,
+    claims,
+    controls,
+    dependencies,
+    enqueue,
+    flow,
+    pacing,
+    pruning,
+    reads,
+    running,
+    schedules,
+    settlements,
+)
+from queuelog.storage.operations.bulk import Part as BulkPart
+from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
+from queuelog.storage.operations.pacing import Pacing
+from queuelog.storage.operations.schedules import Fired
+from queuelog.storage.schema.codec import micros_to_datetime
+from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
-
-if TYPE_CHECKING:
-    from queuelog.storage.listener import PostgresListener
-    from queuelog.storage.postgres import PostgresDatabase
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
@@ -69,20 +83,23 @@ class ClaimAbandoned(Exception):
 
 class Repository:
     def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
-        self._db: SqliteDatabase | PostgresDatabase
+        self._db: Database
+        self._pacing: Pacing
         if dialect_of(url) == "postgresql":
             require_postgres_driver()
-            from queuelog.storage.postgres import PostgresDatabase
+            from queuelog.storage.postgres.database import PostgresDatabase
 
-            self._db = PostgresDatabase(url, self._publish)
+            self._db = PostgresDatabase(url, self._publish, batch)
+            self._pacing = pacing.POSTGRES
         else:
-            self._db = SqliteDatabase(url, self._publish)
+            self._db = SqliteDatabase(url, self._publish, batch)
+            self._pacing = pacing.SQLITE
         self._generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
         self._remote_listeners: list[EventListener] = []
         self._event_feed = event_feed
-        self._feed: PostgresListener | EventTail | None = None
+        self._feed: NotifyFeed | EventTail | None = None
         # The controls the latest claims went by: a claim they bind goes in the controlled
         # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
         # controls in its transaction all the same.
@@ -101,25 +118,20 @@ class Repository:
         LISTEN/NOTIFY), `poll` (read job_events forward: any processes on one SQLite file,
         or PostgreSQL behind PgBouncer in transaction mode) or `local` (hear nobody: one
         process alone on a SQLite file, sure to stay so)."""
-        sqlite = isinstance(self._db, SqliteDatabase)
+        notifies = self._db.can.notifies
         feed = self._event_feed
         if feed == "auto":
-            feed = "poll" if sqlite else "notify"
-        if feed == "notify" and sqlite:
+            feed = "notify" if notifies else "poll"
+        if feed == "notify" and not notifies:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
-            from queuelog.storage.listener import PostgresListener
-
-            listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
+            listener = NotifyFeed(self._db, self._publish_remote, self.refresh_key_generation)
             self._feed = listener
             await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
         elif feed == "poll":
-            self._db.own_events = OwnEvents()
-            # On SQLite the tail reads rows only once another process has committed.
-            others_wrote = self._db.others_wrote if isinstance(self._db, SqliteDatabase) else None
-            tail = EventTail(
-                self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation, others_wrote
-            )
+            own = self._db.own_events = OwnEvents()
+            refresh = self.refresh_key_generation
+            tail = EventTail(self._db, own, self._publish_remote, refresh, self._db.others_wrote)
             self._feed = tail
             await tail.start()
 
@@ -142,7 +154,7 @@ class Repository:
         self, items: Sequence[NewJob], created_by: str, scope: JobScope = ALL_JOBS
     ) -> list[EnqueueOutcome]:
         """`scope`: the jobs the caller may see, which are all its items may depend on."""
-        return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by, scope))
+        return await self._db.write(lambda tx: enqueue.enqueue(tx, items, created_by, scope))
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(reads.get_job, job_id, scope)
@@ -274,8 +286,8 @@ class Repository:
 
         def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, claims.Claimed]:
             completed = CompletionOutcome([], [])
-            if items:  # ops.run settles their dependents: the claim sees those they released
-                completed = ops.run(lambda tx: ops.complete_many(tx, worker, items), tx)
+            if items:  # batch.run settles their dependents: the claim sees those they released
+                completed = batch.run(lambda tx: running.complete_many(tx, worker, items), tx)
             return completed, claims.claim(tx, worker, types, limit, lease_seconds, self._delay)
 
         seen = self._controls_seen
@@ -310,7 +322,7 @@ class Repository:
                 created_by,
                 after,
                 min(size, limit - done),
-                self._db.bulk_scan_rows,
+                self._pacing.bulk_scan_rows,
             )
             after = found.last
             if found.rows:
@@ -318,10 +330,10 @@ class Repository:
                 started = time.perf_counter()
                 changed = await self._db.write(chunk)
                 took = time.perf_counter() - started
-                size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
+                size = bulk.next_chunk_size(size, took, self._pacing.bulk_chunk_seconds)
                 done += changed
                 if changed and done < limit and not found.exhausted:
-                    await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+                    await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
             if found.exhausted:
                 return BulkOutcome(done, more=False)
             await asyncio.sleep(0)  # a SQLite read runs on the loop: let what waits run
@@ -348,8 +360,8 @@ class Repository:
                 on_ready(swept.ready_types)
             if not swept.found:
                 return passed
-            size = settlements.next_chunk_size(size, took, self._db.settle_chunk_seconds)
-            await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+            size = settlements.next_chunk_size(size, took, self._pacing.settle_chunk_seconds)
+            await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
 
     async def settlements_left(self, timeout: float) -> None:
         """Until a transaction of this server left dependents to settle, or `timeout` seconds."""
@@ -363,7 +375,7 @@ class Repository:
     ) -> bool:
         """Whether a job after id `after` matches, read as a bulk call reads its chunks."""
         while True:
-            scan = self._db.bulk_scan_rows
+            scan = self._pacing.bulk_scan_rows
             found = await self._db.read(bulk.matching, job_filter, parts, created_by, after, 1, scan)
             if found.rows or found.exhausted:
                 return bool(found.rows)
@@ -412,16 +424,16 @@ class Repository:
         return await self._db.write(fire)
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
-        return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))
+        return await self._db.write(lambda tx: running.heartbeat(tx, worker, job_id, attempt, lease_seconds))
 
     async def complete(self, worker: str, job_id: int, result: Any, attempt: int | None) -> Job:
         def completion(tx: WriteTx) -> Job:
-            return ops.complete(tx, worker, job_id, result, attempt)
+            return running.complete(tx, worker, job_id, result, attempt)
 
         return await self._db.write(completion, makes_ready=True)
 
     async def complete_many(self, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
-        return await self._db.write(lambda tx: ops.complete_many(tx, worker, items), makes_ready=True)
+        return await self._db.write(lambda tx: running.complete_many(tx, worker, items), makes_ready=True)
 
     async def fail(
         self,
@@ -433,40 +445,38 @@ class Repository:
         attempt: int | None,
     ) -> Job:
         return await self._db.write(
-            lambda tx: ops.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
+            lambda tx: running.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
         )
 
     async def cancel(self, job_id: int, scope: JobScope) -> Job:
-        return await self._db.write(lambda tx: ops.cancel(tx, job_id, scope))
+        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope))
 
     async def retry(self, job_id: int) -> Job:
-        return await self._db.write(lambda tx: ops.retry(tx, job_id))
+        return await self._db.write(lambda tx: actions.retry(tx, job_id))
 
     async def expire_leases(self) -> int:
-        return await self._db.write(lambda tx: ops.expire_leases(tx, self._delay))
+        return await self._db.write(lambda tx: running.expire_leases(tx, self._delay))
 
     async def prune(self, retention_seconds: int) -> int:
         kept = timedelta(seconds=retention_seconds)
         total = 0
         while True:
-            deleted = await self._db.write(lambda tx: ops.prune(tx, tx.now - kept))
+            deleted = await self._db.write(lambda tx: pruning.prune(tx, tx.now - kept))
             total += deleted
             if deleted < PRUNE_BATCH:
                 break
-        await self._db.write(ops.prune_minutes)
+        await self._db.write(pruning.prune_minutes)
         return total
 
     @property
     def vacuums(self) -> bool:
         """Whether maintenance should look for tables to vacuum (PostgreSQL: vacuum.py)."""
-        return not isinstance(self._db, SqliteDatabase)
+        return self._db.can.vacuums
 
     async def vacuum_where_due(self) -> list[str]:
         """VACUUM and ANALYZE what autovacuum would have, where it does not run; the
         statements run (none on SQLite, or where autovacuum runs)."""
-        if isinstance(self._db, SqliteDatabase):
-            return []
-        return [work.statement for work in await self._db.vacuum_where_due()]
+        return await self._db.vacuum_where_due()
 
     async def ping(self) -> None:
         await self._db.read_one(self._db.sql.PING)
@@ -492,16 +502,17 @@ class Repository:
     def key_generation(self) -> int:
         """Goes up whenever any key is revoked or changed, by any process.
 
-        Read now on SQLite (a local read costs microseconds); on PostgreSQL, the value the
-        last `refresh_key_generation` read (every request, and every open websocket's watch).
+        Read now where reads run on the event loop (SQLite: a local read costs microseconds);
+        elsewhere, the value the last `refresh_key_generation` read (every request, and every
+        open websocket's watch).
         """
-        if isinstance(self._db, SqliteDatabase):
+        if self._db.can.runs_on_the_loop:
             row = self._db.read_one_now(self._db.sql.KEY_GENERATION)
             self._generation = row[0] if row is not None else 0
         return self._generation
 
     async def refresh_key_generation(self) -> int:
-        if isinstance(self._db, SqliteDatabase):
+        if self._db.can.runs_on_the_loop:
             return self.key_generation()
         row = await self._db.read_one(self._db.sql.KEY_GENERATION)
         self._generation = row[0] if row is not None else 0
