@@ -96,7 +96,6 @@ from datetime import UTC, datetime
 from typing import Any, TextIO, TypeVar
 
 from queuelog import logformat
-from queuelog.client import WORKER_JOB_FIELDS, AsyncClient, Job, ServerUnreachable
 from queuelog.errors import (
     Conflict,
     Forbidden,
@@ -106,6 +105,9 @@ from queuelog.errors import (
     Unauthenticated,
     echo,
 )
+from queuelog.sdk.async_client import AsyncClient
+from queuelog.sdk.types import WORKER_JOB_FIELDS, Job
+from queuelog.sdk.wire import ServerUnreachable
 
 log = logging.getLogger("queuelog.worker")
 # One JSON object per finished job; `run_forever` prints them as bare JSON lines (stderr for

@@ -19,8 +19,9 @@ import dataclasses
 
 from graphql import GraphQLObjectType
 
-from queuelog import client, model
+from queuelog import model
 from queuelog.schema import schema
+from queuelog.sdk import types as client
 from queuelog.storage.tables import jobs
 
 INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
@@ -128,7 +129,7 @@ def test_the_worker_claims_the_fields_of_its_job_context_and_the_lease() -> None
     from queuelog import worker
 
     claimed = worker.CLAIM_FIELDS.split()
-    context = [client._graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
+    context = [client.graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
     assert claimed == [*context, "claimedAt", "leaseExpiresAt"], "queuelog/worker.py CLAIM_FIELDS"
     assert set(claimed) <= set(graphql_job_fields().values()), "queuelog/worker.py CLAIM_FIELDS"
     worker.JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else

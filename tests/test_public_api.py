@@ -154,6 +154,15 @@ def test_every_documented_name_keeps_its_signature() -> None:
     assert found == expected
 
 
+def test_the_short_forms_import_the_same_classes() -> None:
+    from queuelog import AsyncClient, Client, Worker
+    from queuelog.client import AsyncClient as DocumentedAsyncClient
+    from queuelog.client import Client as DocumentedClient
+    from queuelog.worker import Worker as DocumentedWorker
+
+    assert (Client, AsyncClient, Worker) == (DocumentedClient, DocumentedAsyncClient, DocumentedWorker)
+
+
 def test_the_worker_has_the_counters_the_docs_name() -> None:
     from queuelog.client import AsyncClient
     from queuelog.worker import Worker
