@@ -126,13 +126,15 @@ def test_the_client_reads_every_field_of_its_job_from_its_graphql_name() -> None
 
 
 def test_the_worker_claims_the_fields_of_its_job_context_and_the_lease() -> None:
-    from queuelog import worker
+    from queuelog.sdk.worker.job import JobContext
+    from queuelog.sdk.worker.producer import CLAIM_FIELDS
 
-    claimed = worker.CLAIM_FIELDS.split()
-    context = [client.graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
-    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], "queuelog/worker.py CLAIM_FIELDS"
-    assert set(claimed) <= set(graphql_job_fields().values()), "queuelog/worker.py CLAIM_FIELDS"
-    worker.JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
+    claimed = CLAIM_FIELDS.split()
+    context = [client.graphql_name(f.name) for f in dataclasses.fields(JobContext)]
+    where = "queuelog/sdk/worker/producer.py CLAIM_FIELDS"
+    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], where
+    assert set(claimed) <= set(graphql_job_fields().values()), where
+    JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
 
 
 def _javascript_string(source: str, name: str) -> str:

@@ -8,5 +8,6 @@ its name says:
 - session.py: one server and one key; producer_calls.py, flow_control_calls.py,
   schedule_calls.py and worker_calls.py extend it with a group of calls each, and
   async_client.py joins them into AsyncClient; sync_client.py makes Client of it;
-- inputs.py: arguments turned into the API's inputs, checked before sending.
+- inputs.py: arguments turned into the API's inputs, checked before sending;
+- worker/: the worker (its own docstring).
 """
