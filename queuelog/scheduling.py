@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from queuelog import cron as cron_rules
 from queuelog.errors import BadInput, Forbidden
-from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
+from queuelog.model import JobRequest, Misfire, Overlap, Priority, ScheduleSpec
 
 if TYPE_CHECKING:
     from queuelog.auth import Principal
@@ -46,15 +46,7 @@ def validate_schedule(
         raise BadInput(f"cron: {exc}") from None
     # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
     # size, maxRetries, priority): checked once here, not at every tick.
-    job = queue.validate_new_job(
-        principal,
-        type=type,
-        payload=payload,
-        priority=priority,
-        idempotency_key=None,
-        max_retries=max_retries,
-        run_at=None,
-    )
+    job = queue.validate_new_job(principal, JobRequest(type, payload, priority, max_retries))
     if priority.value > principal.max_priority.value:  # pragma: no cover - validate_new_job checks it
         raise Forbidden("priority above this key's maximum")
     return ScheduleSpec(

@@ -89,7 +89,7 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     from queuelog.storage.types import to_micros
 
     now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
+    item = model.NewJob("email", {"to": "a"}, model.Priority.HIGH, 3, "key-1", payload_json='{"to":"a"}')
     row = row_values(item, "producer", to_micros(now))
     assert list(row) == list(NEW_JOB_COLUMNS)
     assert row["payload"] == '{"to":"a"}' and row["priority"] == 20 and row["run_at"] == to_micros(now)
