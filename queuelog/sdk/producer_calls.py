@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
 from typing import Any
 
-from queuelog.sdk.inputs import enqueue_input
+from queuelog.enqueue_request import EnqueueRequest
+from queuelog.sdk.inputs import arguments_of, enqueue_item_request, enqueue_request
 from queuelog.sdk.session import Session
-from queuelog.sdk.types import JOB_FIELDS, Enqueued, EnqueueItem, Job, JobRefs, QueueStats
+from queuelog.sdk.types import JOB_FIELDS, Enqueued, EnqueueItem, Job, QueueStats
 from queuelog.sdk.wire import PAGE_SIZE
 
 
 class ProducerCalls(Session):
-    async def enqueue(
-        self,
-        type: str,
-        payload: dict[str, Any] | None = None,
-        *,
-        priority: str = "LOW",
-        idempotency_key: str | None = None,
-        max_retries: int = 3,
-        run_at: datetime | str | None = None,
-        concurrency_key: str | None = None,
-        timeout_seconds: int | None = None,
-        depends_on: JobRefs = (),
-    ) -> Job:
+    @arguments_of(enqueue_request)
+    async def enqueue(self, request: EnqueueRequest[str, str]) -> Job:
         """Enqueue one job. `run_at`: not claimed before then; an aware datetime, or an
         ISO-8601 string with an offset ("2030-01-01T09:00:00Z", "...+02:00"). `depends_on`:
         the jobs it waits for (ids, Job or Enqueued objects; one or a sequence): it stays
@@ -39,21 +28,10 @@ class ProducerCalls(Session):
         not an id or a job, or a run_at that is neither a datetime nor a string, and ValueError
         for a run_at without an offset (a naive datetime) or not in ISO 8601.
         """
-        item = enqueue_input(
-            type,
-            payload,
-            priority=priority,
-            idempotency_key=idempotency_key,
-            max_retries=max_retries,
-            run_at=run_at,
-            concurrency_key=concurrency_key,
-            timeout_seconds=timeout_seconds,
-            depends_on=depends_on,
-        )
         data = await self.execute(
             "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
             f"{{ job {{ {JOB_FIELDS} }} }} }}",
-            {"input": item},
+            {"input": request.as_input()},
         )
         return Job.from_graphql(data["enqueueJob"]["job"])
 
@@ -70,7 +48,7 @@ class ProducerCalls(Session):
         Raises what enqueue() raises, for any item (then none is enqueued); BadInput also for
         an index that is not of an earlier item; TypeError for a key enqueue() does not take.
         """
-        inputs = [enqueue_input(**item) for item in items]
+        inputs = [enqueue_item_request(item).as_input() for item in items]
         data = await self.execute(
             "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
             f"{{ created job {{ {JOB_FIELDS} }} }} }}",
