@@ -249,7 +249,7 @@ def _on_client(
     call.__name__ = method.__name__
     call.__qualname__ = f"LocalQueue.{method.__name__}"
     call.__doc__ = inspect.cleandoc(doc)
-    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    vars(call)["__signature__"] = inspect.signature(method)
     return call
 
 

@@ -67,7 +67,7 @@ def complete(
         held, stream, refused = HeldJobs(concurrency=len(ids)), io.StringIO(), []
         log = JobLog(["t"])
         log.stream = stream
-        completer = Completer(client, held, log, asyncio.Event(), refused.append)  # type: ignore[arg-type]
+        completer = Completer(client, held, log, asyncio.Event(), refused.append)
         jobs = [held_job(id) for id in ids]
         for job in jobs:
             held.take(job)

@@ -53,9 +53,9 @@ def execute(
     async def main() -> tuple[Reports, HeldJobs]:
         client = ScriptedClient()
         held, reports = HeldJobs(concurrency=4), Reports()
-        timeouts = TypeTimeouts(client, list(handlers), lambda refusal: None)  # type: ignore[arg-type]
+        timeouts = TypeTimeouts(client, list(handlers), lambda refusal: None)
         timeouts.seconds = type_timeouts or {}
-        executor = Executor(client, handlers, held, reports, timeouts)  # type: ignore[arg-type]
+        executor = Executor(client, handlers, held, reports, timeouts)
         executor.run(jobs, 100.0)
         if then is not None:
             await then(executor, held, reports)

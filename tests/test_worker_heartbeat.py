@@ -24,7 +24,7 @@ from queuelog.sdk.worker.job import JobContext
 
 
 def test_a_claims_jobs_are_heartbeated_a_third_of_their_lease_apart() -> None:
-    heartbeats = Heartbeats(ScriptedClient(), HeldJobs(1), lambda refusal: None)  # type: ignore[arg-type]
+    heartbeats = Heartbeats(ScriptedClient(), HeldJobs(1), lambda refusal: None)
     at = datetime(2030, 1, 1, tzinfo=UTC)
     job = claimed("1", claimed_at=at)
     assert heartbeats.interval(job, at) == 100.0  # worker_units.LEASE is 300 s
@@ -47,7 +47,7 @@ def test_only_due_jobs_are_heartbeated_and_a_lost_lease_stops_them() -> None:
 
     async def main() -> dict[str, Held]:
         held = HeldJobs(4)
-        heartbeats = Heartbeats(client, held, refused.append)  # type: ignore[arg-type]
+        heartbeats = Heartbeats(client, held, refused.append)
         now = time.monotonic()
         at = datetime(2030, 1, 1, tzinfo=UTC)
         heartbeats.interval({**claimed("0"), "leaseExpiresAt": (at + timedelta(seconds=0.6)).isoformat()}, at)

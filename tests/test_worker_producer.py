@@ -31,7 +31,7 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 class ClaimingClient(ScriptedClient):
     async def claim_data(self, limit: int, fields: str, **how: Any) -> list[dict[str, Any]]:
-        return self._answer("claim_data", limit, fields, how)  # type: ignore[no-any-return]
+        return self._answer("claim_data", limit, fields, how)
 
 
 def test_a_lost_claims_jobs_are_taken_over_before_the_next_claim() -> None:
@@ -69,11 +69,11 @@ def test_a_lost_claims_jobs_are_taken_over_before_the_next_claim() -> None:
             started.append(job.id)
             await gate.wait()
 
-        completer = Completer(client, held, JobLog(["t"]), stopping, lambda refusal: None)  # type: ignore[arg-type]
-        timeouts = TypeTimeouts(client, ["t"], lambda refusal: None)  # type: ignore[arg-type]
-        executor = Executor(client, {"t": handler}, held, completer, timeouts)  # type: ignore[arg-type]
-        heartbeats = Heartbeats(client, held, lambda refusal: None)  # type: ignore[arg-type]
-        producer = Producer(client, ["t"], held, executor, completer, heartbeats, stopping, lambda r: None)  # type: ignore[arg-type]
+        completer = Completer(client, held, JobLog(["t"]), stopping, lambda refusal: None)
+        timeouts = TypeTimeouts(client, ["t"], lambda refusal: None)
+        executor = Executor(client, {"t": handler}, held, completer, timeouts)
+        heartbeats = Heartbeats(client, held, lambda refusal: None)
+        producer = Producer(client, ["t"], held, executor, completer, heartbeats, stopping, lambda r: None)
         claiming = asyncio.create_task(producer.claim_until_stopped())
         await until(lambda: len(started) == 3, "the claimed job and two taken over")
         beat_now = {h.id: h.next_beat <= h.started for h in held.jobs}

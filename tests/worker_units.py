@@ -68,22 +68,22 @@ class ScriptedClient:
         return [args for name, args in self.calls if name == call]
 
     async def complete_encoded(self, items: list[bytes]) -> list[str]:
-        return self._answer("complete_encoded", items)  # type: ignore[no-any-return]
+        return self._answer("complete_encoded", items)
 
     async def fail(self, id: str, attempt: int, error: str, **how: Any) -> Job:
-        return self._answer("fail", id, attempt, error, how)  # type: ignore[no-any-return]
+        return self._answer("fail", id, attempt, error, how)
 
     async def job_state(self, id: str) -> tuple[str, int] | None:
-        return self._answer("job_state", id)  # type: ignore[no-any-return]
+        return self._answer("job_state", id)
 
     async def heartbeat(self, id: str, attempt: int) -> Job:
-        return self._answer("heartbeat", id, attempt)  # type: ignore[no-any-return]
+        return self._answer("heartbeat", id, attempt)
 
     async def running_data(self, fields: str) -> list[dict[str, Any]]:
-        return self._answer("running_data", fields)  # type: ignore[no-any-return]
+        return self._answer("running_data", fields)
 
     async def execute(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        return self._answer("execute", query, variables)  # type: ignore[no-any-return]
+        return self._answer("execute", query, variables)
 
 
 async def until(condition: Callable[[], Any], what: str) -> None:

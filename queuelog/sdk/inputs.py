@@ -75,7 +75,7 @@ def arguments_of(
         takes = inspect.signature(build, eval_str=True)
         returns = inspect.signature(method, eval_str=True).return_annotation
         self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        call.__signature__ = takes.replace(  # type: ignore[attr-defined]
+        vars(call)["__signature__"] = takes.replace(
             parameters=[self_parameter, *takes.parameters.values()], return_annotation=returns
         )
         return call

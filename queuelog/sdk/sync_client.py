@@ -31,10 +31,10 @@ def _as_sync(method: Callable[..., Any], function: Callable[..., Any], returns: 
     signature = inspect.signature(method, eval_str=True)
     if returns is not None:
         signature = signature.replace(return_annotation=returns)
-    function.__signature__ = signature  # type: ignore[attr-defined]
+    vars(function)["__signature__"] = signature
 
 
-class blocking(Generic[P, R]):  # noqa: N801 - used as a decorator-like function in the class body
+class blocking(Generic[P, R]):
     """`Client.NAME = blocking(AsyncClient.NAME)`: the coroutine method, run to its end."""
 
     def __init__(self, method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]) -> None:
@@ -56,7 +56,7 @@ class blocking(Generic[P, R]):  # noqa: N801 - used as a decorator-like function
         return types.MethodType(self._function, client)
 
 
-class blocking_iterator(Generic[P, R]):  # noqa: N801
+class blocking_iterator(Generic[P, R]):
     """`blocking` for an async generator method: an iterator that fetches as it goes."""
 
     def __init__(self, method: Callable[Concatenate[AsyncClient, P], AsyncIterator[R]]) -> None:
@@ -69,7 +69,7 @@ class blocking_iterator(Generic[P, R]):  # noqa: N801
                     return
 
         returned = inspect.signature(method, eval_str=True).return_annotation
-        _as_sync(method, call, Iterator[returned.__args__[0]])  # type: ignore[name-defined]
+        _as_sync(method, call, types.GenericAlias(Iterator, returned.__args__))
         self._function = call
 
     @overload
