@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queuelog import cron as cron_rules
 from queuelog.errors import BadInput, Forbidden
-from queuelog.model import JobRequest, Misfire, Overlap, Priority, ScheduleSpec
+from queuelog.model import JobRequest, Misfire, NewJob, Overlap, Priority, ScheduleSpec
 
 if TYPE_CHECKING:
     from queuelog.auth import Principal
-    from queuelog.queue import JobQueue
 
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
@@ -21,8 +20,14 @@ def check_schedule_name(name: str, field: str = "name") -> None:
         raise BadInput(f"{field}: a schedule name is 1..100 characters: letters, digits, '-', '_', '.'")
 
 
+class JobValidator(Protocol):
+    """The rules of enqueueJob (JobQueue.validate_new_job): the job, checked, or a refusal."""
+
+    def __call__(self, principal: Principal, request: JobRequest) -> NewJob: ...
+
+
 def validate_schedule(
-    queue: JobQueue,
+    validate_job: JobValidator,
     principal: Principal,
     *,
     name: str,
@@ -46,7 +51,7 @@ def validate_schedule(
         raise BadInput(f"cron: {exc}") from None
     # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
     # size, maxRetries, priority): checked once here, not at every tick.
-    job = queue.validate_new_job(principal, JobRequest(type, payload, priority, max_retries))
+    job = validate_job(principal, JobRequest(type, payload, priority, max_retries))
     if priority.value > principal.max_priority.value:  # pragma: no cover - validate_new_job checks it
         raise Forbidden("priority above this key's maximum")
     return ScheduleSpec(

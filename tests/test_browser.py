@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -29,6 +30,7 @@ from conftest import DEFAULT_JOB_TYPES, Server, launch_server
 
 from queuelog import keys as key_admin
 from queuelog.storage.engine import create_sync_engine
+from queuelog.web.pages import STATIC
 
 CHROMIUM = "/usr/bin/chromium"
 REQUIRE_BROWSER = os.environ.get("QUEUELOG_TEST_REQUIRE_BROWSER") == "1"
@@ -338,7 +340,25 @@ def axe_violations(page: Page) -> list[dict[str, Any]]:
 # ---- over plain HTTP --------------------------------------------------------------------
 
 
+def assert_modules_served(web: Server, entries: set[str]) -> None:
+    waiting, served = sorted(entries), set()
+    while waiting:
+        path = waiting.pop()
+        if path in served:
+            continue
+        module = httpx.get(web.url + path, timeout=10)
+        assert module.status_code == 200, path
+        assert module.headers["content-type"] == "text/javascript; charset=utf-8", path
+        assert module.headers["cache-control"] == "no-cache" and module.headers["etag"], path
+        served.add(path)
+        imported = re.findall(r'^import [^;]* from "(\.{1,2}/[^"]+)";$', module.text, re.MULTILINE)
+        waiting.extend(urljoin(path, target) for target in imported)
+    dashboard = {f"/static/dashboard/{module.name}" for module in (STATIC / "dashboard").glob("*.js")}
+    assert dashboard and dashboard <= served, ("not imported by the page", dashboard - served)
+
+
 def test_pages_and_assets_come_from_the_app_with_strict_headers(web: Server, tmp_path: Path) -> None:
+    modules: set[str] = set()
     for path in ("/", "/graphql"):
         page = httpx.get(web.url + path, headers={"Accept": "text/html"}, timeout=10)
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
@@ -353,6 +373,10 @@ def test_pages_and_assets_come_from_the_app_with_strict_headers(web: Server, tmp
         assert references and all(r.startswith("/") and not r.startswith("//") for r in references)
         for reference in references:
             assert httpx.get(web.url + reference, timeout=10).status_code == 200, reference
+        modules.update(re.findall(r'<script src="([^"]+)" type="module">', page.text))
+    # Each module the pages import, and each one those import, is served as it is (no build
+    # step) and cached as the rest of /static/ is: revalidated by its ETag.
+    assert_modules_served(web, modules)
 
     script = web.url + "/static/vendor/graphiql.min.js"
     packed = httpx.get(script, headers={"Accept-Encoding": "gzip"}, timeout=10)

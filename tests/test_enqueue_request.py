@@ -24,8 +24,8 @@ from graphql import GraphQLInputObjectType
 
 from queuelog.client import AsyncClient, Client, Enqueued, EnqueueItem, Job
 from queuelog.enqueue_request import REPLAY_MAY_CHANGE, REQUEST_FIELDS, EnqueueRequest
+from queuelog.graphql_api import schema
 from queuelog.model import JobRequest, NewJob, Priority
-from queuelog.schema import schema
 from queuelog.sdk.inputs import enqueue_item_request, enqueue_request
 from queuelog.storage.operations import _SAME_FIELDS
 from queuelog.testing import LocalQueue

@@ -20,7 +20,7 @@ import dataclasses
 from graphql import GraphQLObjectType
 
 from queuelog import model
-from queuelog.schema import schema
+from queuelog.graphql_api import schema
 from queuelog.sdk import types as client
 from queuelog.storage.tables import jobs
 
@@ -156,13 +156,16 @@ def test_the_dashboard_asks_for_job_fields_and_shows_only_what_it_asked_for() ->
 
     from bench import _dashboard
 
-    source = (Path(__file__).parent.parent / "queuelog/web/static/dashboard.js").read_text()
-    timeline = re.search(r"const TIMELINE_EVENTS = (\d+);", source)
+    dashboard = Path(__file__).parent.parent / "queuelog/web/static/dashboard"
+    queries = (dashboard / "queries.js").read_text()
+    timeline = re.search(r"const TIMELINE_EVENTS = (\d+);", queries)
     assert timeline
-    row = _javascript_string(source, "ROW_FIELDS")
-    detail = _javascript_string(source, "DETAIL_FIELDS").replace("${TIMELINE_EVENTS}", timeline.group(1))
+    row = _javascript_string(queries, "ROW_FIELDS")
+    detail = _javascript_string(queries, "DETAIL_FIELDS").replace("${TIMELINE_EVENTS}", timeline.group(1))
     asked = set(row.split()) | set(detail.split("events(")[0].split()) | {"error"}  # error: ADMIN's detail
-    assert asked <= set(graphql_job_fields().values()), ("queuelog/web/static/dashboard.js", asked)
-    read = set(re.findall(r"\bjob\.([a-zA-Z]+)", source)) - RELATIONS
-    assert read <= asked, ("queuelog/web/static/dashboard.js reads fields it never asks for", read - asked)
+    assert asked <= set(graphql_job_fields().values()), ("queuelog/web/static/dashboard/queries.js", asked)
+    modules = sorted(dashboard.glob("*.js"))
+    assert modules, dashboard
+    read = set(re.findall(r"\bjob\.([a-zA-Z]+)", "\n".join(path.read_text() for path in modules))) - RELATIONS
+    assert read <= asked, ("queuelog/web/static/dashboard/ reads fields it never asks for", read - asked)
     assert (row, detail) == (_dashboard.ROW_FIELDS, _dashboard.DETAIL_FIELDS), "bench/_dashboard.py"

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -1194,6 +1195,60 @@ def test_a_revoked_key_is_refused_at_once_by_every_server(
     assert sql(pg_database, "SELECT count(*) FROM jobs") == [(3 + sentinels,)]  # "before" x3, sentinels
     revoked = "SELECT name FROM api_keys WHERE revoked_at IS NOT NULL ORDER BY name"
     assert sql(pg_database, revoked) == [("doomed",), ("doomed-2",)]
+
+
+def test_a_key_revoked_under_load_is_refused_by_every_request_sent_after_the_revoke(
+    start_cluster: Callable[..., Cluster], pg_database: str
+) -> None:
+    """A revoke under load, where requests of the key are in every stage of their way through
+    both servers (cached principal, generation read, write batch). 24 streams of enqueues with
+    "busy" run on two servers while another connection revokes it; each request records
+    whether it was sent after the revoke committed, or answered before the revoke began. Every
+    request sent after the commit gets 401 and stores nothing; every one answered before the
+    revoke began succeeded; only those in flight across the revoke may go either way."""
+    cluster = start_cluster(count=2)
+    (busy,) = make_keys(pg_database, Role.PRODUCER, ["busy"])
+    streams = 24
+    revoke_began = asyncio.Event()
+    revoked = asyncio.Event()
+
+    async def scenario() -> list[tuple[str, int]]:
+        outcomes: list[tuple[str, int]] = []
+        limits = httpx.Limits(max_connections=streams * 2)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as http:
+
+            async def stream(server: Server, number: int) -> None:
+                after = 0
+                for sent in itertools.count():
+                    when = "after" if revoked.is_set() else "across" if revoke_began.is_set() else "before"
+                    marker = f"{when}-{number}-{sent}"
+                    answer = await graphql(http, server, busy.secret, ENQUEUE_MARKED, {"marker": marker})
+                    if when == "before" and revoke_began.is_set():
+                        when = "across"  # answered after the revoke began: either answer is right
+                    outcomes.append((when, answer.status))
+                    after += when == "after"
+                    if after == 4:
+                        return
+
+            tasks = [asyncio.ensure_future(stream(cluster.servers[n % 2], n)) for n in range(streams)]
+            await asyncio.sleep(1.5)  # the streams run, the key is cached on both servers
+            revoke_began.set()
+            engine = create_sync_engine(pg_database)
+            try:
+                await asyncio.to_thread(key_admin.revoke_key, engine, busy.name)
+            finally:
+                engine.dispose()
+            revoked.set()
+            await asyncio.gather(*tasks)
+        return outcomes
+
+    outcomes = run(scenario())
+    statuses = {when: Counter(status for w, status in outcomes if w == when) for when in ("before", "after")}
+    print(f"statuses by when the request was sent: {statuses}")
+    assert statuses["before"][200] > streams and set(statuses["before"]) == {200}, statuses
+    assert set(statuses["after"]) == {401} and statuses["after"][401] >= streams * 4, statuses
+    after = "SELECT count(*) FROM jobs WHERE payload::jsonb ->> 'marker' LIKE 'after-%'"
+    assert sql(pg_database, after) == [(0,)]
 
 
 def test_an_event_from_another_server_right_after_a_revoke_is_not_delivered(

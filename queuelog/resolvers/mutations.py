@@ -14,9 +14,8 @@ from queuelog.model import (
     Job,
     JobRequest,
 )
-from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
 
 Ctx = Info[RequestContext, None]

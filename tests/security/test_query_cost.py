@@ -18,7 +18,7 @@ Proven here, on both databases:
   `enqueueJobs` answered with `created job { id status type }` costs 1 + 5 per input: 99
   inputs pass, 100 are refused);
 - every document the dashboard and the SDK send fits, with each of their variables at its
-  largest (the dashboard's word for word from bench/_dashboard.py and dashboard.js; the SDK's
+  largest (the dashboard's word for word from bench/_dashboard.py and its modules; the SDK's
   recorded while it works against a real server).
 """
 
@@ -40,7 +40,7 @@ from websockets.asyncio.client import connect
 
 from bench import _dashboard
 from queuelog.client import AsyncClient
-from queuelog.schema import build_schema
+from queuelog.graphql_api import build_schema
 from queuelog.schema.cost import CostTooHigh
 from queuelog.schema.extensions import cost_rule
 from queuelog.settings import Settings
@@ -227,12 +227,12 @@ def test_a_subscription_is_held_to_the_limit_per_event(tight: Server, unique: Ca
 
 # --- the documents queuelog's own clients send all fit -------------------------------------------
 
-DASHBOARD_JS = Path(__file__).parents[2] / "queuelog" / "web" / "static" / "dashboard.js"
+DASHBOARD = Path(__file__).parents[2] / "queuelog" / "web" / "static" / "dashboard"
 
 
 def dashboard_subscriptions() -> list[str]:
     """The page's subscriptions, with its field lists filled in (they are JS template strings)."""
-    source = DASHBOARD_JS.read_text()
+    source = "\n".join(path.read_text() for path in sorted(DASHBOARD.glob("*.js")))
     fields = {"ROW_FIELDS": _dashboard.ROW_FIELDS, "fields": _dashboard.DETAIL_FIELDS + " error"}
     documents = []
     for template in re.findall(r"`(subscription [^`]*)`", source):
