@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from queuelog.enqueue_request import REQUEST_FIELDS, EnqueueRequest
+
 
 class JobStatus(enum.Enum):
     PENDING = "pending"
@@ -120,26 +122,29 @@ class RecordedEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated enqueue request."""
+class JobRequest(EnqueueRequest[Priority, int]):
+    """An enqueue request as the server reads it: its priority a Priority, its dependencies
+    parsed into job ids."""
 
-    type: str
-    payload: dict[str, Any]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob(JobRequest):
+    """A validated enqueue request, as storage writes it: the request's fields (checked and
+    normalised), and what storage derives from them."""
+
     payload_json: str  # the payload's compact JSON, as measured against the size limit
-    priority: Priority
-    max_retries: int
-    idempotency_key: str | None
-    run_at: datetime | None
-    concurrency_key: str | None = None
-    timeout_seconds: int | None = None
-    # Dependencies: ids of existing jobs, and indexes of earlier items of the same call.
-    depends_on: tuple[int, ...] = ()
-    depends_on_items: tuple[int, ...] = ()
     schedule_name: str | None = None
     # Set by storage once the dependencies are read: the row's own values.
     waiting_for: int = 0
     dependency_count: int = 0
     has_dependents: int = 0
+
+    @classmethod
+    def of(cls, request: JobRequest, payload_json: str, **checked: Any) -> NewJob:
+        """`request` once validated: its fields, but those given in `checked`."""
+        values = {name: getattr(request, name) for name in REQUEST_FIELDS}
+        values.update(checked)
+        return cls(**values, payload_json=payload_json)
 
 
 @dataclass(frozen=True, slots=True)

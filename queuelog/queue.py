@@ -41,10 +41,10 @@ from queuelog.model import (
     EventKind,
     Job,
     JobFilter,
+    JobRequest,
     JobStatus,
     MinuteCount,
     NewJob,
-    Priority,
     QueueStats,
     RecordedEvent,
     Role,
@@ -130,64 +130,50 @@ class JobQueue:
 
     # --- producers -------------------------------------------------------------------------
 
-    async def enqueue(self, principal: Principal, items: Sequence[dict[str, Any]]) -> list[EnqueueOutcome]:
+    async def enqueue(self, principal: Principal, items: Sequence[JobRequest]) -> list[EnqueueOutcome]:
         if len(items) > MAX_ENQUEUE_BATCH:
             raise BadInput(f"at most {MAX_ENQUEUE_BATCH} jobs per call, got {len(items)}")
         new_jobs = [
-            check_dependencies(self.validate_new_job(principal, **item), position)
+            check_dependencies(self.validate_new_job(principal, item), position)
             for position, item in enumerate(items)
         ]
         if not new_jobs:
             return []
         return await self.repository.enqueue(new_jobs, created_by=principal.name, scope=principal.scope)
 
-    def validate_new_job(
-        self,
-        principal: Principal,
-        *,
-        type: str,
-        payload: Any,
-        priority: Priority,
-        idempotency_key: str | None,
-        max_retries: int,
-        run_at: datetime | None,
-        concurrency_key: str | None = None,
-        timeout_seconds: int | None = None,
-        depends_on: Sequence[int] = (),
-        depends_on_items: Sequence[int] = (),
-    ) -> NewJob:
+    def validate_new_job(self, principal: Principal, request: JobRequest) -> NewJob:
         if not self._allowed_types:
             raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
-        check_storable(type, "type")
-        if type not in self._allowed_types:
-            raise BadInput(f"job type {echo(type)} is not allowed")
-        if not isinstance(payload, dict):
+        check_storable(request.type, "type")
+        if request.type not in self._allowed_types:
+            raise BadInput(f"job type {echo(request.type)} is not allowed")
+        if not isinstance(request.payload, dict):
             raise BadInput("payload must be a JSON object")
-        payload_json = self.check_json_size(payload, "payload")
-        if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+        payload_json = self.check_json_size(request.payload, "payload")
+        if not 0 <= request.max_retries <= MAX_RETRIES_LIMIT:
             raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
+        priority = request.priority
         if priority.value > principal.max_priority.value:
             raise Forbidden(
                 f"priority {priority.name} is above this key's maximum {principal.max_priority.name}"
             )
+        idempotency_key, concurrency_key = request.idempotency_key, request.concurrency_key
         if idempotency_key is not None:
             idempotency_key = checked_idempotency_key(idempotency_key)
         if concurrency_key is not None:
             concurrency_key = checked_concurrency_key(concurrency_key)
+        timeout_seconds = request.timeout_seconds
         if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
-        return NewJob(
-            type=type,
-            payload=payload,
-            payload_json=payload_json,
-            priority=priority,
-            max_retries=max_retries,
+        run_at = request.run_at
+        return NewJob.of(
+            request,
+            payload_json,
             idempotency_key=idempotency_key,
             run_at=as_utc(run_at, "runAt") if run_at is not None else None,
             concurrency_key=concurrency_key,
-            timeout_seconds=timeout_seconds,
-            depends_on=tuple(sorted(set(depends_on))),
-            depends_on_items=tuple(sorted(set(depends_on_items))),
+            depends_on=tuple(sorted(set(request.depends_on))),
+            depends_on_items=tuple(sorted(set(request.depends_on_items))),
         )
 
     def check_json_size(self, value: Any, what: str) -> str:

@@ -67,7 +67,7 @@ def test_a_bulk_call_pauses_after_each_chunk_where_its_database_needs_it(databas
         repository = Repository(url, RetryPolicy(10, 3600))
         await repository.open()
         try:
-            job = NewJob("email", {}, "{}", Priority.MEDIUM, 0, None, None)
+            job = NewJob("email", {}, Priority.MEDIUM, 0, None, None, payload_json="{}")
             for _ in range(count // 1000):
                 await repository.enqueue([job] * 1000, "producer")
             writes: list[tuple[float, float]] = []

@@ -66,8 +66,8 @@ from conftest import (
 )
 from sqlalchemy import Table
 
-from queuelog import client
 from queuelog import keys as key_admin
+from queuelog.sdk import types as client
 from queuelog.storage import copy
 from queuelog.storage.copy import copy_database
 from queuelog.storage.engine import create_sync_engine

@@ -138,7 +138,7 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
         )
         await tail.start()
         await tail.close()  # drive poll() by hand below
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
 
         async def write_own() -> int:
             (outcome,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
@@ -208,7 +208,7 @@ def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_pa
             [(i, i, now) for i in range(1, count + 1)],
         )
         connection.execute("COMMIT")
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
         (mine,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
 
         assert await tail.poll() == EVENT_TAIL_BATCH
@@ -237,7 +237,7 @@ def test_an_event_read_back_after_its_job_changed_carries_the_newest_state_apart
         tail = EventTail(db, own, delivered.extend, None, db.others_wrote)
         await tail.start()
         await tail.close()
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
         (outcome,) = await other.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
         claimed = await other.write(lambda tx: claims.claim(tx, "w", ["email"], 1, 60, lambda *_: None).jobs)
         assert [j.id for j in claimed] == [outcome.job.id]

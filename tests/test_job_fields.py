@@ -19,8 +19,9 @@ import dataclasses
 
 from graphql import GraphQLObjectType
 
-from queuelog import client, model
+from queuelog import model
 from queuelog.graphql_api import schema
+from queuelog.sdk import types as client
 from queuelog.storage.schema.tables import jobs
 
 INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
@@ -89,7 +90,7 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     from queuelog.storage.schema.types import to_micros
 
     now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
+    item = model.NewJob("email", {"to": "a"}, model.Priority.HIGH, 3, "key-1", payload_json='{"to":"a"}')
     row = row_values(item, "producer", to_micros(now))
     assert list(row) == list(NEW_JOB_COLUMNS)
     assert row["payload"] == '{"to":"a"}' and row["priority"] == 20 and row["run_at"] == to_micros(now)
@@ -126,13 +127,15 @@ def test_the_client_reads_every_field_of_its_job_from_its_graphql_name() -> None
 
 
 def test_the_worker_claims_the_fields_of_its_job_context_and_the_lease() -> None:
-    from queuelog import worker
+    from queuelog.sdk.worker.job import JobContext
+    from queuelog.sdk.worker.producer import CLAIM_FIELDS
 
-    claimed = worker.CLAIM_FIELDS.split()
-    context = [client._graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
-    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], "queuelog/worker.py CLAIM_FIELDS"
-    assert set(claimed) <= set(graphql_job_fields().values()), "queuelog/worker.py CLAIM_FIELDS"
-    worker.JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
+    claimed = CLAIM_FIELDS.split()
+    context = [client.graphql_name(f.name) for f in dataclasses.fields(JobContext)]
+    where = "queuelog/sdk/worker/producer.py CLAIM_FIELDS"
+    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], where
+    assert set(claimed) <= set(graphql_job_fields().values()), where
+    JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
 
 
 def _javascript_string(source: str, name: str) -> str:

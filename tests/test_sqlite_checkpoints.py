@@ -28,7 +28,7 @@ JOBS = 6000
 def test_the_checkpointer_not_the_writer_copies_the_log_into_the_database(tmp_path: Path) -> None:
     path = tmp_path / "queuelog.db"
     payload = {"text": "x" * 300}
-    job = NewJob("email", payload, f'{{"text":"{"x" * 300}"}}', Priority.MEDIUM, 0, None, None)
+    job = NewJob("email", payload, Priority.MEDIUM, 0, None, None, payload_json=f'{{"text":"{"x" * 300}"}}')
 
     async def scenario() -> tuple[int, int, int, bool]:
         repository = Repository(migrate(f"sqlite:///{path}"), RetryPolicy(10, 3600))

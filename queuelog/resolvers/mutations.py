@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from queuelog.model import CompleteAndClaimOutcome, Completion, CompletionOutcome, EnqueueOutcome, Job
+from queuelog.model import (
+    CompleteAndClaimOutcome,
+    Completion,
+    CompletionOutcome,
+    EnqueueOutcome,
+    Job,
+    JobRequest,
+)
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
@@ -16,22 +21,22 @@ from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
 Ctx = Info[RequestContext, None]
 
 
-def _enqueue_fields(item: EnqueueJobInput) -> dict[str, Any]:
+def _enqueue_request(item: EnqueueJobInput) -> JobRequest:
     # Both paths (Strawberry's and queuelog.compiled) hand over EnqueueJobInput objects,
-    # whose attributes are exactly its dataclass fields: read them all at once.
+    # whose attributes are exactly its dataclass fields, EnqueueRequest's: read them at once.
     fields = vars(item)
     if item.depends_on:
         fields = {**fields, "depends_on": [parse_job_id(i, "dependsOn") for i in item.depends_on]}
-    return fields
+    return JobRequest(**fields)
 
 
 async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueOutcome:
-    (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_fields(input)])
+    (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_request(input)])
     return outcome
 
 
 async def enqueue_jobs(info: Ctx, inputs: list[EnqueueJobInput]) -> list[EnqueueOutcome]:
-    return await queue(info).enqueue(caller(info), [_enqueue_fields(i) for i in inputs])
+    return await queue(info).enqueue(caller(info), [_enqueue_request(i) for i in inputs])
 
 
 async def _claim(

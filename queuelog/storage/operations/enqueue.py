@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from queuelog import jsonutil
+from queuelog.enqueue_request import REPLAY_MAY_CHANGE, REQUEST_FIELDS
 from queuelog.errors import Conflict
 from queuelog.model import ALL_JOBS, EnqueueOutcome, EventKind, Job, JobScope, NewJob
 from queuelog.storage.operations import dependencies
@@ -21,13 +22,18 @@ def same_json(a: Any, b: Any) -> bool:
     return jsonutil.canonical(a) == jsonutil.canonical(b)
 
 
+# What a replay of an idempotency key must repeat, field by field (enqueue_request.py); the
+# payload compares as JSON and the dependencies as sets, below.
+_SAME_FIELDS = tuple(
+    name
+    for name in REQUEST_FIELDS
+    if name not in REPLAY_MAY_CHANGE and name not in ("payload", "depends_on", "depends_on_items")
+)
+
+
 def _same_request(job: Job | NewJob, item: NewJob) -> bool:
     return (
-        job.type == item.type
-        and job.priority == item.priority
-        and job.max_retries == item.max_retries
-        and job.concurrency_key == item.concurrency_key
-        and job.timeout_seconds == item.timeout_seconds
+        all(getattr(job, name) == getattr(item, name) for name in _SAME_FIELDS)
         and same_json(job.payload, item.payload)
         and (
             set(job.depends_on) == set(item.depends_on)
