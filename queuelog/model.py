@@ -48,6 +48,11 @@ class EventKind(enum.Enum):
     CANCELLED = "CANCELLED"
     LEASE_EXPIRED = "LEASE_EXPIRED"
     RETRIED = "RETRIED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    SNOOZED = "SNOOZED"
+    UPDATED = "UPDATED"
+    EXPIRED = "EXPIRED"
+    PROGRESS = "PROGRESS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,17 @@ class Job:
     # Internal: how many times the job's row was updated; grows in the order its changes
     # commit (storage/tables.py). A higher revision is a later state of the job.
     revision: int = 0
+    # Steering (API.md section 12).
+    cancel_requested_at: datetime | None = None
+    expires_at: datetime | None = None
+    snooze_count: int = 0
+    progress: float | None = None
+    progress_message: str | None = None
+    progress_at: datetime | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_requested_at is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,7 @@ class NewJob:
     depends_on: tuple[int, ...] = ()
     depends_on_items: tuple[int, ...] = ()
     schedule_name: str | None = None
+    expires_at: datetime | None = None
     # Set by storage once the dependencies are read: the row's own values.
     waiting_for: int = 0
     dependency_count: int = 0
