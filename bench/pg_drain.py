@@ -52,7 +52,7 @@ async def _fill(repo: Repository, jobs: int) -> None:
 async def _drain(repo: Repository, batch: int) -> int:
     done = 0
     while True:
-        jobs = await repo.claim("bench-worker", ["noop"], batch, 60)
+        jobs = (await repo.claim("bench-worker", ["noop"], batch, 60)).jobs
         if not jobs:
             return done
         completions = [Completion(job.id, None, job.attempt) for job in jobs]

@@ -51,7 +51,7 @@ async def measure(url: str, batches: int) -> dict[str, float]:
         await repository.enqueue(items, "bench-producer")
     timings["enqueue"] = time.process_time() - started
     started = time.process_time()
-    claimed = [await repository.claim("bench-worker", None, BATCH, 300) for _ in range(batches)]
+    claimed = [(await repository.claim("bench-worker", None, BATCH, 300)).jobs for _ in range(batches)]
     timings["claim"] = time.process_time() - started
     started = time.process_time()
     for jobs in claimed:

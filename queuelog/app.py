@@ -44,12 +44,13 @@ from queuelog.compiled.http import CompiledRequests, read_body
 from queuelog.compiled.plan import Planner
 from queuelog.errors import DatabaseUnavailable, QueuelogError, Unauthenticated, shorten_echoes
 from queuelog.events import EventBus
+from queuelog.graphql_api import build_schema, root_fields
+from queuelog.graphql_api import schema as default_schema
 from queuelog.metrics import NOSNIFF, OPERATION, Metrics
 from queuelog.middleware import BodyLimit, RequestTiming, graphql_error_body, host_check, send_json
 from queuelog.principals import Authenticator
 from queuelog.queue import JobQueue
 from queuelog.retry_policy import RetryPolicy
-from queuelog.schema import build_schema
 from queuelog.schema.context import RequestContext
 from queuelog.schema.extensions import cost_rule
 from queuelog.schema.limits import document_rules
@@ -512,7 +513,7 @@ def startup_failure_in_one_line(send: Send) -> Send:
 
 def create_app(settings: Settings | None = None) -> QueuelogApp:
     settings = settings if settings is not None else Settings.from_env()
-    metrics = Metrics(settings.job_types)
+    metrics = Metrics(settings.job_types, root_fields=root_fields(default_schema))
     state = State()
     starlette = Starlette(
         routes=routes_for(state, metrics, settings) + web_routes(settings),

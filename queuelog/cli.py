@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import signal
@@ -34,8 +35,9 @@ from queuelog.settings import (
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from queuelog.auth import Principal
     from queuelog.model import TypeControl
-    from queuelog.storage.repository import Repository
+    from queuelog.queue import JobQueue
     from queuelog.worker import Handler
 
 T = TypeVar("T")
@@ -394,30 +396,17 @@ def _types_settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _allowed_type(settings: Settings, job_type: str) -> str:
-    from queuelog.queue import check_storable
-
-    check_storable(job_type, "type")
-    if job_type not in settings.job_types:
-        raise CommandError(
-            f"job type {echo(job_type)} is not allowed (the allowed types are "
-            f"{', '.join(settings.job_types)}; pass --job-types as the server has it)"
-        )
-    return job_type
-
-
 def parse_until(text: str, now: datetime) -> datetime:
-    """--until's ISO-8601 time, in UTC (without an offset it is UTC); it must be in the future."""
+    """--until's ISO-8601 time, in UTC as the API takes it (without an offset it is UTC); it
+    must be in the future."""
+    from queuelog.queue import as_utc
+
     try:
-        moment = datetime.fromisoformat(text.strip())
+        moment = as_utc(datetime.fromisoformat(text.strip()), "--until")
     except ValueError:
         raise CommandError(
             f"--until takes an ISO-8601 time such as 2026-01-02T15:04:05Z, not {echo(text)}"
         ) from None
-    try:
-        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    except OverflowError:
-        raise CommandError(f"--until {echo(text)} cannot be expressed in UTC") from None
     if moment <= now:
         raise CommandError(f"--until {_utc(moment)} is not in the future (it is now {_utc(now)})")
     return moment
@@ -427,15 +416,32 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _with_repository(url: str, work: Callable[[Repository], Awaitable[T]]) -> T:
-    """Run `work` on the database's repository (the server's storage layer, so its writes
-    are the server's: every server's next claim reads them). The database is migrated
-    first, as by `keys`; a SQLite file that does not exist is refused rather than created
-    (a mistyped path would otherwise show every type unpaused, and pause nothing real)."""
+def cli_principal() -> Principal:
+    """Who the CLI acts as: `cli:<os user>`, as the queue's log lines name it, with ADMIN's
+    rights (whoever can open the database may change anything in it)."""
+    from queuelog.auth import Principal
+    from queuelog.model import Priority, Role
+
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (some containers)
+        user = f"uid-{os.getuid()}"
+    return Principal(name=f"cli:{user}", roles=frozenset({Role.ADMIN}), max_priority=Priority.CRITICAL)
+
+
+def _with_queue(settings: Settings, work: Callable[[JobQueue], Awaitable[T]]) -> T:
+    """Run `work` on a JobQueue over the database, so that the CLI's writes pass the API's
+    rules (allowlist, validation, log line, wake-up) and every server's next claim reads them.
+    The database is migrated first, as by `keys`; a SQLite file that does not exist is
+    refused rather than created (a mistyped path would otherwise show every type unpaused,
+    and pause nothing real)."""
+    from queuelog.queue import JobQueue
     from queuelog.retry_policy import RetryPolicy
     from queuelog.storage.engine import dialect_of, sqlite_file
     from queuelog.storage.repository import Repository
+    from queuelog.wakeup import WorkSignal
 
+    url = settings.database_url
     if dialect_of(url) == "sqlite":
         path = sqlite_file(url)
         if path is None or not os.path.exists(path):
@@ -446,7 +452,7 @@ def _with_repository(url: str, work: Callable[[Repository], Awaitable[T]]) -> T:
         # "local": this process only writes and reads; it hears no other process's events.
         repository = Repository(url, RetryPolicy(1, 1), "local")
         try:
-            return await work(repository)
+            return await work(JobQueue(settings, repository, WorkSignal()))
         finally:
             await repository.close()
 
@@ -498,43 +504,43 @@ def cmd_types(args: argparse.Namespace) -> None:
     settings = _types_settings(args)
     now = datetime.now(UTC)
     if args.types_command == "list":
-        controls = _with_repository(
-            settings.database_url, lambda repository: repository.type_controls(settings.job_types)
-        )
-        for line in types_table(controls, now):
+        for line in types_table(_with_queue(settings, lambda queue: queue.type_controls()), now):
             print(line)
         return
-    job_type = _allowed_type(settings, args.type)
+    job_type = args.type
+    actor = cli_principal()
     if args.types_command == "pause":
         until = parse_until(args.until, now) if args.until is not None else None
 
-        async def pause(repository: Repository) -> tuple[TypeControl, TypeControl]:
-            (before,) = await repository.type_controls([job_type])
-            after = await repository.update_type_control(job_type, paused=True, paused_until=until)
-            return before, after
+        async def pause(queue: JobQueue) -> tuple[bool, TypeControl]:
+            was_paused = _paused(await queue.type_controls(), job_type, now)
+            return was_paused, await queue.pause_type(actor, job_type, until)
 
-        before, control = _with_repository(settings.database_url, pause)
+        was_paused, control = _with_queue(settings, pause)
         if control.paused_until is not None:
             how = f"until {_utc(control.paused_until)} (or `{PROG} types resume {job_type}`)"
         else:
             how = f"until `{PROG} types resume {job_type}`"
-        again = " (it was already paused)" if before.paused_at(now) else ""
+        again = " (it was already paused)" if was_paused else ""
         print(
             f"paused job type {job_type!r}{again}: no server claims its jobs {how}; "
             f"enqueues are still accepted, and its {control.running} RUNNING job(s) go on"
         )
         return
 
-    async def resume(repository: Repository) -> tuple[TypeControl, TypeControl]:
-        (before,) = await repository.type_controls([job_type])
-        after = await repository.update_type_control(job_type, paused=False, paused_until=None)
-        return before, after
+    async def resume(queue: JobQueue) -> tuple[bool, TypeControl]:
+        was_paused = _paused(await queue.type_controls(), job_type, now)
+        return was_paused, await queue.resume_type(actor, job_type)
 
-    before, control = _with_repository(settings.database_url, resume)
-    if before.paused_at(now):
+    was_paused, control = _with_queue(settings, resume)
+    if was_paused:
         print(f"resumed job type {job_type!r}: servers claim its jobs again ({control.running} RUNNING now)")
     else:
         print(f"job type {job_type!r} was not paused; nothing changed ({control.running} RUNNING now)")
+
+
+def _paused(controls: Sequence[TypeControl], job_type: str, now: datetime) -> bool:
+    return any(c.type == job_type and c.paused_at(now) for c in controls)
 
 
 def cmd_copy_database(args: argparse.Namespace) -> None:

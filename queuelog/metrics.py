@@ -3,17 +3,14 @@ GraphQL operation, status and queue-lag gauges at scrape time. docs/monitoring.m
 
 from __future__ import annotations
 
-import functools
 import hmac
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from graphql import FieldNode, get_operation_ast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from strawberry.extensions import SchemaExtension
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, QueueStats, TypeControl
@@ -26,7 +23,8 @@ UNAUTHORIZED = "a valid metrics token is required: Authorization: Bearer <QUEUEL
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 # The ASGI scope entry naming a POST /graphql request's operation, set once its document is
-# known to be valid (compiled/http.py, OperationName below) and read by the request's timing.
+# known to be valid (compiled/http.py, schema/extensions.py's OperationName) and read by the
+# request's timing.
 OPERATION = "queuelog.operation"
 # Operation labels: every root field of the schema has its own; names chosen by clients
 # (operationName, several root fields in one document) get one each up to this many per
@@ -48,33 +46,6 @@ def operation_name(name: str | None, root_fields: Sequence[str]) -> str | None:
     return ",".join(sorted(set(root_fields))) or None
 
 
-class OperationName(SchemaExtension):
-    """Names an HTTP request's operation for its latency (Strawberry's path)."""
-
-    def on_execute(self) -> Iterator[None]:
-        context = self.execution_context
-        request = getattr(context.context, "request", None)
-        if request is not None and request.scope["type"] == "http" and context.graphql_document:
-            operation = get_operation_ast(context.graphql_document, context.operation_name)
-            if operation is not None:
-                fields = [
-                    f.name.value for f in operation.selection_set.selections if isinstance(f, FieldNode)
-                ]
-                request.scope[OPERATION] = operation_name(context.operation_name, fields)
-        yield
-
-
-@functools.cache
-def schema_root_fields() -> frozenset[str]:
-    """The Query and Mutation fields (the schema's, whatever the settings)."""
-    from queuelog.schema import schema  # here: queuelog.schema imports this module
-
-    built = schema._schema
-    return frozenset(
-        name for root in (built.query_type, built.mutation_type) if root is not None for name in root.fields
-    )
-
-
 def token_accepted(authorization: str | None, token: str) -> bool:
     """Whether `authorization` is `Bearer <token>`, compared in constant time; anything is
     accepted when no token is set. API keys are no metrics tokens: they open nothing here."""
@@ -89,8 +60,11 @@ def token_accepted(authorization: str | None, token: str) -> bool:
 
 
 class Metrics:
-    def __init__(self, job_types: Sequence[str] = ()) -> None:
+    def __init__(self, job_types: Sequence[str] = (), *, root_fields: Collection[str]) -> None:
+        """`root_fields`: the schema's Query and Mutation fields, each an operation label of its
+        own (not one of the MAX_CHOSEN_OPERATIONS names that clients choose)."""
         self.registry = CollectorRegistry()
+        self._root_fields = frozenset(root_fields)
 
         def counter(name: str, what: str) -> Counter:
             return Counter(f"queuelog_jobs_{name}", what, ["type"], registry=self.registry)
@@ -234,7 +208,7 @@ class Metrics:
     def _operation_series(self, operation: str | None) -> Histogram:
         if operation is None or len(operation) > MAX_OPERATION_LABEL:
             return self._operations[None]
-        if operation not in schema_root_fields():
+        if operation not in self._root_fields:
             if self._chosen_operations >= MAX_CHOSEN_OPERATIONS:
                 return self._operations[None]
             self._chosen_operations += 1

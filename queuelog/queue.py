@@ -1,8 +1,8 @@
 """The job queue's rules between the API and storage (API.md section 3).
 
 Input limits (V-02, V-03, V-07), error sanitising (V-10), the long-poll claim and the
-visibility scope of the caller live here, so that every entry point (GraphQL today, any
-other tomorrow) applies the same rules. Role checks come first, in the schema's
+visibility scope of the caller live here, so that every entry point (the GraphQL API, the
+CLI's `types` commands) applies the same rules. Role checks come first, in the schema's
 permission classes; this layer assumes the role may call the operation at all.
 
 Text that a database cannot store is refused here, alike on every backend (BAD_USER_INPUT,
@@ -287,7 +287,7 @@ class JobQueue:
         return await self.repository.schedule_count()
 
     async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
-        spec = validate_schedule(self, principal, **fields)
+        spec = validate_schedule(self.validate_new_job, principal, **fields)
         schedule = await self.repository.put_schedule(spec)
         log.info("schedule %r (%s %s) put by %s", spec.name, spec.cron, spec.timezone, principal.name)
         self.schedules_changed.set()
@@ -308,6 +308,8 @@ class JobQueue:
         log.info("schedule %r %s by %s", name, "paused" if paused else "resumed", principal.name)
         self.schedules_changed.set()
         return schedule
+
+    # --- flow control (API.md section 9) ---------------------------------------------------
 
     async def type_controls(self) -> builtins.list[TypeControl]:
         return await self.repository.type_controls(self.settings.job_types)
@@ -403,7 +405,7 @@ class JobQueue:
         wait = 0 if wait_seconds is None else wait_seconds
         if not 0 <= wait <= MAX_WAIT_SECONDS:
             raise BadInput(f"waitSeconds must be between 0 and {MAX_WAIT_SECONDS}")
-        claim = functools.partial(self.repository.claim_held, principal.name, type_list, limit, lease)
+        claim = functools.partial(self.repository.claim, principal.name, type_list, limit, lease)
         if not wait:
             return self._seen(await claim(wanted=_caller_still_there())).jobs
         park = functools.partial(self.repository.park_claim, principal.name, type_list, limit, lease)

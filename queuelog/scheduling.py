@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 from queuelog import cron as cron_rules
 from queuelog.errors import BadInput, Forbidden
-from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
+from queuelog.model import Misfire, NewJob, Overlap, Priority, ScheduleSpec
 
 if TYPE_CHECKING:
     from queuelog.auth import Principal
-    from queuelog.queue import JobQueue
 
 SCHEDULE_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 
@@ -21,8 +21,24 @@ def check_schedule_name(name: str, field: str = "name") -> None:
         raise BadInput(f"{field}: a schedule name is 1..100 characters: letters, digits, '-', '_', '.'")
 
 
+class JobValidator(Protocol):
+    """The rules of enqueueJob (JobQueue.validate_new_job): the job, checked, or a refusal."""
+
+    def __call__(
+        self,
+        principal: Principal,
+        *,
+        type: str,
+        payload: Any,
+        priority: Priority,
+        idempotency_key: str | None,
+        max_retries: int,
+        run_at: datetime | None,
+    ) -> NewJob: ...
+
+
 def validate_schedule(
-    queue: JobQueue,
+    validate_job: JobValidator,
     principal: Principal,
     *,
     name: str,
@@ -46,7 +62,7 @@ def validate_schedule(
         raise BadInput(f"cron: {exc}") from None
     # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
     # size, maxRetries, priority): checked once here, not at every tick.
-    job = queue.validate_new_job(
+    job = validate_job(
         principal,
         type=type,
         payload=payload,

@@ -71,7 +71,8 @@ class Settings:
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
     # Nor this: how often a server on PostgreSQL looks for tables to vacuum where autovacuum
     # does not run (storage/vacuum.py). Claims walk the dead entries left since the last
-    # VACUUM: at 8k claims/s, every 15 s left a claim at 1M jobs 1.6x its time at 1k.
+    # VACUUM: at 8k claims/s, a check every 15 s would let a claim at 1M jobs take 1.6x its
+    # time at 1k.
     vacuum_check_seconds: float = field(default=5.0, metadata={"internal": True})
 
     def __post_init__(self) -> None:

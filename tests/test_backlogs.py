@@ -57,8 +57,8 @@ def test_delayed_jobs_ahead_of_due_ones_are_passed_over(databases: Databases) ->
     async def scenario(repository: Repository) -> tuple[list[int], list[int], int]:
         delayed = await repository.enqueue([job("bench", tomorrow, n=i) for i in range(300)], "p")
         due = await repository.enqueue([job("bench", n=1000 + i) for i in range(3)], "p")
-        claimed = await repository.claim("w", ["bench"], 10, 60)
-        again = await repository.claim("w", ["bench"], 10, 60)
+        claimed = (await repository.claim("w", ["bench"], 10, 60)).jobs
+        again = (await repository.claim("w", ["bench"], 10, 60)).jobs
         assert not again
         return [o.job.id for o in due], [j.id for j in claimed], len(delayed)
 
@@ -70,8 +70,8 @@ def test_a_rare_type_behind_another_types_backlog_is_claimed(databases: Database
     async def scenario(repository: Repository) -> tuple[list[str], list[str]]:
         await repository.enqueue([job("bench", n=i) for i in range(300)], "p")
         await repository.enqueue([job("rare", n=i) for i in range(2)], "other")
-        rare = await repository.claim("w", ["rare"], 5, 60)
-        either = await repository.claim("w", ["rare", "bench"], 3, 60)
+        rare = (await repository.claim("w", ["rare"], 5, 60)).jobs
+        either = (await repository.claim("w", ["rare", "bench"], 3, 60)).jobs
         return [j.type for j in rare], [j.type for j in either]
 
     rare, either = with_repository(databases, scenario)
@@ -87,8 +87,8 @@ def test_claim_order_holds_across_types_and_for_any_type(databases: Databases) -
         ):
             (outcome,) = await repository.enqueue([job(job_type, priority=priority, n=n)], "p")
             order.append((-priority.value, outcome.job.id))
-        typed = await repository.claim("w", ["a", "b", "c"], 5, 60)
-        anything = await repository.claim("w", None, 100, 60)
+        typed = (await repository.claim("w", ["a", "b", "c"], 5, 60)).jobs
+        anything = (await repository.claim("w", None, 100, 60)).jobs
         expected = [job_id for _, job_id in sorted(order)]
         return expected, [j.id for j in typed + anything]
 
@@ -101,12 +101,12 @@ def test_a_delayed_job_is_claimed_once_due_in_claim_order(databases: Databases) 
         soon = repository.now() + timedelta(seconds=0.4)
         (early,) = await repository.enqueue([job("bench", soon, Priority.HIGH)], "p")
         await repository.enqueue([job("bench", n=1)], "p")
-        first = await repository.claim("w", ["bench"], 10, 60)
+        first = (await repository.claim("w", ["bench"], 10, 60)).jobs
         next_due = await repository.next_due_at(["bench"])
         assert next_due is not None
         await asyncio.sleep(0.5)
         await repository.enqueue([job("bench", n=2)], "p")
-        second = await repository.claim("w", ["bench"], 10, 60)
+        second = (await repository.claim("w", ["bench"], 10, 60)).jobs
         return early.job.id, [j.id for j in first], [j.id for j in second], (next_due - soon).total_seconds()
 
     early, first, second, next_due_error = with_repository(databases, scenario)

@@ -12,6 +12,9 @@ Proven:
   timeout, the database URL and the allowlist also taken from QUEUELOG_DATABASE_URL and
   QUEUELOG_JOB_TYPES;
 - `pause`/`resume` say what they did, also when there was nothing to do;
+- they pass the API's rules, as the API's pauseType does: each logs the queue's line, naming
+  the CLI's actor `cli:<os user>` where the server's names the key; an unknown type is refused
+  with the API's own message;
 - every misuse (a type outside the allowlist, no allowlist, a bad or past --until, an
   unreachable PostgreSQL, a SQLite file that does not exist, a missing TYPE or action) is one
   `queuelog: error: ...` line on stderr, nothing on stdout, a non-zero exit, no traceback; a
@@ -20,6 +23,8 @@ Proven:
 
 from __future__ import annotations
 
+import getpass
+import re
 import subprocess
 import threading
 import time
@@ -35,13 +40,16 @@ from conftest import Server, run_queuelog, serving
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 
-JOB_TYPES = "c_pause,c_wait,c_until,c_list,c_quiet"
+JOB_TYPES = "c_pause,c_wait,c_until,c_list,c_quiet,c_rules"
+ACTOR = f"cli:{getpass.getuser()}"
 CLI_TIMEOUT = 60.0
 ENQUEUE = "mutation($type: String!) { enqueueJob(input: {type: $type, payload: {}}) { job { id } } }"
 CLAIM = (
     "mutation($type: String!, $wait: Int) { claimJobs(limit: 1, types: [$type], waitSeconds: $wait) { id } }"
 )
 CONTROLS = "{ typeControls { type paused pausedUntil running } }"
+PAUSE = "mutation($type: String!) { pauseType(type: $type) { type paused } }"
+QUEUE_LOG_LINE = re.compile(r"^\S+ \S+ INFO queuelog\.queue: (.*)$")
 SET_CONTROL = "mutation($input: TypeControlInput!) { setTypeControl(input: $input) { type } }"
 Result = subprocess.CompletedProcess[str]
 
@@ -69,8 +77,17 @@ def types_cli_many(
     with ThreadPoolExecutor(len(calls)) as pool:
         results = list(pool.map(one, range(len(calls))))
     for args, result in zip(calls, results, strict=True):
-        assert result.returncode == 0 and not result.stderr, (args, result)
+        assert result.returncode == 0, (args, result)
+        # The queue's one log line of the write, as the server logs it for pauseType.
+        assert len(queue_log(result)) == (0 if args[0] == "list" else 1), (args, result)
     return results
+
+
+def queue_log(result: Result) -> list[str]:
+    """The messages of the queue's log lines on stderr; any other stderr line fails."""
+    lines = [QUEUE_LOG_LINE.match(line) for line in result.stderr.splitlines()]
+    assert all(lines), result.stderr
+    return [line.group(1) for line in lines if line]
 
 
 def listing(result: Result) -> dict[str, dict[str, str]]:
@@ -136,11 +153,13 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
         cwd=tmp_path,
     )
     assert "paused job type 'c_pause'" in paused.stdout and "types resume c_pause" in paused.stdout
+    assert queue_log(paused) == [f"type 'c_pause' paused by {ACTOR}"]
     assert api_control(server, "c_pause")["paused"] is True
     assert claim(server, worker_key, "c_pause") == []  # the server's next claim obeys it
     later_job = enqueue(server, "c_pause")  # enqueues go on
     assert claim(server, worker_key, "c_pause") == []
     assert f"until {shown}" in paused_until.stdout
+    assert queue_log(paused_until) == [f"type 'c_until' paused by {ACTOR} until {later.isoformat()}"]
     assert datetime.fromisoformat(api_control(server, "c_until")["pausedUntil"]) == later
     assert claim(server, worker_key, "c_until") == []
     job_wait = enqueue(server, "c_wait")
@@ -205,6 +224,7 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     done_at: dict[int, float] = {}
     resumed, _, _ = types_cli_many(calls, cwd=tmp_path, done_at=done_at)
     assert "resumed job type 'c_pause'" in resumed.stdout
+    assert queue_log(resumed) == [f"type 'c_pause' resumed by {ACTOR}"]
     assert api_control(server, "c_pause")["paused"] is False
     assert claim(server, worker_key, "c_pause") == [job]
     assert claim(server, worker_key, "c_pause") == [later_job]
@@ -224,6 +244,29 @@ def test_cli_pauses_and_resumes_are_obeyed_by_the_running_server(
     rows = listing(listed)
     assert rows["c_pause"]["STATE"] == "active" and rows["c_until"]["STATE"] == "active"
     assert "was not paused" in noop.stdout
+
+
+def test_cli_writes_pass_the_rules_the_api_does(server: Server, worker_key: str, tmp_path: Path) -> None:
+    """The CLI pauses through the queue's own pauseType: the same log line as the server's
+    (its actor in place of the key's name), a type outside the allowlist refused with the
+    API's message, and the paused type's jobs refused to the next claim."""
+    base = ["--database-url", server.database_url, "--job-types", JOB_TYPES]
+    enqueue(server, "c_rules")
+    with ThreadPoolExecutor(2) as pool:
+        paused, unknown = pool.map(
+            lambda args: cli("types", *args, *base, cwd=tmp_path),
+            [["pause", "c_rules"], ["pause", "c_nope"]],
+        )
+    assert paused.returncode == 0, paused
+    assert queue_log(paused) == [f"type 'c_rules' paused by {ACTOR}"]
+    assert claim(server, worker_key, "c_rules") == []
+
+    server.gql(PAUSE, {"type": "c_rules"}).ok()
+    assert "type 'c_rules' paused by admin" in server.log()  # the line the CLI logged, by its key
+    (api_error,) = server.gql(PAUSE, {"type": "c_nope"}).errors
+    assert api_error["extensions"]["code"] == "BAD_USER_INPUT"
+    assert unknown.returncode == 1 and not unknown.stdout, unknown
+    assert unknown.stderr == f"queuelog: error: {api_error['message']}\n"
 
 
 # --- misuse: one line on stderr, a non-zero exit (no server needed) ---------------------------

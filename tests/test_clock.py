@@ -46,7 +46,7 @@ def test_a_replica_whose_clock_runs_ahead_reads_by_the_databases_clock(
             await repository.enqueue([new_job()], "producer")  # a write batch: measures the offset
             oldest = (await repository.queue_stats(ALL_JOBS)).oldest_pending_seconds
             offset = (repository.now() - clock.utcnow()).total_seconds()
-            (job,) = await repository.claim("worker", None, 1, 60)
+            (job,) = (await repository.claim("worker", None, 1, 60)).jobs
             await repository.complete("worker", job.id, None, job.attempt)
             minutes = await repository.finished_per_minute(ALL_JOBS, 5)
             return oldest, offset, sum(minute.completed for minute in minutes)

@@ -16,8 +16,8 @@ import pytest
 from graphql import OperationDefinitionNode, parse
 
 from queuelog.compiled.output import Irregular, ValuePlan, fast, plan_value
+from queuelog.graphql_api import schema
 from queuelog.model import Job, JobStatus, Priority
-from queuelog.schema import schema
 from queuelog.worker import CLAIM_FIELDS
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

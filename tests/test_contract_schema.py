@@ -16,7 +16,7 @@ from graphql import (
     print_schema,
 )
 
-from queuelog.schema import schema
+from queuelog.graphql_api import schema
 
 CONTRACT_DIR = Path(__file__).resolve().parents[1].parent / "shared"
 CHECKER = CONTRACT_DIR / "tools" / "check_contract.py"

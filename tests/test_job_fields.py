@@ -20,7 +20,7 @@ import dataclasses
 from graphql import GraphQLObjectType
 
 from queuelog import client, model
-from queuelog.schema import schema
+from queuelog.graphql_api import schema
 from queuelog.storage.tables import jobs
 
 INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}

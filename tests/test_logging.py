@@ -30,8 +30,8 @@ from websockets.asyncio.client import connect
 
 from queuelog.app import TransportWSHandler
 from queuelog.auth import Principal
+from queuelog.graphql_api import build_schema
 from queuelog.model import Priority, Role
-from queuelog.schema import build_schema
 from queuelog.schema.context import RequestContext
 from queuelog.settings import Settings
 

@@ -23,7 +23,8 @@ import pytest
 from conftest import Databases, Server, postgres_admin
 from prometheus_client.parser import text_string_to_metric_families
 
-from queuelog.metrics import MAX_CHOSEN_OPERATIONS, OTHER, schema_root_fields
+from queuelog.graphql_api import root_fields, schema
+from queuelog.metrics import MAX_CHOSEN_OPERATIONS, OTHER
 
 ENQUEUE = """mutation($type: String!, $runAt: DateTime) {
   enqueueJob(input: {type: $type, runAt: $runAt}) { job { id } } }"""
@@ -144,7 +145,7 @@ def test_clients_cannot_grow_the_operation_labels_past_the_bound(start_server: C
     assert counts.pop(OTHER) == chosen - MAX_CHOSEN_OPERATIONS + 1, counts
     assert counts.pop("me") == 1 and counts.pop("typeControls") == 1, counts
     assert sorted(counts) == sorted(f"Op{n}" for n in range(MAX_CHOSEN_OPERATIONS)), counts
-    assert "me" in schema_root_fields() and "claimJobs" in schema_root_fields()
+    assert "me" in root_fields(schema) and "claimJobs" in root_fields(schema)
 
 
 def test_unusual_methods_share_one_series(server: Server) -> None:

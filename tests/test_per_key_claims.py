@@ -75,13 +75,13 @@ def test_a_per_key_claim_among_20000_keys_sends_a_handful_of_statements(database
             ids = await enqueue(repository, [keyed(f"tenant-{i:05d}") for i in range(20_000)])
             await repository.update_type_control(TYPE, max_running_per_key=1)
             with counting_statements() as sent:
-                claimed = await repository.claim("w", [TYPE], 10, 60)
+                claimed = (await repository.claim("w", [TYPE], 10, 60)).jobs
             assert [j.id for j in claimed] == ids[:10]
             print(f"\n{databases.backend}: {len(sent)} statements for a claim of 10 among 20,000 keys")
             assert len(sent) <= 10, sent
             # The same keys are full now: the next claim takes the next 10 keys, still cheap.
             with counting_statements() as sent:
-                claimed = await repository.claim("w", [TYPE], 10, 60)
+                claimed = (await repository.claim("w", [TYPE], 10, 60)).jobs
             assert [j.id for j in claimed] == ids[10:20]
             assert len(sent) <= 10, sent
         finally:
@@ -102,15 +102,15 @@ def test_one_keys_backlog_ahead_of_the_others_still_yields_the_claim_order(datab
             unkeyed = await enqueue(repository, [keyed(None)] * 3)
             await repository.update_type_control(TYPE, max_running_per_key=1)
             with counting_statements() as sent:
-                claimed = await repository.claim("w", [TYPE], 10, 60)
+                claimed = (await repository.claim("w", [TYPE], 10, 60)).jobs
             # claim order: the noisy head (oldest), then the oldest of the others
             assert [j.id for j in claimed] == [noisy[0], *quiet[:9]]
             assert len(sent) <= 12, sent
-            again = await repository.claim("w", [TYPE], 10, 60)
+            again = (await repository.claim("w", [TYPE], 10, 60)).jobs
             assert [j.id for j in again] == quiet[9:19]
             # a key with room for two, under the fallback: its two oldest, in claim order
             await repository.update_type_control(TYPE, max_running_per_key=2)
-            more = await repository.claim("w", [TYPE], 300, 60)
+            more = (await repository.claim("w", [TYPE], 300, 60)).jobs
             taken = Counter(j.concurrency_key for j in more)
             assert taken["noisy"] == 1  # one RUNNING already: room for one more
             assert set(unkeyed) <= {j.id for j in more}

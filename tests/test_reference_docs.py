@@ -1,6 +1,6 @@
 """The reference that ships with the code stays true to it.
 
-- docs/schema.graphql is exactly what `python -m queuelog.schema.export` prints, and what a
+- docs/schema.graphql is exactly what `python -m queuelog.graphql_api.export` prints, and what a
   running server answers to introspection;
 - docs/api.md has a section for every root field naming each of its arguments, and names
   every error code and every QUEUELOG_ setting the code defines;
@@ -48,9 +48,9 @@ from queuelog import client as sdk
 from queuelog import errors, settings
 from queuelog import worker as worker_sdk
 from queuelog.cli import build_parser
-from queuelog.schema import build_schema
-from queuelog.schema.export import REGENERATE, served_sdl
-from queuelog.schema.export import main as export_main
+from queuelog.graphql_api import build_schema
+from queuelog.graphql_api.export import REGENERATE, served_sdl
+from queuelog.graphql_api.export import main as export_main
 from queuelog.schema.extensions import CONTRACT_CODES
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def test_schema_file_is_the_served_schema() -> None:
 
 def test_export_command_writes_the_schema(tmp_path: Path) -> None:
     target = tmp_path / "schema.graphql"
-    command = [sys.executable, "-m", "queuelog.schema.export", str(target)]
+    command = [sys.executable, "-m", "queuelog.graphql_api.export", str(target)]
     subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     assert target.read_text(encoding="utf-8") == served_sdl()
 
@@ -108,7 +108,7 @@ def test_export_prints_the_schema_and_refuses_a_path_it_cannot_write(
     assert capsys.readouterr().out == served_sdl()
     assert export_main([str(tmp_path / "no" / "such" / "dir.graphql")]) == 1
     error = capsys.readouterr().err
-    assert error.startswith("queuelog.schema.export: cannot write") and error.count("\n") == 1
+    assert error.startswith("queuelog.graphql_api.export: cannot write") and error.count("\n") == 1
     assert export_main(["a", "b"]) == 2
 
 

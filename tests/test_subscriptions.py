@@ -40,10 +40,10 @@ from queuelog import keys as key_admin
 from queuelog.app import MAX_SUBSCRIPTIONS_PER_CONNECTION
 from queuelog.auth import Principal
 from queuelog.events import SUBSCRIBER_BACKLOG, EventBus, SubscriberTooSlow
+from queuelog.graphql_api import build_schema
 from queuelog.model import EventKind, JobStatus, Priority, Role
 from queuelog.model import Job as JobRecord
 from queuelog.model import JobEvent as JobEventRecord
-from queuelog.schema import build_schema
 from queuelog.schema.context import RequestContext
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine

@@ -94,7 +94,7 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
         repository = Repository(url, RetryPolicy(10, 3600))
         await repository.open()
         await repository.enqueue([new_job(), new_job(), new_job()], "producer")
-        first, second, third = await repository.claim(WORKER, None, 3, 60)
+        first, second, third = (await repository.claim(WORKER, None, 3, 60)).jobs
         db = repository._db
         holding = asyncio.ensure_future(db.write(hold_writer))
         await asyncio.sleep(0.1)  # the slow batch is under way
@@ -162,7 +162,7 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
             await repository.update_type_control("email", max_running=2)
             await repository.update_type_control("report", rate_limit=RateLimit(3, 3600, False))
             await repository.enqueue([typed("email")] * 5 + [typed("report")] * 6, "producer")
-            running = await repository.claim(WORKER, ["email"], 5, 60)
+            running = (await repository.claim(WORKER, ["email"], 5, 60)).jobs
             assert len(running) == 2  # maxRunning
             db = repository._db
             holding = asyncio.ensure_future(db.write(hold_writer))
@@ -180,15 +180,15 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
             await holding
             assert len(batches) == 2 and batches[0] == batches[1], "all in one batch"
             assert completed.status is JobStatus.COMPLETED
-            assert [len(jobs) for jobs in claims] == [1, 0, 2, 1, 0]
-            stamps = [job.claimed_at for jobs in claims for job in jobs]
+            assert [len(claimed.jobs) for claimed in claims] == [1, 0, 2, 1, 0]
+            stamps = [job.claimed_at for claimed in claims for job in claimed.jobs]
             assert stamps == sorted(stamps)  # claimed in the batch's order, each after the last
 
             # Committed: the counts and the window are what the batch left.
             stats = await repository.queue_stats(ALL_JOBS)
             assert stats.by_type["email"].running == 2 and stats.by_type["email"].completed == 1
             assert stats.by_type["report"].running == 3 and stats.by_type["report"].pending == 3
-            held = await repository.claim_held(WORKER, ["report", "email"], 5, 60)
+            held = await repository.claim(WORKER, ["report", "email"], 5, 60)
             assert held.jobs == [] and sorted(held.held) == ["email", "report"]
             assert held.wake_at is not None and held.wake_at > stamps[2]  # the window's first claim + 1 h
         finally:
@@ -316,7 +316,7 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
         await repository.open()
         try:
             await repository.enqueue([new_job() for _ in range(8)], "producer")
-            running = await repository.claim(WORKER, ["email"], 4, 60)
+            running = (await repository.claim(WORKER, ["email"], 4, 60)).jobs
             db = repository._db
             monkeypatch.setattr(psycopg.Connection, "execute", counted)
             holding = asyncio.ensure_future(db.write(hold_writer))
@@ -340,7 +340,7 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
                 lambda tx: tx.execute("SELECT current_setting('plan_cache_mode')").fetchone()[0]
             )
             assert other == "auto"
-            return [len(claimed) for claimed in outcomes[len(running) :]], batch_sent
+            return [len(claimed.jobs) for claimed in outcomes[len(running) :]], batch_sent
         finally:
             await repository.close()
 

@@ -277,8 +277,9 @@ def fast(plan: ValuePlan, value: Any) -> Any:
 # --- precise: graphql-core's rules ---------------------------------------------------------
 
 
-class Completion:
-    """One precise run: where errors go, and whether the caller passes each guard."""
+class ValueCompleter:
+    """graphql-core's value completion (the spec's CompleteValue) of one response: the precise
+    run, with where its errors go and whether the caller passes each guard."""
 
     def __init__(self, allows: Callable[[Any], bool]) -> None:
         self.allows = allows

@@ -45,8 +45,8 @@ from strawberry.utils.str_converters import to_camel_case
 
 from queuelog.compiled.coerce import DEFINITION, Coercer, Unsupported, coercer_for
 from queuelog.compiled.output import (
-    Completion,
     FieldPlan,
+    ValueCompleter,
     ValuePlan,
     denied,
     error_at,
@@ -326,13 +326,13 @@ def _serialize(plan: OperationPlan, result: Any, info: CompiledInfo, errors: lis
             return {plan.key: fast(plan.value, result)}
         except Exception:  # noqa: S110 - the precise run below words whatever happened
             pass
-    completion = Completion(lambda guard: allowed[id(guard)])
+    completer = ValueCompleter(lambda guard: allowed[id(guard)])
     try:
-        value = completion.value(plan.value, result, [plan.key], plan.root)
+        value = completer.value(plan.value, result, [plan.key], plan.root)
         data: Any = {plan.key: value}
     except Exception:
         data = None
     if plan.value.non_null and data is not None and data[plan.key] is None:
         data = None
-    errors.extend(completion.errors)
+    errors.extend(completer.errors)
     return data

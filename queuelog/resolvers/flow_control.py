@@ -7,8 +7,7 @@ from datetime import datetime
 from strawberry.types import Info
 
 from queuelog.model import BulkOutcome, TypeControl
-from queuelog.resolvers.common import caller, queue
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.flow_control import JobFilter, TypeControlInput
 
 Ctx = Info[RequestContext, None]

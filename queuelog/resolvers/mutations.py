@@ -9,9 +9,8 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from queuelog.model import CompleteAndClaimOutcome, Completion, CompletionOutcome, EnqueueOutcome, Job
-from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
 
 Ctx = Info[RequestContext, None]

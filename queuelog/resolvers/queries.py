@@ -8,9 +8,8 @@ import strawberry
 from strawberry.types import Info
 
 from queuelog.model import Job
-from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import decode_cursor, encode_cursor, parse_job_id
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.types import JobConnection, JobEdge, JobStatus, PageInfo, Principal, QueueStats
 
 Ctx = Info[RequestContext, None]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from strawberry.types import Info
 
 from queuelog.model import Schedule
-from queuelog.resolvers.common import caller, queue
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.schedules import ScheduleInput
 
 Ctx = Info[RequestContext, None]

@@ -10,9 +10,8 @@ from strawberry.types import Info
 from queuelog.errors import job_not_found
 from queuelog.model import Job
 from queuelog.model import JobEvent as JobEventRecord
-from queuelog.resolvers.common import caller, queue
 from queuelog.resolvers.ids import parse_job_id
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.types import JobEvent, JobStatus
 
 Ctx = Info[RequestContext, None]

@@ -1,4 +1,5 @@
-"""What every resolver gets as `info.context`: the caller and the services."""
+"""What every resolver gets as `info.context`: the caller and the services; `caller(info)` and
+`queue(info)` read them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from starlette.requests import HTTPConnection, Request
 from strawberry.dataloader import DataLoader
+from strawberry.types import Info
 
 from queuelog.auth import Principal
 from queuelog.errors import Unauthenticated
@@ -77,3 +79,14 @@ class RequestContext:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
+
+
+def caller(info: Info[RequestContext, None]) -> Principal:
+    principal = info.context.principal
+    if principal is None:  # the HTTP layer answers 401 first; this guards other paths
+        raise Unauthenticated("an API key is required")
+    return principal
+
+
+def queue(info: Info[RequestContext, None]) -> JobQueue:
+    return info.context.queue

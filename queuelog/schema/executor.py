@@ -17,10 +17,9 @@ class Executor(StrawberryGraphQLCoreExecutionContext):
     graphql-core memoizes `collect_subfields` in `_relevant_sub_fields`, keyed by the id() of
     a field list and keeping that list alive. The executor of each subscription event is a
     shallow copy of the subscription's, so they all share one memo, and every event collects
-    its fields into new lists: the memo gained two entries (~2.7 kB) per event delivered, for
-    as long as the subscription lived (issue 6: 4 `jobEvents` subscribers took the server
-    from ~80 MB to 600 MB in two minutes). Each event now starts with an empty memo, which is
-    dropped with its executor once the event is sent.
+    its fields into new lists: shared, the memo would gain two entries (~2.7 kB) per event
+    delivered, for as long as the subscription lives. So each event starts with an empty
+    memo, dropped with its executor once the event is sent.
 
     2. QUEUELOG_MAX_RESPONSE_BYTES (response_size.py). Each query, and each subscription
     event (its own executor, its own `execute_operation`), charges a budget for every key and

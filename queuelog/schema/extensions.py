@@ -1,4 +1,5 @@
-"""Schema extensions: the error policy of API.md section 4 and the document limits."""
+"""Schema extensions: the error policy of API.md section 4, the document limits and the
+operation's name for the latency metric."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-from graphql import FragmentDefinitionNode, GraphQLError, OperationDefinitionNode, get_operation_ast
+from graphql import (
+    FieldNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    OperationDefinitionNode,
+    get_operation_ast,
+)
 from strawberry.extensions import (
     AddValidationRules,
     MaxTokensLimiter,
@@ -18,7 +25,7 @@ from strawberry.schema.exceptions import CannotGetOperationTypeError
 from strawberry.types.graphql import OperationType
 
 from queuelog.errors import QueuelogError, shorten_echoes
-from queuelog.metrics import OperationName
+from queuelog.metrics import OPERATION, operation_name
 from queuelog.schema.context import RequestContext
 from queuelog.schema.cost import CostRule, CostTooHigh, SizeNotKnown
 from queuelog.schema.limits import document_rules
@@ -190,6 +197,23 @@ def cost_limit(rule: CostRule) -> type[SchemaExtension]:
             yield
 
     return CostLimit
+
+
+class OperationName(SchemaExtension):
+    """Names an HTTP request's operation for its latency metric (Strawberry's path; compiled
+    documents name theirs in compiled/http.py)."""
+
+    def on_execute(self) -> Iterator[None]:
+        context = self.execution_context
+        request = getattr(context.context, "request", None)
+        if request is not None and request.scope["type"] == "http" and context.graphql_document:
+            operation = get_operation_ast(context.graphql_document, context.operation_name)
+            if operation is not None:
+                fields = [
+                    f.name.value for f in operation.selection_set.selections if isinstance(f, FieldNode)
+                ]
+                request.scope[OPERATION] = operation_name(context.operation_name, fields)
+        yield
 
 
 def schema_extensions(settings: Settings) -> list[type[SchemaExtension] | Callable[[], SchemaExtension]]:

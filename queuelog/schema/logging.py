@@ -6,9 +6,9 @@ already been told: it gets one DEBUG line on `queuelog.refusals`, which the defa
 configuration does not print. An unexpected error (INTERNAL_SERVER_ERROR) is logged exactly
 once, with its traceback, at ERROR on `queuelog.errors`.
 
-Strawberry's default `Schema.process_errors` logged every error with `exc_info`: one full
-traceback per refusal (issue 6: 4,058 tracebacks from 9,000 fuzzing requests), and a second
-one for each unexpected error on top of the one the error policy wrote.
+`LoggingSchema` replaces Strawberry's default `Schema.process_errors`, which logs every
+error with `exc_info`: a full traceback per refusal, and a second one for each unexpected
+error on top of the error policy's.
 
 Operation names, paths and messages quote the client: the log's formatters escape and cut
 every such argument (queuelog/logformat.py), so they are passed here as they are.

@@ -4,7 +4,10 @@
 instantiated: resolvers return `model.Job`, `model.EnqueueOutcome` and
 `model.CompletionOutcome`, whose attributes are those fields, and Strawberry's resolvers read
 them as they are (no copy per job). So a field that holds one of them has the model's class
-as its Python type and names the GraphQL type with `graphql_type` (here and in root.py).
+as its Python type and names the GraphQL type with `graphql_type` (here and in graphql_api/root.py).
+
+The fields read on demand (Job.events, Job.dependsOn, QueueStats.throughput) have their
+resolvers here, beside their types, so that the types need nothing from the resolvers.
 """
 
 from __future__ import annotations
@@ -17,8 +20,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from queuelog import model
-from queuelog.resolvers import fields
-from queuelog.schema.context import RequestContext
+from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.permissions import AdminOnlyField
 
 # strawberry.enum marks the class it is given as a GraphQL enum and returns it: the schema's
@@ -48,14 +50,18 @@ class JobTransition:
 async def job_transitions(
     root: model.Job, info: Info[RequestContext, None], last: int = 50
 ) -> list[JobTransition]:
-    recorded = await fields.job_events(info, root, last)
+    jobs = queue(info)
+    batch = info.context.loader("job_events", jobs.histories)
+    recorded = await jobs.history(caller(info), root, last, batch.load)
     return [JobTransition(kind=e.kind.value, status=e.status, at=e.at) for e in recorded]
 
 
 async def job_dependency_ids(root: model.Job, info: Info[RequestContext, None]) -> list[strawberry.ID]:
+    """The ids `root` depends on, read for every job of the response at once."""
     if not root.dependency_count:
         return []
-    return [strawberry.ID(str(i)) for i in await fields.job_dependencies(info, root)]
+    batch = info.context.loader("job_dependencies", queue(info).dependency_ids)
+    return [strawberry.ID(str(i)) for i in await batch.load(root.id)]
 
 
 @strawberry.type
@@ -196,7 +202,7 @@ class ThroughputMinute:
 
 
 async def throughput_minutes(info: Info[RequestContext, None], minutes: int = 30) -> list[ThroughputMinute]:
-    found = await fields.throughput(info, minutes)
+    found = await queue(info).throughput(caller(info), minutes)
     return [ThroughputMinute(at=m.at, completed=m.completed, failed=m.failed) for m in found]
 
 

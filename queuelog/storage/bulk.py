@@ -2,25 +2,23 @@
 
 Each chunk is a read and a short write transaction: claims and enqueues go on between chunks.
 Chunks are sized by time, not count (`next_chunk_size`): SQLite's writer runs a batch on
-the event loop, so a 500-job chunk (about 60 ms) held every other request of the server
-that long; a chunk aims at its database's chunk time (`chunk_seconds`: CHUNK_SECONDS on
-SQLite) whatever the jobs cost. PostgreSQL's writers run on their own connections and
+the event loop, so a 500-job chunk (about 60 ms) would hold every other request of the
+server that long; a chunk aims at its database's chunk time (`chunk_seconds`: CHUNK_SECONDS
+on SQLite) whatever the jobs cost. PostgreSQL's writers run on their own connections and
 threads, beside each other: a chunk holds up only the rows it changes, while each of its
 transactions costs a few milliseconds whatever its size (the COMMIT's flush among them).
-Aimed at 5 ms there, chunks shrank to SMALLEST_CHUNK and a call of 1,000 jobs took a
-hundred transactions (250-500 ms); PG_CHUNK_SECONDS gives them room. What other traffic
+Aimed at 5 ms there, chunks would shrink to SMALLEST_CHUNK and a call of 1,000 jobs take a
+hundred transactions; PG_CHUNK_SECONDS gives them room. What other traffic
 meets there is the chunk's write-ahead log: every COMMIT flushes the log up to its own
 record, so a small transaction committing after a chunk waits for the chunk's log (hundreds
 of kilobytes: each changed row is a new row version in every index) to reach the disk too.
 So after each chunk a PostgreSQL bulk call pauses for half the time the chunk took
 (PG_PAUSE_RATIO): it writes at most two thirds of the time, and the small transactions
 between its chunks commit behind nothing; and its chunks aim at 25 ms, not 50, so that less
-log is ahead of a commit that does meet one. Measured (bench figure 10 --quick, a claim
-long-polling while retryJobs runs; p99 of 30-50 samples from enqueue to claim, and a call
-of 1,000 jobs' longest): 50 ms chunks, no pause: 25-31 ms, calls up to 100-120 ms; 25 ms
-chunks and a pause as long as the chunk: 19.5-32 ms, calls up to 190-264 ms (over figure
-10's 250 ms bar for a call); and half as long, the setting: 24-30 ms, calls up
-to 128-164 ms.
+log is ahead of a commit that does meet one. Bench figure 10 (a claim long-polling while
+retryJobs runs) weighs the pause: as long as the chunk, it takes a call of 1,000 jobs past
+the figure's 250 ms bar; half as long keeps the call under it, with the claim's p99 about
+the same.
 A call first reads the counters to plan its walks (read_plans.plan_bulk): for each status
 it may change, the index it walks in id order: the status's (with a type, the type's), or a
 producer's own PENDING jobs. Then each chunk reads (a read, not a write) the next matching

@@ -238,8 +238,8 @@ def state_guard(condition: str) -> str:
     'running'` beside `id = %(id)s`, the planner may walk a partial index on status
     instead (ix_jobs_lease for running jobs, ix_jobs_claim for pending ones) whenever its
     statistics say that state is rare: right after a burst of claims, before autovacuum
-    has looked again (`python -m bench --database postgresql`: ix_jobs_lease read 27M
-    entries for 2,900 completions, 3.5-4.9 ms of PostgreSQL CPU each). `(...) IS TRUE`
+    has looked again (under `python -m bench --database postgresql`, 27M entries of
+    ix_jobs_lease for 2,900 completions, 3.5-4.9 ms of PostgreSQL CPU each). `(...) IS TRUE`
     (the same truth: status is NOT NULL) is a test that no index's predicate matches."""
     return f"({condition}) IS TRUE"
 
@@ -498,13 +498,13 @@ class PostgresStatements(Statements):
     # RUNNING jobs past their lease, then those past their timeout: one probe for both. Each
     # reads its own index (ix_jobs_lease, ix_jobs_timeout: the rows whose lease or timeout
     # is set, only RUNNING jobs') in its order: stated with `status = 'running'`, stale
-    # statistics had the planner walk every running job through ix_jobs_status (migration
-    # 0008). The status is checked after the LIMIT, where it cannot steer the plan: a guard
+    # statistics can have the planner walk every running job through ix_jobs_status. The
+    # status is checked after the LIMIT, where it cannot steer the plan: a guard
     # the planner believes rare made it read all that is overdue and sort it.
     # Every way out of RUNNING clears both columns; a finished job that still has one (left
     # by an older queuelog, or copied from one) is cleared here, the first time the probe
-    # meets it, so that it is met once: left alone, the oldest of them filled every batch
-    # and hid the jobs that really were overdue.
+    # meets it, so that it is met once: left alone, the oldest of them would fill every
+    # batch and hide the jobs that really are overdue.
     OVERDUE = f"""
         WITH expired AS MATERIALIZED (
             SELECT {JOB_COLUMN_LIST}, 'lease' AS why FROM jobs WHERE lease_expires_at < {NOW}
@@ -827,7 +827,7 @@ class PostgresStatements(Statements):
     # the status's index and test the type, past every job of other types.
     # JIT off too: where every plan of a statement sorts after all (a caller with both roles:
     # created_by = name OR worker_id = name), the sort's penalty puts its cost far above
-    # jit_above_cost, and compiling it took longer than running it.
+    # jit_above_cost, and compiling it takes longer than running it.
     WALK_IN_INDEX_ORDER = (
         "SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true),"
         " set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true)"
@@ -939,7 +939,7 @@ AT_ONCE = {
     PostgresStatements.INSERT_EVENT: INSERT_EVENTS_AT_ONCE,
 }
 
-# Statements run with a generic plan, made once per connection. Their custom plans took
+# Statements run with a generic plan, made once per connection. Their custom plans cost
 # 0.5-0.7 ms of PostgreSQL's CPU to make, on every call, for a few hundredths of a
 # millisecond's work: PostgreSQL's own choice ("auto") keeps making them because a generic
 # plan cannot see how many types the array holds, nor the limit, and so looks costlier. The

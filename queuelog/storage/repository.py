@@ -191,23 +191,11 @@ class Repository:
         lease_seconds: int,
         wanted: Callable[[], bool] | None = None,
         key_checked: bool = False,
-    ) -> list[Job]:
-        """Claim due jobs; `wanted` is asked inside the transaction, before it commits, and
-        with `key_checked` so is the database whether the worker's key is still active (a
-        claim that waited may outlive a revoke, made by any process)."""
-        outcome = await self.claim_held(worker, types, limit, lease_seconds, wanted, key_checked)
-        return outcome.jobs
-
-    async def claim_held(
-        self,
-        worker: str,
-        types: Sequence[str] | None,
-        limit: int,
-        lease_seconds: int,
-        wanted: Callable[[], bool] | None = None,
-        key_checked: bool = False,
     ) -> claims.Claimed:
-        """`claim`, also saying which types a control held back and until when."""
+        """Claim due jobs: the jobs, and which types a control held back and until when.
+        `wanted` is asked inside the transaction, before it commits, and with `key_checked`
+        so is the database whether the worker's key is still active (a claim that waited may
+        outlive a revoke, made by any process)."""
         claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, key_checked)
         seen = self._controls_seen
         try:
@@ -225,7 +213,7 @@ class Repository:
         lease_seconds: int,
         wanted: Callable[[], bool] | None = None,
     ) -> ParkedClaim[claims.Claimed]:
-        """The waiting claim `claim_held(..., key_checked=True)`, run by the batches that
+        """The waiting claim `claim(..., key_checked=True)`, run by the batches that
         release jobs of its types (group_commit.py) until `leave_claim`."""
         claim = self._claim_operation(worker, types, limit, lease_seconds, wanted, True)
         return self._db.park(claim, types, lambda outcome: bool(outcome.jobs))
@@ -282,7 +270,7 @@ class Repository:
         limit: int,
         lease_seconds: int,
     ) -> tuple[CompletionOutcome, claims.Claimed]:
-        """complete_many, then claim_held (no wait), in one operation of one transaction."""
+        """complete_many, then claim (no wait), in one operation of one transaction."""
 
         def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, claims.Claimed]:
             completed = CompletionOutcome([], [])

@@ -55,10 +55,9 @@ IN_TRANSACTION = 1000
 STEP_COST = 10
 CANCEL_COST = 4
 # What a sweeper's chunk aims at on SQLite, where it runs on the event loop: half a bulk
-# action's. Measured (bench figure 11's cascade of 120,000 dependents, --quick, two runs each,
-# load average 3-3.6 on 2 CPUs): 5 ms chunks cancelled them in 3.7-4.1 s, while a
-# long-polling claim woken by an enqueue took p50 15.1-15.8 ms (p99 27.6-32.0); 2.5 ms chunks
-# in 3.9-5.2 s, p50 8.7-9.5 ms (p99 20.9-36.0). PostgreSQL's aim at bulk.PG_CHUNK_SECONDS.
+# action's. On bench figure 11's cascade of 120,000 dependents, that about halves the p50 of
+# a long-polling claim woken by an enqueue meanwhile, against 5 ms chunks, for a cascade
+# only a little slower. PostgreSQL's aim at bulk.PG_CHUNK_SECONDS.
 CHUNK_SECONDS = 0.0025
 # A sweeper's chunk, in IN_TRANSACTION's units: the first, and the bounds of the next ones,
 # sized by how long the one before took (as bulk actions' are: bulk.next_chunk_size).

@@ -3,7 +3,7 @@
 Every transition of a job writes a new version of its row and leaves the old one dead, with
 its index entries: after 500k claims, the head of the claims' ready index is 500k entries of
 jobs that are no longer there, and every claim walks them until a VACUUM removes them (a
-claim at 1M jobs took 2.4x its time at 1k). Autovacuum does it, by the thresholds that
+claim at 1M jobs takes 2.4x its time at 1k). Autovacuum does it, by the thresholds that
 migration 0013 sets on jobs; where it is off (`autovacuum = off` in the server's
 configuration, as on some operators' clusters and on this project's test cluster, or
 `autovacuum_enabled = false` on a table), each server checks every

@@ -40,7 +40,7 @@ from websockets.asyncio.client import connect
 
 from bench import _dashboard
 from queuelog.client import AsyncClient
-from queuelog.schema import build_schema
+from queuelog.graphql_api import build_schema
 from queuelog.schema.cost import CostTooHigh
 from queuelog.schema.extensions import cost_rule
 from queuelog.settings import Settings

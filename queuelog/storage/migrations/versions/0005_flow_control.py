@@ -1,7 +1,7 @@
 """flow control: ready jobs apart from delayed ones, type controls, rate windows, timeouts
 
 The claim index becomes per type and holds only ready jobs (not delayed), so that a claim
-never walks delayed jobs or other types' backlogs (issue 16). Jobs pending now with a
+never walks delayed jobs or other types' backlogs. Jobs pending now with a
 future run_at are marked delayed; everything else pending is ready.
 
 Revision ID: 0005

@@ -1,7 +1,7 @@
 """Print the GraphQL schema the server serves, as SDL.
 
-    python -m queuelog.schema.export                      # to stdout
-    python -m queuelog.schema.export docs/schema.graphql  # to a file
+    python -m queuelog.graphql_api.export                      # to stdout
+    python -m queuelog.graphql_api.export docs/schema.graphql  # to a file
 
 The schema is built by `build_schema`, as the server builds it (settings change its limits,
 never its types), and printed by Strawberry. docs/schema.graphql is this command's output;
@@ -14,10 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from queuelog.schema import build_schema
+from queuelog.graphql_api import build_schema
 from queuelog.settings import Settings
 
-REGENERATE = "python -m queuelog.schema.export docs/schema.graphql"
+REGENERATE = "python -m queuelog.graphql_api.export docs/schema.graphql"
 HEADER = (
     "# The GraphQL schema queuelog serves, printed by Strawberry. Do not edit: regenerate it with\n"
     f"#   {REGENERATE}\n"
@@ -33,7 +33,7 @@ def served_sdl() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: python -m queuelog.schema.export [PATH]", file=sys.stderr)
+        print("usage: python -m queuelog.graphql_api.export [PATH]", file=sys.stderr)
         return 2
     text = served_sdl()
     if not args:
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         Path(args[0]).write_text(text, encoding="utf-8")
     except OSError as exc:
-        print(f"queuelog.schema.export: cannot write {args[0]}: {exc.strerror}", file=sys.stderr)
+        print(f"queuelog.graphql_api.export: cannot write {args[0]}: {exc.strerror}", file=sys.stderr)
         return 1
     return 0
 
