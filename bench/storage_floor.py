@@ -32,11 +32,11 @@ from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.new_job import row_values
 from queuelog.storage.repository import Repository
-from queuelog.storage.sqlite import connect
-from queuelog.storage.sqlite_statements import LAST_JOB_ID
-from queuelog.storage.sqlite_statements import SqliteStatements as sql
+from queuelog.storage.schema.new_job import row_values
+from queuelog.storage.sqlite.connection import connect
+from queuelog.storage.sqlite.statements import SqliteStatements as sql
+from queuelog.storage.sqlite.statements.inserted_ids import LAST_JOB_ID
 from queuelog.storage.statements import per_type_params
 
 BATCH = 100

@@ -57,10 +57,10 @@ from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
 from queuelog.shared_reads import ControlWatch, Recent
 from queuelog.stopping import Stopping
-from queuelog.storage.claims import Claimed
 from queuelog.storage.group_commit import ParkedClaim
+from queuelog.storage.operations.claims import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
-from queuelog.storage.types import compact_json
+from queuelog.storage.schema.types import compact_json
 from queuelog.wakeup import WorkSignal
 
 MAX_RETRIES_LIMIT = 25

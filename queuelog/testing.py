@@ -63,7 +63,7 @@ from queuelog.model import JobStatus, Role
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.types import from_micros
+from queuelog.storage.schema.types import from_micros
 from queuelog.worker import Handler, JobContext, Worker
 
 ADMIN_KEY_NAME = "test-admin"  # what `q.client` uses: sees every job and its `error`

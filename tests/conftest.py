@@ -45,7 +45,7 @@ from sqlalchemy import Connection, Engine, bindparam, text
 
 from queuelog import keys as key_admin
 from queuelog.storage.engine import create_sync_engine, dialect_of
-from queuelog.storage.types import from_micros, to_micros
+from queuelog.storage.schema.types import from_micros, to_micros
 
 DEFAULT_JOB_TYPES = "email,report,resize,noop"
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

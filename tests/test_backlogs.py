@@ -25,7 +25,7 @@ from conftest import Databases, sqlite_plan
 from queuelog.model import ALL_JOBS, JobScope, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.repository import Repository
-from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.statements import per_type_params
 
 T = TypeVar("T")
@@ -190,7 +190,7 @@ def test_sqlite_per_type_reads_seek_their_types_range(tmp_path: Path, name: str,
 
 def test_an_enqueue_marks_a_delayed_job_from_its_row_alone() -> None:
     # A delayed job is recognised at enqueue without a read: its row says so.
-    from queuelog.storage.new_job import row_values
+    from queuelog.storage.schema.new_job import row_values
 
     now_us = int(time.time() * 1_000_000)
     later = datetime.now(UTC) + timedelta(hours=1)

@@ -25,8 +25,8 @@ from test_browser import MISSING, Tab, axe_violations, browser, enqueue, tab
 
 from queuelog.model import NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage.operations.schedules import creator
 from queuelog.storage.repository import Repository
-from queuelog.storage.schedules import creator
 
 if MISSING is None:
     from playwright.sync_api import Page, expect

@@ -11,7 +11,7 @@ from conftest import Databases
 
 from queuelog.model import EventKind, JobFilter, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk
+from queuelog.storage.operations import bulk
 from queuelog.storage.repository import Repository
 
 
@@ -42,8 +42,8 @@ def test_chunks_aim_at_their_databases_time_so_fixed_costs_do_not_shrink_them_to
     """A PostgreSQL chunk costs a few milliseconds whatever its size (a COMMIT's flush): aimed
     at SQLite's 5 ms it shrank to the smallest chunk, and a call of 1,000 jobs took 100
     transactions. Aimed at PG_CHUNK_SECONDS it settles where the fixed cost is a small part."""
-    from queuelog.storage.postgres import PostgresDatabase
-    from queuelog.storage.sqlite import SqliteDatabase
+    from queuelog.storage.postgres.database import PostgresDatabase
+    from queuelog.storage.sqlite.database import SqliteDatabase
 
     assert SqliteDatabase.bulk_chunk_seconds == bulk.CHUNK_SECONDS
     assert PostgresDatabase.bulk_chunk_seconds == bulk.PG_CHUNK_SECONDS > bulk.CHUNK_SECONDS

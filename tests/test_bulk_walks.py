@@ -28,10 +28,10 @@ from walk_meter import Meter, numbers
 
 from queuelog.model import BulkOutcome, EventKind, JobFilter, JobStatus
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk
 from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.operations import bulk
 from queuelog.storage.repository import Repository
-from queuelog.storage.types import to_micros
+from queuelog.storage.schema.types import to_micros
 
 T = TypeVar("T")
 BACKLOG = 60_000

@@ -72,8 +72,8 @@ from queuelog.storage import copy
 from queuelog.storage.copy import copy_database
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.tables import api_keys, job_events, jobs, metadata, schedules, type_controls
-from queuelog.storage.types import JsonDocument, UtcTimestamp, to_micros
+from queuelog.storage.schema.tables import api_keys, job_events, jobs, metadata, schedules, type_controls
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp, to_micros
 
 CLI_TIMEOUT = 120
 JOB_FIELDS = client.JOB_FIELDS  # every field, `error` included (admin only)

@@ -70,7 +70,7 @@ from sqlalchemy import text
 
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import alembic_config
-from queuelog.storage.types import from_micros
+from queuelog.storage.schema.types import from_micros
 
 try:
     from hypothesis import HealthCheck, given, settings

@@ -56,7 +56,8 @@ import httpx
 import pytest
 from conftest import GraphQLResponse, Server, http_client, serving
 
-from queuelog.storage.postgres import COUNTER_SHARDS, conninfo
+from queuelog.storage.postgres.connection import conninfo
+from queuelog.storage.postgres.database import COUNTER_SHARDS
 
 # Each test takes fresh types from this pool.
 TYPE_POOL = [f"d{i:03d}" for i in range(300)]

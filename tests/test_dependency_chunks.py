@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from conftest import Server, serving
 
-from queuelog.storage import settlements
+from queuelog.storage.operations import settlements
 
 DEPENDENTS = 20_000
 DEADLINE_SECONDS = 180

@@ -34,14 +34,14 @@ from conftest import Databases, Server, launch_server
 from websockets.asyncio.client import ClientConnection, connect
 
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
-from queuelog.storage import claims, event_tail
-from queuelog.storage import operations as ops
 from queuelog.storage.engine import create_sync_engine
-from queuelog.storage.event_tail import EventTail, OwnEvents
-from queuelog.storage.listener import Checkpoints
+from queuelog.storage.feeds import tail as event_tail
+from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.postgres import PostgresDatabase
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.operations import claims, enqueue
+from queuelog.storage.postgres.database import PostgresDatabase
+from queuelog.storage.postgres.listener import Checkpoints
+from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 ENQUEUE = 'mutation { enqueueJob(input: {type: "email"}) { job { id } } }'
@@ -140,7 +140,7 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
 
         async def write_own() -> int:
-            (outcome,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+            (outcome,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
             return outcome.job.id
 
         await tail.poll()  # the first look always reads
@@ -208,7 +208,7 @@ def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_pa
         )
         connection.execute("COMMIT")
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
-        (mine,) = await db.write(lambda tx: ops.enqueue(tx, [job], "p"))
+        (mine,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
 
         assert await tail.poll() == EVENT_TAIL_BATCH
         while await tail.poll():
@@ -237,7 +237,7 @@ def test_an_event_read_back_after_its_job_changed_carries_the_newest_state_apart
         await tail.start()
         await tail.close()
         job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
-        (outcome,) = await other.write(lambda tx: ops.enqueue(tx, [job], "p"))
+        (outcome,) = await other.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
         claimed = await other.write(lambda tx: claims.claim(tx, "w", ["email"], 1, 60, lambda *_: None).jobs)
         assert [j.id for j in claimed] == [outcome.job.id]
         await tail.poll()

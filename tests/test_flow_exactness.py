@@ -52,7 +52,7 @@ from conftest import Databases, Server, http_client, launch_server
 from queuelog import keys as key_admin
 from queuelog.cli import open_migrated
 from queuelog.model import Role
-from queuelog.storage.postgres_statements import PostgresStatements
+from queuelog.storage.postgres.statements import PostgresStatements
 
 TYPE_NAMES = [f"x{i:02d}" for i in range(40)]
 JOB_TYPES = ",".join(TYPE_NAMES)

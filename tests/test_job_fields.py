@@ -21,7 +21,7 @@ from graphql import GraphQLObjectType
 
 from queuelog import client, model
 from queuelog.graphql_api import schema
-from queuelog.storage.tables import jobs
+from queuelog.storage.schema.tables import jobs
 
 INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
 RELATIONS = {"events", "dependsOn"}
@@ -67,9 +67,10 @@ def test_the_client_selections_name_graphql_fields() -> None:
 
 
 def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> None:
-    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
-    from queuelog.storage.postgres_statements import INSERT_JOBS_AT_ONCE, PostgresStatements
-    from queuelog.storage.sqlite_statements import SqliteStatements
+    from queuelog.storage.postgres.statements import PostgresStatements
+    from queuelog.storage.postgres.statements.sending import INSERT_JOBS_AT_ONCE
+    from queuelog.storage.schema.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.sqlite.statements import SqliteStatements
 
     assert set(NEW_JOB_COLUMNS) == {c.name for c in jobs.c} - {"id"} - LIFECYCLE_COLUMNS
     inserted = ", ".join(NEW_JOB_COLUMNS)
@@ -86,9 +87,9 @@ def test_an_enqueue_writes_every_column_but_the_id_and_the_lifecycle_ones() -> N
 def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     from datetime import UTC, datetime
 
-    from queuelog.storage.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
-    from queuelog.storage.new_job import new_job, row_values
-    from queuelog.storage.types import to_micros
+    from queuelog.storage.schema.codec import LIFECYCLE_COLUMNS, NEW_JOB_COLUMNS
+    from queuelog.storage.schema.new_job import new_job, row_values
+    from queuelog.storage.schema.types import to_micros
 
     now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
     item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
@@ -103,7 +104,7 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
 def test_a_column_that_no_enqueue_fills_is_named_at_import() -> None:
     import pytest
 
-    from queuelog.storage import new_job
+    from queuelog.storage.schema import new_job
 
     with pytest.raises(RuntimeError, match=r"jobs.some_new_column: model.NewJob has no field"):
         new_job._from_new_job("some_new_column")

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import Server, sqlite_plan
 
-from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.sqlite.statements import SqliteStatements
 
 EVENTS = "events { kind status at }"
 JOB_EVENTS = "query($id: ID!, $last: Int!) { job(id: $id) { status events(last: $last) { kind status at } } }"

@@ -50,7 +50,7 @@ from queuelog.storage.migrate import (
     run_migrations,
     upgrade_to_head,
 )
-from queuelog.storage.tables import metadata
+from queuelog.storage.schema.tables import metadata
 
 POSTGRES_URL = os.environ.get("QUEUELOG_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 # psycopg wants a libpq URL: no SQLAlchemy driver suffix (postgresql+psycopg://).

@@ -21,7 +21,7 @@ from conftest import Databases
 
 from queuelog.model import NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import flow
+from queuelog.storage.operations import flow
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 

@@ -21,9 +21,9 @@ import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.codec import NEW_JOB_COLUMNS
-from queuelog.storage.postgres_statements import PostgresStatements, PostgresWriterStatements
-from queuelog.storage.read_plans import BulkWalk
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.schema.codec import NEW_JOB_COLUMNS
 from queuelog.storage.statements import per_type_params
 
 FILL = """

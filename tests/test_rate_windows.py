@@ -21,9 +21,9 @@ import psycopg
 from conftest import Databases
 
 from queuelog.storage.engine import sqlite_file
-from queuelog.storage.postgres_statements import PostgresStatements
-from queuelog.storage.sqlite_statements import SqliteStatements
-from queuelog.storage.types import to_micros
+from queuelog.storage.postgres.statements import PostgresStatements
+from queuelog.storage.schema.types import to_micros
+from queuelog.storage.sqlite.statements import SqliteStatements
 
 HOUR_US = 3_600_000_000
 NOW_US = to_micros(datetime.now(UTC))

@@ -5,7 +5,7 @@ that each walk gives the same exact pages."""
 from __future__ import annotations
 
 from queuelog.model import JobStatus
-from queuelog.storage.read_plans import (
+from queuelog.storage.operations.read_plans import (
     BulkWalk,
     ListPlan,
     OldestPending,

@@ -33,8 +33,8 @@ from stale_month import first_second_of, last_second_of, stale_month
 from queuelog.model import Misfire, Overlap, Priority, ScheduleSpec
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
+from queuelog.storage.operations.schedules import MAX_TICKS_PER_FIRE
 from queuelog.storage.repository import Repository
-from queuelog.storage.schedules import MAX_TICKS_PER_FIRE
 
 T = TypeVar("T")
 SECOND = timedelta(seconds=1)

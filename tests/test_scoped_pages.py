@@ -19,9 +19,9 @@ import pytest
 from conftest import Server, sqlite_plan
 
 from queuelog.model import JobStatus
-from queuelog.storage import counters
-from queuelog.storage.read_plans import Walk, plan_list
-from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.operations.read_plans import Walk, plan_list
+from queuelog.storage.schema import counters
+from queuelog.storage.sqlite.statements import SqliteStatements
 
 PAGE = """query($status: JobStatus, $type: String, $after: String) {
   jobs(status: $status, type: $type, first: 4, after: $after) {

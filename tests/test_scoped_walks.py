@@ -26,11 +26,11 @@ import pytest
 from conftest import POSTGRES, migrate, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.postgres_statements import PostgresStatements
-from queuelog.storage.read_plans import BulkWalk
-from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.postgres.statements import PostgresStatements
+from queuelog.storage.schema.types import to_micros
+from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.statements import LAST_ID, Statements
-from queuelog.storage.types import to_micros
 
 TYPES = ("noop", "email", "report", "resize")
 NOW = datetime.now(UTC)

@@ -18,9 +18,9 @@ from conftest import migrate
 
 from queuelog.model import NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import sqlite
 from queuelog.storage.repository import Repository
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.sqlite import database as sqlite
+from queuelog.storage.sqlite.database import SqliteDatabase
 
 JOBS = 6000
 

@@ -61,7 +61,7 @@ from queuelog.resolvers.ids import encode_cursor
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.sqlite.database import SqliteDatabase
 
 JOB_TYPES = ("email", "report", "noop", "idle")  # nothing ever enqueues "idle"
 FILLER_JOBS = 3000

@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from queuelog.storage.postgres_statements import AT_ONCE, PostgresStatements, PostgresWriterStatements
-from queuelog.storage.read_plans import BulkWalk
-from queuelog.storage.sqlite_statements import SqliteStatements
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
+from queuelog.storage.postgres.statements.sending import AT_ONCE
+from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.statements import STATUS_VALUES_IN_ORDER, Statements, statement_names
 
 DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]

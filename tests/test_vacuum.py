@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from conftest import POSTGRES, Server, require_backend
 
-from queuelog.storage import vacuum
-from queuelog.storage.vacuum import TableState, Work, work_for
+from queuelog.storage.postgres import vacuum
+from queuelog.storage.postgres.vacuum import TableState, Work, work_for
 
 # The server's settings as PostgreSQL ships them, autovacuum off.
 SERVER = {

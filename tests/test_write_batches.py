@@ -21,9 +21,11 @@ from conftest import Databases
 from queuelog.errors import NotFound
 from queuelog.model import ALL_JOBS, JobStatus, NewJob, Priority, RateLimit
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import claims, postgres
-from queuelog.storage import operations as ops
-from queuelog.storage.postgres_statements import FORCE_GENERIC_PLANS
+from queuelog.storage.operations import claims, enqueue
+from queuelog.storage.operations.running import complete
+from queuelog.storage.postgres import database as postgres
+from queuelog.storage.postgres.connection import conninfo
+from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -78,7 +80,7 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
     def write_then_fail(job_id: int) -> Any:
         def operation(tx: WriteTx) -> None:
             seen(tx)
-            ops.complete(tx, WORKER, job_id, {"by": "the failing operation"}, None)
+            complete(tx, WORKER, job_id, {"by": "the failing operation"}, None)
             raise Failed("after writing")
 
         return operation
@@ -99,13 +101,13 @@ def test_one_batch_keeps_exactly_what_its_successful_operations_wrote(
         holding = asyncio.ensure_future(db.write(hold_writer))
         await asyncio.sleep(0.1)  # the slow batch is under way
         outcomes = await asyncio.gather(
-            db.write(tracked(lambda tx: ops.complete(tx, WORKER, first.id, {"n": 1}, None))),
+            db.write(tracked(lambda tx: complete(tx, WORKER, first.id, {"n": 1}, None))),
             db.write(fail_before_any_statement),  # right after a write: its savepoint is the one undone
-            db.write(tracked(lambda tx: ops.complete(tx, "someone-else", second.id, None, None))),
+            db.write(tracked(lambda tx: complete(tx, "someone-else", second.id, None, None))),
             db.write(write_then_fail(third.id)),
-            db.write(tracked(lambda tx: ops.complete(tx, WORKER, third.id, {"n": 3}, None))),
-            db.write(tracked(lambda tx: ops.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
-            db.write(tracked(lambda tx: ops.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
+            db.write(tracked(lambda tx: complete(tx, WORKER, third.id, {"n": 3}, None))),
+            db.write(tracked(lambda tx: enqueue.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
+            db.write(tracked(lambda tx: enqueue.enqueue(tx, [new_job("once")], "producer", ALL_JOBS))),
             return_exceptions=True,
         )
         await holding
@@ -169,7 +171,7 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
             await asyncio.sleep(0.1)
             _, completed, *claims, _ = await asyncio.gather(
                 db.write(seen),
-                db.write(lambda tx: ops.complete(tx, WORKER, running[0].id, None, None)),
+                db.write(lambda tx: complete(tx, WORKER, running[0].id, None, None)),
                 repository.claim(WORKER, ["email"], 5, 60),  # the completion above freed one slot
                 repository.claim(WORKER, ["email"], 5, 60),  # which the claim above took
                 repository.claim(WORKER, ["report"], 2, 60),
@@ -211,7 +213,7 @@ def test_a_claim_after_another_in_its_batch_sees_a_pause_another_server_made_bet
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
 
     def pause_elsewhere(tx: WriteTx) -> None:  # another server's pauseType, committed meanwhile
-        with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
+        with psycopg.connect(conninfo(url), autocommit=True) as other:
             other.execute("INSERT INTO type_controls (type, paused, updated_at) VALUES ('email', 1, now())")
 
     async def scenario() -> tuple[list[Any], list[Any], int]:
@@ -248,7 +250,7 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
     run again with the new limit."""
     import psycopg
 
-    from queuelog.storage import flow
+    from queuelog.storage.operations import flow
 
     url = databases.migrated()
     monkeypatch.setattr(postgres, "WRITE_CONNECTIONS", 1)  # one batch at a time
@@ -262,7 +264,7 @@ def test_a_rate_limited_claim_after_another_in_its_batch_sees_a_limit_lowered_be
     monkeypatch.setattr(flow, "_plan_on_known_windows", counted)
 
     def lower_elsewhere(tx: WriteTx) -> None:  # another server's setTypeControl, committed meanwhile
-        with psycopg.connect(postgres.conninfo(url), autocommit=True) as other:
+        with psycopg.connect(conninfo(url), autocommit=True) as other:
             other.execute("UPDATE type_controls SET rate_limit = 1 WHERE type = 'email'")
 
     async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:

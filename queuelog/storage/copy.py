@@ -58,9 +58,8 @@ from sqlalchemy.sql import ColumnElement
 
 from queuelog.errors import BadInput, Conflict, NotFound, QueuelogError, echo
 from queuelog.model import JobStatus
-from queuelog.storage.counters import CountKey, count_keys
 from queuelog.storage.engine import dialect_of, protect_sqlite_file
-from queuelog.storage.postgres_statements import (
+from queuelog.storage.postgres.statements.copying import (
     COLUMN_TYPES,
     SEQUENCE_OF,
     copy_binary,
@@ -68,8 +67,8 @@ from queuelog.storage.postgres_statements import (
     restart_sequence,
     sequence_state,
 )
-from queuelog.storage.sqlite_statements import GIVEN_OUT, IS_MIGRATED
-from queuelog.storage.tables import (
+from queuelog.storage.schema.counters import CountKey, count_keys
+from queuelog.storage.schema.tables import (
     api_keys,
     dependency_settlements,
     job_counts,
@@ -84,7 +83,8 @@ from queuelog.storage.tables import (
     schedules,
     type_controls,
 )
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
+from queuelog.storage.sqlite.statements.copying import GIVEN_OUT, IS_MIGRATED
 
 BATCH_ROWS = 5000  # rows fetched from the source at a time
 # Copied row for row, ids included; each id sequence then restarts past the source's ids.

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from queuelog.errors import DatabaseUnavailable, echo
-from queuelog.storage.write_lock import WriteLock
+from queuelog.storage.sqlite.write_lock import WriteLock
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 OWNER_ONLY = 0o600

@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
-from queuelog.storage import bulk, settlements
+from queuelog.storage.operations import bulk, settlements
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")

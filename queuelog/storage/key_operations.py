@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Row, and_, insert, select, update
 
 from queuelog.errors import Conflict, NotFound, echo
 from queuelog.model import ApiKey, Priority, Role
-from queuelog.storage.tables import api_keys
+from queuelog.storage.schema.tables import api_keys
 
 
 def _row_to_key(row: Row[Any]) -> ApiKey:

@@ -43,22 +43,35 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage import bulk, claims, controls, dependencies, flow, reads, schedules, settlements
-from queuelog.storage import operations as ops
-from queuelog.storage.bulk import Part as BulkPart
-from queuelog.storage.claims import ClaimerRevoked as ClaimerRevoked
-from queuelog.storage.codec import micros_to_datetime
 from queuelog.storage.engine import dialect_of, require_postgres_driver
-from queuelog.storage.event_tail import EventTail, OwnEvents
+from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.schedules import Fired
-from queuelog.storage.sqlite import SqliteDatabase
+from queuelog.storage.operations import (
+    actions,
+    batch,
+    bulk,
+    claims,
+    controls,
+    dependencies,
+    enqueue,
+    flow,
+    pruning,
+    reads,
+    running,
+    schedules,
+    settlements,
+)
+from queuelog.storage.operations.bulk import Part as BulkPart
+from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
+from queuelog.storage.operations.schedules import Fired
+from queuelog.storage.schema.codec import micros_to_datetime
+from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
 if TYPE_CHECKING:
-    from queuelog.storage.listener import PostgresListener
-    from queuelog.storage.postgres import PostgresDatabase
+    from queuelog.storage.postgres.database import PostgresDatabase
+    from queuelog.storage.postgres.listener import PostgresListener
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
@@ -72,7 +85,7 @@ class Repository:
         self._db: SqliteDatabase | PostgresDatabase
         if dialect_of(url) == "postgresql":
             require_postgres_driver()
-            from queuelog.storage.postgres import PostgresDatabase
+            from queuelog.storage.postgres.database import PostgresDatabase
 
             self._db = PostgresDatabase(url, self._publish)
         else:
@@ -108,7 +121,7 @@ class Repository:
         if feed == "notify" and sqlite:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
-            from queuelog.storage.listener import PostgresListener
+            from queuelog.storage.postgres.listener import PostgresListener
 
             listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
             self._feed = listener
@@ -142,7 +155,7 @@ class Repository:
         self, items: Sequence[NewJob], created_by: str, scope: JobScope = ALL_JOBS
     ) -> list[EnqueueOutcome]:
         """`scope`: the jobs the caller may see, which are all its items may depend on."""
-        return await self._db.write(lambda tx: ops.enqueue(tx, items, created_by, scope))
+        return await self._db.write(lambda tx: enqueue.enqueue(tx, items, created_by, scope))
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(reads.get_job, job_id, scope)
@@ -274,8 +287,8 @@ class Repository:
 
         def complete_then_claim(tx: WriteTx) -> tuple[CompletionOutcome, claims.Claimed]:
             completed = CompletionOutcome([], [])
-            if items:  # ops.run settles their dependents: the claim sees those they released
-                completed = ops.run(lambda tx: ops.complete_many(tx, worker, items), tx)
+            if items:  # batch.run settles their dependents: the claim sees those they released
+                completed = batch.run(lambda tx: running.complete_many(tx, worker, items), tx)
             return completed, claims.claim(tx, worker, types, limit, lease_seconds, self._delay)
 
         seen = self._controls_seen
@@ -412,16 +425,16 @@ class Repository:
         return await self._db.write(fire)
 
     async def heartbeat(self, worker: str, job_id: int, attempt: int | None, lease_seconds: int) -> Job:
-        return await self._db.write(lambda tx: ops.heartbeat(tx, worker, job_id, attempt, lease_seconds))
+        return await self._db.write(lambda tx: running.heartbeat(tx, worker, job_id, attempt, lease_seconds))
 
     async def complete(self, worker: str, job_id: int, result: Any, attempt: int | None) -> Job:
         def completion(tx: WriteTx) -> Job:
-            return ops.complete(tx, worker, job_id, result, attempt)
+            return running.complete(tx, worker, job_id, result, attempt)
 
         return await self._db.write(completion, makes_ready=True)
 
     async def complete_many(self, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
-        return await self._db.write(lambda tx: ops.complete_many(tx, worker, items), makes_ready=True)
+        return await self._db.write(lambda tx: running.complete_many(tx, worker, items), makes_ready=True)
 
     async def fail(
         self,
@@ -433,27 +446,27 @@ class Repository:
         attempt: int | None,
     ) -> Job:
         return await self._db.write(
-            lambda tx: ops.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
+            lambda tx: running.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
         )
 
     async def cancel(self, job_id: int, scope: JobScope) -> Job:
-        return await self._db.write(lambda tx: ops.cancel(tx, job_id, scope))
+        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope))
 
     async def retry(self, job_id: int) -> Job:
-        return await self._db.write(lambda tx: ops.retry(tx, job_id))
+        return await self._db.write(lambda tx: actions.retry(tx, job_id))
 
     async def expire_leases(self) -> int:
-        return await self._db.write(lambda tx: ops.expire_leases(tx, self._delay))
+        return await self._db.write(lambda tx: running.expire_leases(tx, self._delay))
 
     async def prune(self, retention_seconds: int) -> int:
         kept = timedelta(seconds=retention_seconds)
         total = 0
         while True:
-            deleted = await self._db.write(lambda tx: ops.prune(tx, tx.now - kept))
+            deleted = await self._db.write(lambda tx: pruning.prune(tx, tx.now - kept))
             total += deleted
             if deleted < PRUNE_BATCH:
                 break
-        await self._db.write(ops.prune_minutes)
+        await self._db.write(pruning.prune_minutes)
         return total
 
     @property

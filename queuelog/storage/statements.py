@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from queuelog.model import EventKind, Job, JobStatus
-from queuelog.storage import counters
-from queuelog.storage.codec import COLUMN_INDEX
-from queuelog.storage.read_plans import BulkWalk
-from queuelog.storage.tables import schedules
+from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.schema import counters
+from queuelog.storage.schema.codec import COLUMN_INDEX
+from queuelog.storage.schema.tables import schedules
 
 SCHEDULE_COLUMNS: tuple[str, ...] = tuple(c.name for c in schedules.c)
 SCHEDULE_COLUMN_LIST = ", ".join(SCHEDULE_COLUMNS)
@@ -88,6 +88,7 @@ PENDING_TYPES_SQL = (
     f"SELECT type FROM job_counts WHERE scope = '{counters.ALL}' AND name = '' AND status = '{PENDING}'"
     " GROUP BY type HAVING SUM(n) > 0"
 )
+TYPE_CONTROLS_SQL = f"SELECT {TYPE_CONTROL_COLUMN_LIST} FROM type_controls ORDER BY type"
 BROKEN_SCHEDULES_SQL = "SELECT count(*) FROM schedules WHERE paused = 0 AND next_run_at IS NULL"
 SCHEDULE_COUNT_SQL = "SELECT count(*) FROM schedules"
 KIND_TEXT = {kind: kind.value for kind in EventKind}
@@ -305,10 +306,15 @@ class Statements:
     KEY_GENERATION: ClassVar[str]
     PING: ClassVar[str]
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, part: bool = False, **kwargs: Any) -> None:
+        """`part`: the statements of one concern, which the database's class gathers (and is
+        checked with)."""
         super().__init_subclass__(**kwargs)
+        if part:
+            return
         declared = set(statement_names())
-        defined = {name for name in vars(cls) if name.isupper() or name in declared}
+        own = [vars(klass) for klass in cls.__mro__ if not issubclass(Statements, klass)]
+        defined = {name for names in own for name in names if name.isupper() or name in declared}
         inherited = {name for name in declared if hasattr(cls, name)}
         missing = sorted(declared - inherited)
         unknown = sorted(name for name in defined - declared if not name.startswith("_"))

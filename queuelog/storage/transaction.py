@@ -14,11 +14,17 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent, TypeControl
-from queuelog.storage.counters import STATUS_TEXT, Move
+from queuelog.storage.schema.counters import STATUS_TEXT, Move
+from queuelog.storage.schema.types import to_micros
 from queuelog.storage.statements import Statements
-from queuelog.storage.types import to_micros
 
 FINISHED = TERMINAL_STATUSES
+
+
+class RunAgain(Exception):
+    """Raised inside an operation that must be undone (to its savepoint) and run again in the
+    same transaction: where other transactions commit meanwhile (PostgreSQL), a claim whose
+    controls another server has changed since it read them."""
 
 
 class Cursor(Protocol):

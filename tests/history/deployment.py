@@ -24,7 +24,8 @@ from conftest import Server, launch_server, session_pids, stored_time
 from queuelog import keys as key_admin
 from queuelog.cli import open_migrated
 from queuelog.model import Role
-from queuelog.storage.postgres_statements import LISTEN, PostgresStatements
+from queuelog.storage.postgres.statements import PostgresStatements
+from queuelog.storage.postgres.statements.server import LISTEN
 
 # The two statements a PostgreSQL listener's connection runs (storage/listener.py): its
 # backend is the one whose last query is either of them.

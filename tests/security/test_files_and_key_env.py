@@ -69,7 +69,7 @@ from pathlib import Path
 
 opener, url = sys.argv[1], sys.argv[2]
 if opener == "app":
-    from queuelog.storage.sqlite import connect, database_path
+    from queuelog.storage.sqlite.connection import connect, database_path
 
     connection = connect(database_path(url))
     connection.execute("CREATE TABLE IF NOT EXISTS t (x)")

@@ -3,7 +3,7 @@ Each migration runs in a transaction of its own, unless the connection is in one
 
 from alembic import context
 
-from queuelog.storage.tables import metadata
+from queuelog.storage.schema.tables import metadata
 
 connection = context.config.attributes["connection"]
 context.configure(

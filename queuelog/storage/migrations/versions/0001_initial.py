@@ -8,7 +8,7 @@ Create Date: 2026-11-29
 import sqlalchemy as sa
 from alembic import op
 
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
 revision = "0001"
 down_revision = None

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from queuelog.storage.types import UtcTimestamp
+from queuelog.storage.schema.types import UtcTimestamp
 
 revision = "0005"
 down_revision = "0004"

@@ -16,7 +16,7 @@ Create Date: 2026-12-03
 import sqlalchemy as sa
 from alembic import op
 
-from queuelog.storage.types import JsonDocument, UtcTimestamp
+from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
 revision = "0007"
 down_revision = "0006"

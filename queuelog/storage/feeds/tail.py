@@ -1,0 +1,258 @@
+"""Other processes' job events, found by reading `job_events` forward by id.
+
+The feed on SQLite (QUEUELOG_EVENT_FEED=auto or poll: several `queuelog serve` processes
+on one file, started by `--workers N` or by a process manager), and the fallback for
+PostgreSQL where LISTEN/NOTIFY is unavailable (PgBouncer in transaction mode): every
+EVENT_POLL_SECONDS the tail reads the events after the last one it saw (one indexed range
+read), skips this process's own (their ids are collected at commit: `OwnEvents`), reads the
+other events' jobs back in one statement and delivers them: each job as it is now, with its
+status as of the event.
+
+On SQLite it first asks whether any other connection has committed since it last looked
+(`others_wrote`: PRAGMA data_version, microseconds). When none has and its last read
+reached the end, every event after the last one seen is this process's own, so it moves
+past them without reading: a server alone on its file pays a few microseconds per poll,
+whatever its write rate.
+
+On SQLite, ids are committed in order (one writer at a time holds the write lock). On
+PostgreSQL a lower id may commit after a higher one, however long after: ids skipped over
+are kept as holes and read again at every poll until they appear, or until PostgreSQL says
+that no transaction that may still write them is running (a rolled-back transaction leaves a
+hole forever): a hole found in a snapshot belongs to a transaction below that snapshot's
+xmax, so once a later snapshot's xmin has passed it and the hole is still not there, it never
+will be (reads.events_since reads the holes and that horizon in one snapshot). No committed
+event is missed. This relies on two things PostgreSQL does: an event's id is taken from its
+sequence (one id at a time, no per-session cache) by a transaction that already has its
+transaction id (it wrote its jobs first). The tail starts once every transaction running
+when it starts has ended (at most STARTUP_SETTLE_SECONDS): what committed before is history.
+(SQLite's holes, which only a copied or hand-written id can make, are read again for
+HOLE_SECONDS.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from queuelog.model import EventKind, Job, JobEvent, JobStatus
+from queuelog.storage.operations import reads
+from queuelog.storage.operations.reads import Horizon
+from queuelog.storage.statements import EVENT_TAIL_BATCH
+
+log = logging.getLogger("queuelog.storage")
+KINDS = {kind.value: kind for kind in EventKind}
+STATUSES = {status.value: status for status in JobStatus}
+# An event of another process, as (kind, job id, the job's status as of the event).
+RemoteEvent = tuple[EventKind, int, JobStatus]
+
+
+def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
+    """An event as stored or notified (text), or None for a kind or status this version
+    does not know (a newer server's)."""
+    if kind in KINDS and status in STATUSES:
+        return (KINDS[kind], job_id, STATUSES[status])
+    return None
+
+
+def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobEvent]:
+    """Events for these items, each with its job as read back but with the status it had as
+    of the event (API.md: jobEvents(statuses:) filters on that). Where that status is not
+    the job's now, the job as read back is the event's `latest`: a state of the job that
+    happened, which jobUpdated follows, never the mix of the two. A job gone since (pruned)
+    has no event."""
+    by_id = {job.id: job for job in jobs}
+    events = []
+    for kind, job_id, status in items:
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        if job.status is status:
+            events.append(JobEvent(kind, job, job.updated_at))
+        else:
+            events.append(JobEvent(kind, dataclasses.replace(job, status=status), job.updated_at, job))
+    return events
+
+
+EVENT_POLL_SECONDS = 0.05
+HOLE_SECONDS = 30.0
+STARTUP_SETTLE_SECONDS = 2.0
+SETTLE_POLL_SECONDS = 0.01
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hole:
+    """An event id skipped over: when it was first missed, and (PostgreSQL) the xmax of the
+    snapshot it was missed in."""
+
+    since: float
+    xmax: int | None
+
+    def settled(self, now: float, horizon: Horizon | None) -> bool:
+        """Whether it can no longer appear, by a read (that did not find it) whose snapshot
+        had `horizon`."""
+        if self.xmax is None or horizon is None:
+            return now - self.since > HOLE_SECONDS
+        return horizon[0] >= self.xmax
+
+
+async def settle_running_transactions(db: Any) -> None:
+    """Until every transaction running now has ended (PostgreSQL; at most
+    STARTUP_SETTLE_SECONDS): a feed that starts after that has seen every event id below
+    the newest one that will ever commit."""
+    horizon = await db.read(reads.event_horizon)
+    if horizon is None:
+        return
+    deadline = time.monotonic() + STARTUP_SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        await asyncio.sleep(SETTLE_POLL_SECONDS)
+        now = await db.read(reads.event_horizon)
+        if now is None or now[0] >= horizon[1]:
+            return
+
+
+class OwnEvents:
+    """The ids of the events this process wrote, as (first, last) runs, oldest first.
+
+    The writer threads (SQLite's one, PostgreSQL's up to four) add ids while the tail, on
+    the event loop's thread, looks them up and forgets old runs: every method holds the lock
+    (iterating a deque that another thread appends to raises RuntimeError, and the tail
+    would lose that read's events).
+    """
+
+    def __init__(self) -> None:
+        self._runs: deque[tuple[int, int]] = deque()
+        self._lock = threading.Lock()
+        self._highest = 0  # runs may arrive out of order: PostgreSQL's writers commit in parallel
+
+    def add(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            self._add(ids)
+
+    def _add(self, ids: Sequence[int]) -> None:
+        for event_id in ids:
+            self._highest = max(self._highest, event_id)
+            if self._runs and self._runs[-1][1] == event_id - 1:
+                self._runs[-1] = (self._runs[-1][0], event_id)
+            else:
+                self._runs.append((event_id, event_id))
+
+    def withdraw(self, ids: Sequence[int]) -> None:
+        """Ids of a transaction that did not commit (SQLite would hand them out again)."""
+        gone = set(ids)
+        with self._lock:
+            kept = [i for first, last in self._runs for i in range(first, last + 1) if i not in gone]
+            self._runs.clear()
+            self._highest = 0
+            self._add(kept)
+
+    @property
+    def last(self) -> int:
+        """The highest id held (0 when none)."""
+        with self._lock:
+            return self._highest if self._runs else 0
+
+    def __contains__(self, event_id: int) -> bool:
+        with self._lock:
+            return any(first <= event_id <= last for first, last in self._runs)
+
+    def forget_through(self, event_id: int) -> None:
+        """Drop the runs wholly at or below this id (the tail has passed them for good)."""
+        with self._lock:
+            while self._runs and self._runs[0][1] <= event_id:
+                self._runs.popleft()
+
+
+class EventTail:
+    def __init__(
+        self,
+        db: Any,
+        own: OwnEvents,
+        deliver: Callable[[Sequence[JobEvent]], None],
+        before_delivery: Callable[[], Awaitable[Any]] | None = None,
+        others_wrote: Callable[[], bool] | None = None,
+    ) -> None:
+        self._db = db
+        self._own = own
+        self._deliver = deliver
+        self._before_delivery = before_delivery  # as in listener.py: the keys generation
+        # SQLite only: False means no other connection committed since the last call, and
+        # every id this process added to `own` has committed (or been withdrawn).
+        self._others_wrote = others_wrote
+        self._high = 0  # the highest event id handled
+        self._behind = False  # the last read failed or took a whole batch: more may wait
+        self._holes: dict[int, Hole] = {}  # lower ids not seen yet
+        self._undelivered: list[RemoteEvent] = []  # read, but their jobs' read-back failed
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await settle_running_transactions(self._db)
+        self._high = await self._db.read(reads.last_event_id)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            await asyncio.sleep(EVENT_POLL_SECONDS)
+            try:
+                while await self.poll() >= EVENT_TAIL_BATCH:
+                    pass  # more are waiting: read on without sleeping
+                failures = 0
+            except Exception as exc:  # the database is unavailable for a moment
+                failures += 1
+                if failures == 1:
+                    log.warning("event tail could not read job_events (%s); retrying", type(exc).__name__)
+
+    async def poll(self) -> int:
+        """Read and deliver what is new; returns how many new rows were read."""
+        if (
+            self._others_wrote is not None
+            and not self._others_wrote()
+            and not self._behind
+            and not self._holes
+            and not self._undelivered
+        ):
+            self._high = max(self._high, self._own.last)
+            self._own.forget_through(self._high)
+            return 0
+        self._behind = True
+        rows, late, horizon = await self._db.read(reads.events_since, self._high, sorted(self._holes))
+        self._behind = len(rows) >= EVENT_TAIL_BATCH
+        now = time.monotonic()
+        hole = Hole(now, horizon[1] if horizon is not None else None)
+        items: list[RemoteEvent] = []
+        for event_id, job_id, kind, status in late + rows:
+            if event_id > self._high:
+                for missing in range(self._high + 1, event_id):
+                    self._holes[missing] = hole
+                self._high = event_id
+            else:
+                self._holes.pop(event_id, None)
+            event = None if event_id in self._own else remote_event(kind, job_id, status)
+            if event is not None:
+                items.append(event)
+        for event_id in [i for i, missing in self._holes.items() if missing.settled(now, horizon)]:
+            del self._holes[event_id]
+        self._own.forget_through(min(self._holes) - 1 if self._holes else self._high)
+        # Held until delivered: `_high` has passed them, so a failed read below would lose them.
+        self._undelivered += items
+        if self._undelivered:
+            if self._before_delivery is not None:
+                await self._before_delivery()
+            items = self._undelivered
+            jobs = await self._db.read(reads.get_jobs, sorted({job_id for _, job_id, _ in items}))
+            self._undelivered = []
+            events = events_as_of(items, jobs)
+            if events:
+                self._deliver(events)
+        return len(rows)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""SQLite: the connections, the group-commit writer and the text of every statement."""
