@@ -16,7 +16,7 @@ Create Date: 2026-12-06
 import sqlalchemy as sa
 from alembic import op
 
-from queuelog.storage.types import UtcTimestamp
+from queuelog.storage.schema.types import UtcTimestamp
 
 revision = "0015"
 down_revision = "0014"
