@@ -33,7 +33,9 @@ the file, naming the line.
   $VAR`, VAR named by `key=VAR` (required: a shell variable an earlier sh block set).
   Subscriptions go over the websocket (graphql-transport-ws) until their first event or
   their end, within 10 s. No answer may carry `errors`, except with `error=CODE`: then the
-  last operation must answer an error with that `extensions.code`.
+  last operation must answer an error with that `extensions.code`. In a block of several
+  operations each has a name of its own: a server (and GraphiQL) refuses a document with an
+  anonymous operation beside others, so a reader could not run the block as written.
 - ```json with `response`, directly after a graphql, sh or python block: that block's answer
   must match it: the GraphQL response (a list of them, in order, for several operations) or
   the block's stdout parsed as JSON. The string "..." matches any value, a trailing "..." in
@@ -92,10 +94,13 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import httpx
+
+if TYPE_CHECKING:
+    from graphql import OperationDefinitionNode
 
 REPO = Path(__file__).resolve().parent.parent
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
@@ -835,12 +840,13 @@ class Session:
         except GraphQLSyntaxError as exc:
             line = block.line + exc.locations[0].line if exc.locations else block.line
             raise DocFailure(f"{self.name}:{line}: {block.label()}: {exc.message}") from None
+        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        fragments = [d for d in document.definitions if not isinstance(d, OperationDefinitionNode)]
+        self.check_operation_names(block, operations)
         key = self.shell_variable(block, block.options["key"]) if "key" in block.options else ""
         base = self.subs.apply(block.options.get("url", "http://127.0.0.1:8000"), self.where(block)).rstrip(
             "/"
         )
-        operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-        fragments = [d for d in document.definitions if not isinstance(d, OperationDefinitionNode)]
         answers = []
         for number, operation in enumerate(operations, 1):
             query = print_ast(DocumentNode(definitions=(operation, *fragments)))
@@ -861,6 +867,26 @@ class Session:
                     f"{expectation}:\n{query}\nanswered:\n{clip(json.dumps(answer, indent=2))}"
                 )
         return answers[0] if len(answers) == 1 else answers
+
+    def check_operation_names(self, block: Block, operations: list[OperationDefinitionNode]) -> None:
+        """Several operations in one block: each named, each name once (as GraphQL requires of
+        the document a reader pastes whole)."""
+        if len(operations) < 2:
+            return
+        seen: set[str] = set()
+        for operation in operations:
+            line = block.line + (operation.loc.start_token.line if operation.loc else 1)
+            if operation.name is None:
+                raise DocFailure(
+                    f"{self.name}:{line}: {block.label()}: an anonymous operation beside "
+                    f"{len(operations) - 1} other(s): name each one (`query Name {{ ... }}`), or the "
+                    "document is refused whole when a reader runs it as written"
+                )
+            if operation.name.value in seen:
+                raise DocFailure(
+                    f"{self.name}:{line}: {block.label()}: a second operation named {operation.name.value!r}"
+                )
+            seen.add(operation.name.value)
 
     def post(self, block: Block, base: str, key: str, query: str) -> dict[str, Any]:
         try:

@@ -163,6 +163,19 @@ def test_a_response_block_matches_with_wildcards(tmp_path: Path) -> None:
     assert '$.data.job.status: expected "DONE", got "PENDING"' in failure(tmp_path, page % "DONE")
 
 
+def test_several_operations_in_a_block_are_each_named_once(tmp_path: Path) -> None:
+    """A document with an anonymous operation beside others is refused whole by a server and
+    by GraphiQL, so a reader pasting the block could not run it; the runner refuses it first."""
+    page = "<!-- test: key=KEY -->\n```graphql\n%s\nquery { me { name } }\n```\n"
+    where = "page.md:4: ```graphql block <!-- test: key=KEY -->: "
+    anonymous = failure(tmp_path, page % "query First { me { name } }")
+    assert anonymous.startswith(where + "an anonymous operation beside 1 other(s): name each one")
+    twice = failure(tmp_path, (page % "query Me { me { name } }").replace("query {", "query Me {"))
+    assert twice.startswith(where + "a second operation named 'Me'")
+    alone = failure(tmp_path, "<!-- test: key=KEY -->\n```graphql\nquery { me { name } }\n```\n")
+    assert "key=KEY: no shell variable KEY" in alone  # one anonymous operation alone is fine
+
+
 def test_ports_and_postgresql_names_are_substituted() -> None:
     from docs_runner import Substitutions
 
