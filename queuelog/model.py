@@ -50,6 +50,11 @@ class EventKind(enum.Enum):
     CANCELLED = "CANCELLED"
     LEASE_EXPIRED = "LEASE_EXPIRED"
     RETRIED = "RETRIED"
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"
+    SNOOZED = "SNOOZED"
+    UPDATED = "UPDATED"
+    EXPIRED = "EXPIRED"
+    PROGRESS = "PROGRESS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,17 @@ class Job:
     # Internal: how many times the job's row was updated; grows in the order its changes
     # commit (storage/schema/tables.py). A higher revision is a later state of the job.
     revision: int = 0
+    # Steering (API.md section 12).
+    cancel_requested_at: datetime | None = None
+    expires_at: datetime | None = None
+    snooze_count: int = 0
+    progress: float | None = None
+    progress_message: str | None = None
+    progress_at: datetime | None = None
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_requested_at is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +150,7 @@ class NewJob(JobRequest):
 
     payload_json: str  # the payload's compact JSON, as measured against the size limit
     schedule_name: str | None = None
+    expires_at: datetime | None = None
     # Set by storage once the dependencies are read: the row's own values.
     waiting_for: int = 0
     dependency_count: int = 0

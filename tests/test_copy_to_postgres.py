@@ -447,6 +447,12 @@ def old_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OldQueue]:
         assert controls["report"]["rateLimit"] == daily, controls["report"]
         assert controls["resize"]["paused"], controls["resize"]
         assert datetime.fromisoformat(controls["resize"]["pausedUntil"]) == until, controls["resize"]
+        added = sqlite3.connect(path)  # a type added at runtime (addJobType)
+        try:
+            with added:
+                added.execute("INSERT INTO job_types VALUES ('thumbnail', 'ops', 1)")
+        finally:
+            added.close()
 
         statuses = {
             gql(server, "query($id: ID!) { job(id: $id) { status } }", {"id": i})["job"]["status"]

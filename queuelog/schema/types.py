@@ -117,6 +117,25 @@ class Job:
         description="How many of dependsOn are not COMPLETED yet; a PENDING job is claimed only at 0."
     )
     schedule_name: str | None = strawberry.field(description="The schedule that enqueued this job, or null.")
+    cancel_requested: bool = strawberry.field(
+        description="True once cancelJob was called on this job while it was RUNNING; the holder should stop."
+    )
+    expires_at: datetime | None = strawberry.field(
+        description=(
+            "A PENDING job not claimed by this time is never claimed: it becomes CANCELLED with "
+            "error `expired`."
+        )
+    )
+    snooze_count: int = strawberry.field(
+        description="Times the job was snoozed (snoozeJob); snoozes use no retry."
+    )
+    progress: float | None = strawberry.field(
+        description=(
+            "0..1 as last reported by the holder of the current or last attempt; null when never reported."
+        )
+    )
+    progress_message: str | None = strawberry.field(description="At most 200 characters, with progress.")
+    progress_at: datetime | None
     depends_on = strawberry.field(
         resolver=job_dependency_ids,
         description="Ids of the jobs this job waits for; empty for most jobs.",

@@ -75,6 +75,7 @@ from queuelog.storage.schema.tables import (
     job_dependencies,
     job_events,
     job_minutes,
+    job_types,
     jobs,
     key_state,
     rate_claims,
@@ -97,6 +98,7 @@ KEYED = (
     schedules,  # with their ticker state: next and last tick, last job
     schedule_clock,  # when a ticker last ran: ticks missed since are misfires, as on the source
     type_controls,  # pauses (and when they end), concurrency and rate limits, default timeouts
+    job_types,  # types an ADMIN added at runtime: without them their jobs could not be enqueued
     job_minutes,  # the throughput per minute, as it was: finished jobs may have been pruned since
 )
 COPIED = (*WITH_IDS, *KEYED)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -74,6 +75,15 @@ jobs = Table(
     # Internal: how many times the row was updated. Every UPDATE of a job adds one under the
     # row's lock, so it grows in the order a job's changes commit (migration 0010).
     Column("revision", Integer, nullable=False, server_default="0"),
+    # Steering (API.md section 12, migration 0015): set when a RUNNING job's cancellation is
+    # asked for; the time after which a PENDING job is never claimed (ix_jobs_expiry finds
+    # those due); snoozes, which use no retry; the holder's latest progress report.
+    Column("cancel_requested_at", UtcTimestamp()),
+    Column("expires_at", UtcTimestamp()),
+    Column("snooze_count", Integer, nullable=False, server_default="0"),
+    Column("progress", Float),
+    Column("progress_message", String(200)),
+    Column("progress_at", UtcTimestamp()),
     # A producer's idempotency keys. On PostgreSQL a partial unique index over the jobs that
     # have one: a status change is never a HOT update, so every index a row is in gets a new
     # entry at each transition, and most jobs have no key (migration 0014). SQLite keeps its
@@ -200,6 +210,13 @@ jobs = Table(
         postgresql_where=text("worker_id IS NOT NULL"),
         sqlite_where=text("worker_id IS NOT NULL"),
     ),
+    # PENDING jobs that expire, soonest first: expiry reads only those due (migration 0015).
+    Index(
+        "ix_jobs_expiry",
+        "expires_at",
+        postgresql_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+        sqlite_where=text("status = 'pending' AND expires_at IS NOT NULL"),
+    ),
     # Never reuse the id of a pruned job: ids are what clients hold on to (and cursors).
     sqlite_autoincrement=True,
 )
@@ -290,6 +307,10 @@ job_events = Table(
     Column("kind", String(16), nullable=False),
     Column("status", String(16), nullable=False),
     Column("at", UtcTimestamp(), nullable=False),
+    # Of a claim and of the end of an attempt: what Job.attempts is read from (migration 0015).
+    Column("attempt", Integer),
+    Column("worker_id", String(255)),
+    Column("error", Text),
     Index("ix_job_events_job", "job_id", "id"),
     sqlite_autoincrement=True,
 )
@@ -328,6 +349,16 @@ job_minutes = Table(
 
 # How claims treat a type (API.md section 9), on every server. A type without a row has no
 # controls. `paused_until`: a pause that ends by itself (NULL with paused = 1: until resumed).
+# Job types an ADMIN added at runtime (addJobType): the allowlist is QUEUELOG_JOB_TYPES plus
+# these, read by every server (API.md section 12).
+job_types = Table(
+    "job_types",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("added_by", String(255), nullable=False),
+    Column("added_at", UtcTimestamp(), nullable=False),
+)
+
 type_controls = Table(
     "type_controls",
     metadata,
