@@ -44,6 +44,12 @@ class Job:
     timeout_seconds: int | None = None
     waiting_for: int = 0
     schedule_name: str | None = None
+    cancel_requested: bool = False
+    expires_at: datetime | None = None
+    snooze_count: int = 0
+    progress: float | None = None
+    progress_message: str | None = None
+    progress_at: datetime | None = None
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> Job:
