@@ -196,7 +196,10 @@ class JobQueue:
         return text
 
     async def cancel(self, principal: Principal, job_id: int) -> Job:
-        return await self.repository.cancel(job_id, principal.cancel_scope)
+        """PENDING: CANCELLED at once. RUNNING: its cancellation requested (API.md section 12)."""
+        return await self.repository.cancel(
+            job_id, principal.cancel_scope, self.settings.cancel_grace_seconds
+        )
 
     async def retry(self, job_id: int) -> Job:
         return await self.repository.retry(job_id)
@@ -340,12 +343,17 @@ class JobQueue:
         self.signal.notify([limits.type])  # a raised limit may free claims waiting here
         return control
 
-    async def cancel_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
-        """ADMIN: any matching job; PRODUCER: its own (the role check came first)."""
+    async def cancel_jobs(
+        self, principal: Principal, job_filter: JobFilter, limit: int, include_running: bool = False
+    ) -> BulkOutcome:
+        """ADMIN: any matching job; PRODUCER: its own (the role check came first).
+        `include_running`: RUNNING ones are asked to stop too (API.md section 12)."""
         job_filter = self._check_bulk(job_filter, limit)
         created_by = None if Role.ADMIN in principal.roles else principal.name
-        outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit)
-        log.info("cancelJobs by %s: %d cancelled (%s)", principal.name, outcome.count, _described(job_filter))
+        grace = self.settings.cancel_grace_seconds if include_running else None
+        outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit, grace)
+        done = "cancelled or asked to stop" if include_running else "cancelled"
+        log.info("cancelJobs by %s: %d %s (%s)", principal.name, outcome.count, done, _described(job_filter))
         return outcome
 
     async def retry_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:

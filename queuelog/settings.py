@@ -52,6 +52,9 @@ class Settings:
     # A query's (or subscription event's) answer, in bytes, measured while it is built
     # (schema/response_size.py); mutations are not cut.
     max_response_bytes: int = 16777216
+    # How long after cancelJob on a RUNNING job its holder has to stop before the job is
+    # ended CANCELLED without it (API.md section 12).
+    cancel_grace_seconds: int = 30
     # When set, GET /metrics wants `Authorization: Bearer <token>`.
     metrics_token: str = ""
     # When set, any other Host header gets 400 (DNS rebinding); `*.example.com` allowed.
@@ -95,6 +98,8 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must not be negative")
         if not 1 <= self.lease_seconds <= 86400:
             raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
+        if not 1 <= self.cancel_grace_seconds <= 86400:
+            raise SettingsError(f"{env_name('cancel_grace_seconds')} must be between 1 and 86400")
         if self.event_feed not in EVENT_FEEDS:
             raise SettingsError(f"{env_name('event_feed')} must be one of {', '.join(EVENT_FEEDS)}")
         object.__setattr__(self, "log_format", self.log_format.strip().lower())  # JSON, Json: json

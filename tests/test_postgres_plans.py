@@ -317,7 +317,7 @@ def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
 
 # Every statement that changes one job found by id, with its guard on the job's state.
 BY_ID = ["COMPLETE_CHECKED", "COMPLETE_HELD", "HEARTBEAT", "FAIL_RUNNING", "EXPIRE_RUNNING"]
-BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED"]
+BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED", "REQUEST_CANCEL"]
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -337,7 +337,7 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     params = {
         "id": 30000, "worker": "w", "attempt": 1, "result": "{}", "now": now, "lease": now,
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
-        "finished_at": now, "error": None, "delayed": 0,
+        "finished_at": now, "error": None, "delayed": 0, "deadline": now,
     }  # fmt: skip
     shown = plan(running_burst, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
@@ -399,6 +399,7 @@ BY_IDS = [
     (PostgresStatements, "CLAIM_IDS"),
     (PostgresStatements, "CANCEL_IDS"),
     (PostgresStatements, "RETRY_IDS"),
+    (PostgresStatements, "REQUEST_CANCEL_IDS"),
     (PostgresStatements, "MARK_DEPENDED_ON"),
     (PostgresStatements, "JOB_STATES"),
     (PostgresStatements, "BULK_STATES"),
@@ -427,7 +428,7 @@ def test_jobs_of_a_list_of_ids_are_looked_up_by_key_in_the_plan_a_server_runs(
         if analyzed:
             connection.execute("ANALYZE jobs")
         connection.execute("SET plan_cache_mode = force_generic_plan")
-        params = {"ids": "[5000, 5001, 5002]", "now": 0, "worker": "w", "lease": 0}
+        params = {"ids": "[5000, 5001, 5002]", "now": 0, "worker": "w", "lease": 0, "deadline": 0}
         shown = plan(connection, getattr(statements, name), **params)
     assert "Seq Scan" not in shown and "Hash" not in shown, shown
     by_key = r"(using jobs_pkey on jobs|Index Scan on jobs_pkey)\s.*\n\s+Index Cond: \(id = ANY"
@@ -534,19 +535,32 @@ def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
     ), shown
 
 
+# (walk, its index, unrequested: the walk of RUNNING jobs by cancelJobs(includeRunning))
 BULK_WALKS = [
-    (BulkWalk.STATUS, "ix_jobs_status"),
-    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status"),
-    (BulkWalk.CREATOR, "ix_jobs_creator_status"),
+    (BulkWalk.STATUS, "ix_jobs_status", False),
+    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status", False),
+    (BulkWalk.CREATOR, "ix_jobs_creator_status", False),
+    (BulkWalk.STATUS, "ix_jobs_status", True),
+    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status", True),
 ]
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-@pytest.mark.parametrize(("walk", "index"), BULK_WALKS, ids=[walk.name for walk, _ in BULK_WALKS])
+@pytest.mark.parametrize(
+    ("walk", "index", "unrequested"),
+    BULK_WALKS,
+    ids=[walk.name + ("-unrequested" if unrequested else "") for walk, _, unrequested in BULK_WALKS],
+)
 @pytest.mark.parametrize("statistics", ["analyzed", "never analyzed"])
 @pytest.mark.parametrize("generic", [False, True])
 def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics(
-    backend: str, request: pytest.FixtureRequest, walk: BulkWalk, index: str, statistics: str, generic: bool
+    backend: str,
+    request: pytest.FixtureRequest,
+    walk: BulkWalk,
+    index: str,
+    unrequested: bool,
+    statistics: str,
+    generic: bool,
 ) -> None:
     """A bulk chunk's read (bulk.matching) walks its index from `after`, in order, and stops
     after `scan` rows, however few of them match (a concurrency key, createdBefore): never a
@@ -558,7 +572,7 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
         if generic:
             connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
-        sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True)
+        sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True, unrequested)
         # plan_bulk walks a type's index for a type that is few among its status: none here
         params = {"status": "pending", "type": "report", "name": "p", "key": "k", "before": 0}
         shown = plan(connection, sql, **params, after=25000, scan=10000, limit=100)

@@ -176,6 +176,10 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "cancelJob": (4, 5),
     # gen; refuse: SELECT jobs by id -> CONFLICT
     "cancelJob (not pending)": (5, 2),
+    # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; the event (no counter moves)
+    "cancelJob (running)": (4, 4),
+    # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects (CANCELLED: no finish)
+    "failJob (cancel requested)": (4, 5),
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "retryJob": (4, 5),
     # no key; read: queueStats's (SELECT job_counts, type_controls, each type's head run_at);
@@ -572,6 +576,12 @@ async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
     pending = await api.enqueue("producer", 1, "email")
     await api.measure("cancelJob", "producer", CANCEL, {"id": pending[0]})
     await api.measure("cancelJob (not pending)", "admin", CANCEL, {"id": held["id"]}, code="CONFLICT")
+    asked = (await api.claim(1))[0]
+    data = await api.measure("cancelJob (running)", "admin", CANCEL, {"id": asked["id"]})
+    assert data["cancelJob"]["status"] == "RUNNING"
+    variables = {"id": asked["id"], "retryable": True}
+    data = await api.measure("failJob (cancel requested)", "worker", FAIL, variables)
+    assert data["failJob"]["status"] == "CANCELLED"
     data = await api.measure("retryJob", "admin", RETRY, {"id": final["id"]})
     assert data["retryJob"]["status"] == "PENDING"
     await api.measure_get("GET /metrics", "/metrics")

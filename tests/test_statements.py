@@ -38,7 +38,7 @@ SCOPE_SHAPES = [
     for by_worker, job_type in itertools.product((False, True), repeat=2)
     for statuses in (("pending",), ("completed",), ("running", "completed", "failed"), STATUS_VALUES_IN_ORDER)
 ]
-MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
+MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=5)]
 HELD_SHAPES = list(itertools.product((False, True), repeat=2))
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).

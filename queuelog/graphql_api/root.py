@@ -93,7 +93,13 @@ class Mutation:
         resolver=mutations.fail_job, graphql_type=Job, extensions=allowed(Action.WORK)
     )
     cancel_job = strawberry.mutation(
-        resolver=mutations.cancel_job, graphql_type=Job, extensions=allowed(Action.CANCEL)
+        resolver=mutations.cancel_job,
+        graphql_type=Job,
+        extensions=allowed(Action.CANCEL),
+        description=(
+            "PENDING: CANCELLED at once. RUNNING: sets cancelRequested and returns the job, still RUNNING;"
+            " the holder is told within a second and the job ends CANCELLED (API.md 12)."
+        ),
     )
     retry_job = strawberry.mutation(
         resolver=mutations.retry_job, graphql_type=Job, extensions=allowed(Action.RETRY)
@@ -103,8 +109,8 @@ class Mutation:
         graphql_type=BulkPayload,
         extensions=allowed(Action.CANCEL),
         description=(
-            "Cancel PENDING jobs matching the filter that the caller may cancel, oldest first, "
-            "at most limit (1..10000)."
+            "Cancel PENDING jobs matching the filter that the caller may cancel (ADMIN: any), oldest first, "
+            "at most limit (1..10000); includeRunning also requests the cancellation of RUNNING ones."
         ),
     )
     retry_jobs = strawberry.mutation(

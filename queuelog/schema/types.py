@@ -82,7 +82,7 @@ class Job:
     worker_id: str | None = strawberry.field(
         description=(
             "The authenticated name of the worker that holds the job (RUNNING) or finished it "
-            "(COMPLETED, FAILED); null otherwise."
+            "(COMPLETED, FAILED, or CANCELLED while running); null otherwise."
         )
     )
     claimed_at: datetime | None

@@ -307,12 +307,18 @@ class Repository:
         return await self._db.write(lambda tx: controls.update(tx, job_type, **changes))
 
     async def bulk(
-        self, action: EventKind, job_filter: JobFilter, created_by: str | None, limit: int
+        self,
+        action: EventKind,
+        job_filter: JobFilter,
+        created_by: str | None,
+        limit: int,
+        running_grace: int | None = None,
     ) -> BulkOutcome:
         """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
         first, one short transaction per chunk, with a pause after each where the database
-        needs one (bulk.py)."""
-        parts = await self._db.read(bulk.plan, action, job_filter, created_by)
+        needs one (bulk.py). `running_grace`: a cancel asks matching RUNNING jobs to stop too,
+        with that grace (cancel_requests.py)."""
+        parts = await self._db.read(bulk.plan, action, job_filter, created_by, running_grace is not None)
         done, after, size = 0, 0, bulk.FIRST_CHUNK
         while parts and done < limit:
             found = await self._db.read(
@@ -326,7 +332,8 @@ class Repository:
             )
             after = found.last
             if found.rows:
-                chunk = functools.partial(bulk.apply, action=action, ids=[row[0] for row in found.rows])
+                ids = [row[0] for row in found.rows]
+                chunk = functools.partial(bulk.apply, action=action, ids=ids, running_grace=running_grace)
                 started = time.perf_counter()
                 changed = await self._db.write(chunk)
                 took = time.perf_counter() - started
@@ -448,8 +455,8 @@ class Repository:
             lambda tx: running.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
         )
 
-    async def cancel(self, job_id: int, scope: JobScope) -> Job:
-        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope))
+    async def cancel(self, job_id: int, scope: JobScope, grace_seconds: int) -> Job:
+        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope, grace_seconds))
 
     async def retry(self, job_id: int) -> Job:
         return await self._db.write(lambda tx: actions.retry(tx, job_id))

@@ -31,6 +31,7 @@ RUNNING = JobStatus.RUNNING.value
 TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
 TIMED_OUT_ERROR = "timed out"
+CANCELLED_WHILE_RUNNING_ERROR = "cancelled while running"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
@@ -211,6 +212,13 @@ class Statements:
     # jobs: producer and admin actions
     CANCEL_PENDING: ClassVar[str]
     RETRY_FINISHED: ClassVar[str]
+    # Cancelling RUNNING jobs (API.md section 12, cancel_requests.py): REQUEST_CANCEL stamps
+    # `cancel_requested_at` on job `id` if it is RUNNING with no request yet, and brings its
+    # `timeout_at` forward to `deadline` (microseconds) unless it is sooner already, so that
+    # the timeout sweep (OVERDUE) ends it when the grace is up; the row back.
+    # REQUEST_CANCEL_IDS does the same for the jobs `ids` (a JSON array), their rows back.
+    REQUEST_CANCEL: ClassVar[str]
+    REQUEST_CANCEL_IDS: ClassVar[str]
     # Pruning: PRUNABLE reads (and on PostgreSQL locks) the ids of up to PRUNE_BATCH jobs
     # finished before `cutoff` that nothing waits for; PRUNE deletes those of `ids` that
     # still nothing waits for, returning (id, type, status, created_by, worker_id).
@@ -226,13 +234,14 @@ class Statements:
     oldest_due_of: ClassVar[Callable[[int], str]]
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
     OLDEST_DUE_AMONG_OWN: ClassVar[str]
-    # Bulk actions (operations/bulk.py): `match_jobs(walk, by_creator, job_type, key, before)`
-    # passes at most `scan` rows of one `status`'s walk (BulkWalk) after id `after`, in id
-    # order, and reads (id, status, worker_id) of the first `limit` that match; and one row
-    # (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where the
-    # next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a chunk is
-    # about to change, locked (PostgreSQL); *_IDS change them.
-    match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool], str]]
+    # Bulk actions (operations/bulk.py): `match_jobs(walk, by_creator, job_type, key, before,
+    # unrequested)` passes at most `scan` rows of one `status`'s walk (BulkWalk) after id
+    # `after`, in id order, and reads (id, status, worker_id) of the first `limit` that match
+    # (`unrequested`: only jobs with no cancel request); and one row (id, NULL, NULL) when the
+    # walk goes on: the id of the last row it may pass, where the next chunk starts.
+    # BULK_STATES: (id, status, worker_id) of the jobs `ids` that a chunk is about to change,
+    # locked (PostgreSQL); *_IDS change them.
+    match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool, bool], str]]
     # Only where `plans_by_statistics`: run in a read's transaction before match_jobs,
     # scope_page and list_jobs, so that their walks go in index order and stop at their LIMIT
     # (see postgres/statements/reads.py).

@@ -21,6 +21,7 @@ What differs from SQLite, and why:
 from __future__ import annotations
 
 from queuelog.storage.postgres.statements.bulk import BulkStatements
+from queuelog.storage.postgres.statements.cancel_requests import CancelRequestStatements
 from queuelog.storage.postgres.statements.claims import ClaimStatements
 from queuelog.storage.postgres.statements.dependencies import DependencyStatements
 from queuelog.storage.postgres.statements.events import EventStatements
@@ -39,6 +40,7 @@ class PostgresStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    CancelRequestStatements,
 ):
     """Every statement, by name (statements.Statements)."""
 

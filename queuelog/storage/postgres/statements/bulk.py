@@ -30,7 +30,9 @@ _BULK_WALKS = {
 
 
 @functools.cache
-def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+def match_statement(
+    walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool, unrequested: bool = False
+) -> str:
     """A bulk chunk's jobs of one status (Statements.match_jobs). The ORDER BY names the
     walk's columns before id (as list_statement does) so that only the walk's index gives
     the order. An upper bound on id would not end that walk (the status is a range, and the
@@ -46,6 +48,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
         filters.append(f"created_at < {ts('before')}")
     if by_creator and walk is not BulkWalk.CREATOR:
         filters.append("created_by = %(name)s")
+    if unrequested:
+        filters.append("cancel_requested_at IS NULL")
     matches = " AND ".join(filters) if filters else "TRUE"
     return f"""
         WITH edge AS (
@@ -53,7 +57,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
             LIMIT 1 OFFSET %(scan)s - 1)
         SELECT id, status, worker_id FROM (
             SELECT id, status, worker_id FROM (
-                SELECT id, status, worker_id, type, concurrency_key, created_at, created_by FROM jobs
+                SELECT id, status, worker_id, type, concurrency_key, created_at, created_by,
+                    cancel_requested_at FROM jobs
                 WHERE {walked} AND id > %(after)s ORDER BY {order} LIMIT %(scan)s) AS walked
             WHERE {matches} ORDER BY {order} LIMIT %(limit)s) AS hits
         UNION ALL SELECT id, NULL, NULL FROM edge"""

@@ -90,7 +90,8 @@ IS_PENDING = state_guard("status = 'pending'")
 IS_RETRIABLE = state_guard("status IN ('failed', 'cancelled')")
 RETRIED = (
     f"status = 'pending', retry_count = 0, run_at = {STAMP}, delayed = 0, waiting_for = 0, worker_id = NULL,"
-    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {STAMP}, {NEXT_REVISION}"
+    " lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, cancel_requested_at = NULL,"
+    f" updated_at = {STAMP}, {NEXT_REVISION}"
 )
 CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 

@@ -10,6 +10,7 @@ row. Each concern's statements are in a module of their own, gathered here in on
 from __future__ import annotations
 
 from queuelog.storage.sqlite.statements.bulk import BulkStatements
+from queuelog.storage.sqlite.statements.cancel_requests import CancelRequestStatements
 from queuelog.storage.sqlite.statements.claims import ClaimStatements
 from queuelog.storage.sqlite.statements.dependencies import DependencyStatements
 from queuelog.storage.sqlite.statements.events import EventStatements
@@ -28,5 +29,6 @@ class SqliteStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    CancelRequestStatements,
 ):
     """Every statement, by name (statements.Statements)."""

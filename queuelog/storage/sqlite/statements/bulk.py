@@ -26,7 +26,9 @@ _BULK_WALKS = {
 
 
 @functools.cache
-def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+def match_statement(
+    walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool, unrequested: bool = False
+) -> str:
     """A bulk chunk's jobs of one status (Statements.match_jobs): the walk's index from
     `after` up to its `scan`-th row (`edge`), a range of the index however few rows match."""
     index, walked = _BULK_WALKS[walk]
@@ -39,6 +41,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
         filters.append("created_at < :before")
     if by_creator and walk is not BulkWalk.CREATOR:
         filters.append("created_by = :name")
+    if unrequested:
+        filters.append("cancel_requested_at IS NULL")
     return (
         f"WITH edge AS (SELECT id FROM jobs INDEXED BY {index} WHERE {walked} AND id > :after"
         " ORDER BY id LIMIT 1 OFFSET :scan - 1)"

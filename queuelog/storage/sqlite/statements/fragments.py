@@ -64,6 +64,7 @@ RETRIED_VALUES = {
     "lease_expires_at": lit(None),
     "timeout_at": lit(None),
     "finished_at": lit(None),
+    "cancel_requested_at": lit(None),
     "updated_at": STAMP,
     "revision": NEXT_REVISION,
 }
