@@ -94,6 +94,9 @@ class Job:
     progress: float | None = None
     progress_message: str | None = None
     progress_at: datetime | None = None
+    # Internal: once the job was edited (updateJob), the values idempotency compares as they
+    # were enqueued ({"priority", "max_retries", "expires_at"}); None: the row's own are.
+    enqueued_as: dict[str, Any] | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -157,6 +160,18 @@ class NewJob:
     waiting_for: int = 0
     dependency_count: int = 0
     has_dependents: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobEdit:
+    """updateJob's input, validated (runJobNow: `run_now`): a field left None stays as it is."""
+
+    priority: Priority | None = None
+    max_retries: int | None = None
+    run_at: datetime | None = None
+    run_now: bool = False  # runAt = now, by the clock of the transaction that applies it
+    expires_at: datetime | None = None
+    clear_expiry: bool = False  # expiresAt: null
 
 
 @dataclass(frozen=True, slots=True)
