@@ -144,6 +144,11 @@ class Kit:
             server.admin_key,
         )
 
+    def key(self, *roles: str, max_priority: str | None = None) -> str:
+        """A new key of these roles, under a name no other test uses."""
+        name = f"{roles[0].lower()}-{next(_names)}"
+        return self.server.make_key(name, *roles, max_priority=max_priority)
+
     @staticmethod
     def type() -> str:
         """A job type no other test of the session's module uses."""

@@ -78,11 +78,11 @@ def test_fencing_and_roles_are_those_of_fail_job(kit: Kit) -> None:
     job_type = kit.type()
     kit.enqueue(job_type)
     held = kit.claim_one(job_type)
-    other_worker = kit.server.make_key(f"other-worker-{held['id']}", "WORKER")
+    other_worker = kit.key("WORKER")
     before = state(kit, held["id"])
     refused(kit.try_snooze(held, 60, attempt=2), "CONFLICT", "attempt")
     refused(kit.try_snooze(held, 60, key=other_worker), "NOT_FOUND")
-    for key in (kit.producer, kit.admin, kit.server.make_key(f"viewer-{held['id']}", "VIEWER")):
+    for key in (kit.producer, kit.admin, kit.key("VIEWER")):
         refused(kit.try_snooze(held, 60, key=key), "FORBIDDEN")
     refused(kit.try_snooze({"id": "987654321", "attempt": 1}, 60), "NOT_FOUND")
     assert state(kit, held["id"]) == before
