@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import pytest
 from conftest import Databases
 
-from queuelog.model import ALL_JOBS, EventKind, JobStatus, NewJob, Priority
+from queuelog.errors import Conflict
+from queuelog.model import ALL_JOBS, EventKind, JobEdit, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.repository import Repository
 from queuelog.storage.statements import EXPIRE_BATCH
@@ -112,6 +114,27 @@ def test_a_sweep_takes_every_due_job_in_batches_and_leaves_the_rest(databases: D
             stats = await repository.queue_stats(ALL_JOBS)
             assert (stats.counts.pending, stats.counts.cancelled) == (2, len(due))
             assert await repository.next_expiry() == kept[0].job.expires_at
+        finally:
+            await repository.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_expired_job_not_yet_swept_cannot_be_edited(databases: Databases) -> None:
+    """Past its expiry a PENDING job is as good as CANCELLED: an edit that would move its
+    expiry later, or run it now, is a CONFLICT, and the sweep still cancels it."""
+
+    async def scenario() -> None:
+        repository = await opened(databases.migrated())
+        try:
+            (job_id,) = await enqueue_expired(repository, [new_job()])
+            later = repository.now() + timedelta(hours=1)
+            for edit in (JobEdit(expires_at=later), JobEdit(clear_expiry=True), JobEdit(run_now=True)):
+                with pytest.raises(Conflict, match="expired"):
+                    await repository.update_job(job_id, ALL_JOBS, edit)
+            assert await repository.expire_due() == 1
+            events = await repository.events_of_jobs([job_id], 10)
+            assert [e.kind for e in events[job_id]] == [EventKind.ENQUEUED, EventKind.EXPIRED]
         finally:
             await repository.close()
 
