@@ -19,10 +19,8 @@ from queuelog.settings import Settings
 from queuelog.storage.repository import Repository
 
 log = logging.getLogger("queuelog.maintenance")
-# A job expires within a second of its expiresAt (API.md section 12): a server looks at least
-# this often, and a job found due but held by another transaction is looked at again after
-# EXPIRY_RECHECK_SECONDS.
-EXPIRY_CHECK_SECONDS = 0.5
+# A job found due for expiry but held by another transaction (a claim, another server's
+# sweep) is looked at again this soon.
 EXPIRY_RECHECK_SECONDS = 0.05
 
 
@@ -60,7 +58,7 @@ async def expire_leases_forever(repository: Repository, interval: float) -> None
         await asyncio.sleep(interval)
 
 
-async def expire_jobs_forever(repository: Repository, longest: float = EXPIRY_CHECK_SECONDS) -> None:
+async def expire_jobs_forever(repository: Repository, longest: float) -> None:
     """Cancel the PENDING jobs whose expiry has come (API.md section 12), looking at most
     `longest` seconds apart, and at the next expiry when it comes sooner. A look is a read of
     the first entry of ix_jobs_expiry (which holds only PENDING jobs that expire): a write
@@ -142,7 +140,7 @@ def start(
     tasks = [
         asyncio.create_task(settle_dependents_forever(repository, settings.lease_check_seconds, on_ready)),
         asyncio.create_task(expire_leases_forever(repository, settings.lease_check_seconds)),
-        asyncio.create_task(expire_jobs_forever(repository)),
+        asyncio.create_task(expire_jobs_forever(repository, settings.expiry_check_seconds)),
         asyncio.create_task(
             prune_forever(repository, settings.retention_seconds, settings.prune_interval_seconds)
         ),
