@@ -96,9 +96,7 @@ def update_pending(tx: WriteTx, job_id: int, scope: JobScope, edit: JobEdit) -> 
         raise Conflict(f"job {job_id} is {job.status.name}; only PENDING jobs can be updated")
     if job.expires_at is not None and job.expires_at <= tx.now:
         raise Conflict(f"job {job_id} has expired; it is about to be CANCELLED")
-    run_at = job.run_at
-    if edit.run_now or edit.run_at is not None:
-        run_at = tx.now if edit.run_now or edit.run_at is None else edit.run_at
+    run_at = tx.now if edit.run_now else job.run_at if edit.run_at is None else edit.run_at
     expires_at = job.expires_at
     if edit.clear_expiry or edit.expires_at is not None:
         expires_at = edit.expires_at
