@@ -35,6 +35,7 @@ class EnqueueRequest(Generic[PriorityT, IdT]):
     timeout_seconds: int | None = None
     depends_on: Sequence[IdT] = ()  # jobs it waits for
     depends_on_items: Sequence[int] = ()  # earlier items of the same call it waits for
+    expires_at: datetime | None = None  # still PENDING then: CANCELLED, never claimed
 
     def as_input(self) -> dict[str, Any]:
         """The request as EnqueueJobInput's JSON: camelCase names, times in ISO 8601; the

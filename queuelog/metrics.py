@@ -75,6 +75,7 @@ class Metrics:
         self.failed = counter("failed", "Jobs that failed for good")
         self.retried = counter("retried", "Failed attempts sent back to PENDING (incl. expired leases)")
         self.lease_expired = counter("lease_expired", "Leases that expired")
+        self.expired = counter("expired", "PENDING jobs cancelled because their expiresAt came")
         self.by_status = Gauge("queuelog_jobs", "Jobs by status", ["status"], registry=self.registry)
         self.oldest_pending = Gauge(
             "queuelog_oldest_pending_seconds",
@@ -143,6 +144,7 @@ class Metrics:
             EventKind.COMPLETED: self.completed,
             EventKind.FAILED: self.failed,
             EventKind.RETRYING: self.retried,
+            EventKind.EXPIRED: self.expired,
         }
         self._type_counters = (
             self.enqueued,
@@ -151,6 +153,7 @@ class Metrics:
             self.failed,
             self.retried,
             self.lease_expired,
+            self.expired,
             self.held_back,
         )
         self._counted_types: set[str] = set()

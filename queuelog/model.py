@@ -96,6 +96,9 @@ class Job:
     progress: float | None = None
     progress_message: str | None = None
     progress_at: datetime | None = None
+    # Internal: once the job was edited (updateJob), the values idempotency compares as they
+    # were enqueued ({"priority", "max_retries", "expires_at"}); None: the row's own are.
+    enqueued_as: dict[str, Any] | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -150,7 +153,6 @@ class NewJob(JobRequest):
 
     payload_json: str  # the payload's compact JSON, as measured against the size limit
     schedule_name: str | None = None
-    expires_at: datetime | None = None
     # Set by storage once the dependencies are read: the row's own values.
     waiting_for: int = 0
     dependency_count: int = 0
@@ -162,6 +164,18 @@ class NewJob(JobRequest):
         values = {name: getattr(request, name) for name in REQUEST_FIELDS}
         values.update(checked)
         return cls(**values, payload_json=payload_json)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEdit:
+    """updateJob's input, validated (runJobNow: `run_now`): a field left None stays as it is."""
+
+    priority: Priority | None = None
+    max_retries: int | None = None
+    run_at: datetime | None = None
+    run_now: bool = False  # runAt = now, by the clock of the transaction that applies it
+    expires_at: datetime | None = None
+    clear_expiry: bool = False  # expiresAt: null
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from queuelog.model import (
     EnqueueOutcome,
     EventKind,
     Job,
+    JobEdit,
     JobFilter,
     JobRequest,
     JobStatus,
@@ -80,6 +81,7 @@ MAX_BULK = 10_000
 MAX_RATE_PERIOD = 86400
 MAX_TIMEOUT_SECONDS = 86400
 MAX_DEPENDENCIES = 100
+MAX_SNOOZE_SECONDS = 86400
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
@@ -166,14 +168,18 @@ class JobQueue:
         if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
         run_at = request.run_at
+        expires_at = request.expires_at
+        if expires_at is not None:
+            expires_at = checked_expiry(expires_at, run_at)
         return NewJob.of(
             request,
             payload_json,
             idempotency_key=idempotency_key,
-            run_at=as_utc(run_at, "runAt") if run_at is not None else None,
+            run_at=run_at,
             concurrency_key=concurrency_key,
             depends_on=tuple(sorted(set(request.depends_on))),
             depends_on_items=tuple(sorted(set(request.depends_on_items))),
+            expires_at=expires_at,
         )
 
     def check_json_size(self, value: Any, what: str) -> str:
@@ -203,6 +209,33 @@ class JobQueue:
 
     async def retry(self, job_id: int) -> Job:
         return await self.repository.retry(job_id)
+
+    # --- steering (API.md section 12) --------------------------------------------------------
+
+    async def snooze(self, principal: Principal, job_id: int, attempt: int, seconds: int) -> Job:
+        """The holder's job back to PENDING, due in `seconds`: no retry used."""
+        if not 1 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise BadInput(f"seconds must be between 1 and {MAX_SNOOZE_SECONDS}")
+        return await self.repository.snooze(principal.name, job_id, attempt, seconds)
+
+    async def update_job(self, principal: Principal, job_id: int, edit: JobEdit) -> Job:
+        """Edit a PENDING job: ADMIN any, a PRODUCER those it enqueued (others: NOT_FOUND)."""
+        if edit.priority is not None and edit.priority.value > principal.max_priority.value:
+            raise Forbidden(
+                f"priority {edit.priority.name} is above this key's maximum {principal.max_priority.name}"
+            )
+        if edit.max_retries is not None and not 0 <= edit.max_retries <= MAX_RETRIES_LIMIT:
+            raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
+        edit = dataclasses.replace(
+            edit,
+            run_at=None if edit.run_at is None else as_utc(edit.run_at, "runAt"),
+            expires_at=None if edit.expires_at is None else as_utc(edit.expires_at, "expiresAt"),
+        )
+        return await self.repository.update_job(job_id, principal.cancel_scope, edit)
+
+    async def run_job_now(self, principal: Principal, job_id: int) -> Job:
+        """updateJob with runAt = now: due at once, still subject to dependencies and controls."""
+        return await self.repository.update_job(job_id, principal.cancel_scope, JobEdit(run_now=True))
 
     # --- readers ---------------------------------------------------------------------------
 
@@ -637,6 +670,16 @@ def as_utc(value: datetime, what: str) -> datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:
         raise BadInput(f"{what} cannot be expressed in UTC") from None
+
+
+def checked_expiry(expires_at: datetime, run_at: datetime | None) -> datetime:
+    """An enqueue's expiresAt in UTC, once later than its runAt (None: now). Whether it is
+    later than now is asked where the job would be created (storage/operations/enqueue.py):
+    a replay of a job that has expired since answers that job."""
+    expires_at = as_utc(expires_at, "expiresAt")
+    if run_at is not None and expires_at <= run_at:
+        raise BadInput("expiresAt must be later than runAt")
+    return expires_at
 
 
 def check_no_nul(text: str, what: str) -> None:

@@ -72,6 +72,9 @@ class Settings:
     log_format: str = "text"
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
+    # Nor this: how often, at most, a server looks for PENDING jobs whose expiresAt has come
+    # (one read of ix_jobs_expiry); a job expires within a second of it (API.md section 12).
+    expiry_check_seconds: float = field(default=0.5, metadata={"internal": True})
     # Nor this: how often a server on PostgreSQL looks for tables to vacuum where autovacuum
     # does not run (storage/postgres/vacuum.py). Claims walk the dead entries left since the last
     # VACUUM: at 8k claims/s, a check every 15 s would let a claim at 1M jobs take 1.6x its
@@ -109,6 +112,8 @@ class Settings:
             _check_host_pattern(host)
         if self.lease_check_seconds <= 0:
             raise SettingsError(f"{env_name('lease_check_seconds')} must be positive")
+        if self.expiry_check_seconds <= 0:
+            raise SettingsError(f"{env_name('expiry_check_seconds')} must be positive")
         if self.vacuum_check_seconds <= 0:
             raise SettingsError(f"{env_name('vacuum_check_seconds')} must be positive")
 

@@ -24,7 +24,15 @@ from queuelog.graphql_api import schema
 from queuelog.sdk import types as client
 from queuelog.storage.schema.tables import jobs
 
-INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
+INTERNAL_FIELDS = {
+    "created_by",
+    "delayed",
+    "timeout_at",
+    "dependency_count",
+    "has_dependents",
+    "revision",
+    "enqueued_as",
+}
 RELATIONS = {"events", "dependsOn"}
 # Model fields exposed in another form: when cancellation was asked for, as a flag
 # (model.Job.cancel_requested).
@@ -98,7 +106,14 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     assert list(row) == list(NEW_JOB_COLUMNS)
     assert row["payload"] == '{"to":"a"}' and row["priority"] == 20 and row["run_at"] == to_micros(now)
     job = new_job(7, item, "producer", now)
-    assert all(getattr(job, column) is None for column in LIFECYCLE_COLUMNS)
+    # NULL, or the default its row and the model share (snooze_count: 0)
+    defaults = {
+        f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(model.Job)
+    }
+    assert {column: getattr(job, column) for column in LIFECYCLE_COLUMNS} == {
+        c: defaults[c] for c in LIFECYCLE_COLUMNS
+    }
+    assert job.snooze_count == 0
     assert (job.id, job.idempotency_key, job.run_at, job.status) == (7, "key-1", now, model.JobStatus.PENDING)
 
 

@@ -28,7 +28,7 @@ How statements are counted
 - Every authenticated request reads the keys generation (one data statement, on the reader,
   outside any transaction); principals are cached, so a key's lookup shows only on its first
   request (see "me (a key's first request)"). Counts include that read.
-- Background loops (lease expiry, pruning, the schedule ticker) are given an hour-long
+- Background loops (lease expiry, job expiry, pruning, the schedule ticker) are given an hour-long
   interval, the event tail is off (QUEUELOG_EVENT_FEED=local; with it, each commit also
   reads sqlite_sequence twice to learn its event ids) and the writer is idle before each
   measured request, so nothing else runs while one is recorded.
@@ -614,6 +614,7 @@ async def measure_everything(directory: Path) -> dict[str, dict[str, Measured]]:
             database_url=url,
             job_types=JOB_TYPES,
             lease_check_seconds=HOUR,
+            expiry_check_seconds=HOUR,
             prune_interval_seconds=HOUR,
             # No event tail: its polls (every 50 ms) would land among a request's statements.
             event_feed="local",

@@ -142,6 +142,32 @@ class Mutation:
             "ADMIN: replaces the type's limits (a null field clears that limit); pausing is separate."
         ),
     )
+    # Steering (API.md section 12).
+    snooze_job = strawberry.mutation(
+        resolver=mutations.snooze_job,
+        graphql_type=Job,
+        extensions=allowed(Action.WORK),
+        description=(
+            "The holder: back to PENDING, runAt = now + seconds (1..86400), no retry used, snoozeCount + 1."
+        ),
+    )
+    update_job = strawberry.mutation(
+        resolver=mutations.update_job,
+        graphql_type=Job,
+        extensions=allowed(Action.EDIT),
+        description=(
+            "ADMIN, or the PRODUCER that enqueued it (priority within its maxPriority): only while PENDING,"
+            " else CONFLICT."
+        ),
+    )
+    run_job_now = strawberry.mutation(
+        resolver=mutations.run_job_now,
+        graphql_type=Job,
+        extensions=allowed(Action.EDIT),
+        description=(
+            "As updateJob with runAt = now: due at once (still subject to dependencies, pauses and limits)."
+        ),
+    )
     put_schedule = strawberry.mutation(
         resolver=schedules.put_schedule,
         graphql_type=Schedule,

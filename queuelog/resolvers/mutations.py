@@ -1,4 +1,4 @@
-"""Mutation resolvers: enqueue, claim, report, cancel and retry."""
+"""Mutation resolvers: enqueue, claim, report, cancel and retry, snooze and edit."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from queuelog.model import (
 )
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
-from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
+from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput, UpdateJobInput
 
 Ctx = Info[RequestContext, None]
 
@@ -129,3 +129,19 @@ async def cancel_job(info: Ctx, id: strawberry.ID) -> Job:
 
 async def retry_job(info: Ctx, id: strawberry.ID) -> Job:
     return await queue(info).retry(parse_job_id(id))
+
+
+# --- steering (API.md section 12) -----------------------------------------------------------
+
+
+async def snooze_job(info: Ctx, id: strawberry.ID, attempt: int, seconds: int) -> Job:
+    return await queue(info).snooze(caller(info), parse_job_id(id), attempt, seconds)
+
+
+async def update_job(info: Ctx, id: strawberry.ID, input: UpdateJobInput) -> Job:
+    job_id = parse_job_id(id)
+    return await queue(info).update_job(caller(info), job_id, input.to_model())
+
+
+async def run_job_now(info: Ctx, id: strawberry.ID) -> Job:
+    return await queue(info).run_job_now(caller(info), parse_job_id(id))

@@ -37,7 +37,10 @@ strawberry.enum(
 strawberry.enum(Role)
 
 
-EVENT_KINDS = "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED"
+EVENT_KINDS = (
+    "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED,"
+    " SNOOZED, UPDATED, EXPIRED"
+)
 
 
 @strawberry.type(description="One recorded transition of a job.")

@@ -29,6 +29,7 @@ from queuelog.model import (
     EnqueueOutcome,
     EventKind,
     Job,
+    JobEdit,
     JobEvent,
     JobFilter,
     JobScope,
@@ -61,6 +62,7 @@ from queuelog.storage.operations import (
     pacing,
     pruning,
     reads,
+    rescheduling,
     running,
     schedules,
     settlements,
@@ -71,7 +73,7 @@ from queuelog.storage.operations.pacing import Pacing
 from queuelog.storage.operations.schedules import Fired
 from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.sqlite.database import SqliteDatabase
-from queuelog.storage.statements import PRUNE_BATCH
+from queuelog.storage.statements import EXPIRE_BATCH, PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
 
 EventListener = Callable[[Sequence[JobEvent]], None]
@@ -460,6 +462,26 @@ class Repository:
 
     async def retry(self, job_id: int) -> Job:
         return await self._db.write(lambda tx: actions.retry(tx, job_id))
+
+    # --- steering (API.md section 12) --------------------------------------------------------
+
+    async def expire_due(self) -> int:
+        """Cancel the PENDING jobs whose expiry has come, one batch a transaction."""
+        total = 0
+        while True:
+            expired = await self._db.write(rescheduling.expire_due)
+            total += expired
+            if expired < EXPIRE_BATCH:
+                return total
+
+    async def next_expiry(self) -> datetime | None:
+        return await self._db.read(rescheduling.next_expiry)
+
+    async def snooze(self, worker: str, job_id: int, attempt: int, seconds: int) -> Job:
+        return await self._db.write(lambda tx: rescheduling.snooze(tx, worker, job_id, attempt, seconds))
+
+    async def update_job(self, job_id: int, scope: JobScope, edit: JobEdit) -> Job:
+        return await self._db.write(lambda tx: rescheduling.update_pending(tx, job_id, scope, edit))
 
     async def expire_leases(self) -> int:
         return await self._db.write(lambda tx: running.expire_leases(tx, self._delay))

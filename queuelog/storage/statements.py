@@ -32,6 +32,7 @@ TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
 TIMED_OUT_ERROR = "timed out"
 CANCELLED_WHILE_RUNNING_ERROR = "cancelled while running"
+EXPIRED_ERROR = "expired"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
@@ -219,6 +220,17 @@ class Statements:
     # REQUEST_CANCEL_IDS does the same for the jobs `ids` (a JSON array), their rows back.
     REQUEST_CANCEL: ClassVar[str]
     REQUEST_CANCEL_IDS: ClassVar[str]
+    # Steering (API.md section 12; rescheduling.py of each database). EXPIRE_DUE: up to
+    # EXPIRE_BATCH PENDING jobs whose expires_at is not after `now` CANCELLED with error
+    # EXPIRED_ERROR, found through ix_jobs_expiry (PostgreSQL: skipping those locked), the
+    # rows returned; NEXT_EXPIRY: the earliest expires_at of a PENDING job (NULL: none).
+    # SNOOZE_RUNNING: the RUNNING job `id` at `attempt` back to PENDING at `run_at`
+    # (`delayed`), worker and lease cleared, snooze_count + 1. UPDATE_PENDING: the PENDING
+    # job `id`'s priority, max_retries, run_at, delayed, expires_at and enqueued_as set.
+    EXPIRE_DUE: ClassVar[str]
+    NEXT_EXPIRY: ClassVar[str]
+    SNOOZE_RUNNING: ClassVar[str]
+    UPDATE_PENDING: ClassVar[str]
     # Pruning: PRUNABLE reads (and on PostgreSQL locks) the ids of up to PRUNE_BATCH jobs
     # finished before `cutoff` that nothing waits for; PRUNE deletes those of `ids` that
     # still nothing waits for, returning (id, type, status, created_by, worker_id).

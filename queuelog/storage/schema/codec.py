@@ -24,6 +24,7 @@ JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)
 LIFECYCLE_COLUMNS = frozenset(
     {"claimed_at", "worker_id", "lease_expires_at", "finished_at", "result", "error", "timeout_at"}
     | {"cancel_requested_at", "snooze_count", "progress", "progress_message", "progress_at"}
+    | {"enqueued_as"}
 )
 # The columns an enqueue writes, in the table's order (the id comes from the database).
 NEW_JOB_COLUMNS: tuple[str, ...] = tuple(c for c in JOB_COLUMNS if c != "id" and c not in LIFECYCLE_COLUMNS)

@@ -2,7 +2,8 @@
 
 Both are generated from `tables.jobs`, like the row decoder (codec.py): a column of
 NEW_JOB_COLUMNS takes the `NewJob` field of the same name, unless ENQUEUED below says
-otherwise; a lifecycle column (codec.LIFECYCLE_COLUMNS) starts NULL. A column that is
+otherwise; a lifecycle column (codec.LIFECYCLE_COLUMNS) is left to its default (NULL, or
+the server default the model repeats: snooze_count 0). A column that is
 neither fails at import, naming itself.
 """
 
@@ -40,6 +41,7 @@ ENQUEUED = {
     "revision": ("0", "0"),
 }
 _NEW_JOB_FIELDS = {field.name for field in dataclasses.fields(NewJob)}
+_JOB_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Job)}
 RowValues = Callable[[NewJob, str, int], dict[str, Any]]
 NewJobOf = Callable[[int, NewJob, str, datetime], Job]
 
@@ -62,9 +64,12 @@ def _from_new_job(column: str) -> tuple[str, str]:
 def _build() -> tuple[RowValues, NewJobOf]:
     sources = {column: ENQUEUED.get(column) or _from_new_job(column) for column in NEW_JOB_COLUMNS}
     row = ", ".join(f"{column!r}: {sources[column][0]}" for column in NEW_JOB_COLUMNS)
+    # A lifecycle column the model gives a default (snooze_count: 0) takes it, as the row's
+    # server default does; the others are None.
     fields = ", ".join(
         "id=job_id" if column == "id" else f"{column}={sources[column][1] if column in sources else None}"
         for column in JOB_COLUMNS
+        if column in sources or column == "id" or _JOB_DEFAULTS.get(column) is dataclasses.MISSING
     )
     assert set(JOB_COLUMNS) == {"id", *NEW_JOB_COLUMNS, *LIFECYCLE_COLUMNS}
     source = (

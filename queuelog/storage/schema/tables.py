@@ -84,6 +84,9 @@ jobs = Table(
     Column("progress", Float),
     Column("progress_message", String(200)),
     Column("progress_at", UtcTimestamp()),
+    # Internal: from a job's first edit (updateJob) on, its priority, max_retries and
+    # expires_at as enqueued (JSON), which a replayed enqueue is compared with (migration 0016).
+    Column("enqueued_as", JsonDocument()),
     # A producer's idempotency keys. On PostgreSQL a partial unique index over the jobs that
     # have one: a status change is never a HOT update, so every index a row is in gets a new
     # entry at each transition, and most jobs have no key (migration 0014). SQLite keeps its

@@ -28,6 +28,7 @@ from queuelog.storage.postgres.statements.events import EventStatements
 from queuelog.storage.postgres.statements.flow import FlowStatements
 from queuelog.storage.postgres.statements.jobs import JobStatements
 from queuelog.storage.postgres.statements.reads import ReadStatements
+from queuelog.storage.postgres.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.postgres.statements.schedules import ScheduleStatements
 
 
@@ -41,6 +42,7 @@ class PostgresStatements(
     DependencyStatements,
     ScheduleStatements,
     CancelRequestStatements,
+    ReschedulingStatements,
 ):
     """Every statement, by name (statements.Statements)."""
 

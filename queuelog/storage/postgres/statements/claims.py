@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from queuelog.storage.postgres.statements.fragments import (
+    CLAIMABLE,
     DELAYED,
     KEYED,
     NEXT_REVISION,
@@ -31,13 +32,16 @@ CLAIMED = f"""
 """
 
 
-def type_heads(columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock: bool) -> str:
-    """Each wanted type's first ready jobs without a key and with one (two LATERAL reads:
-    FOR UPDATE is not allowed under a UNION's branches, but is in their FROM)."""
+def type_heads(
+    columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock: bool, ready: str = READY
+) -> str:
+    """Each wanted type's first `ready` jobs without a key and with one (two LATERAL reads:
+    FOR UPDATE is not allowed under a UNION's branches, but is in their FROM). A claim's
+    reads take CLAIMABLE."""
     skip = " FOR UPDATE SKIP LOCKED" if lock else ""
     reads = [
         f"SELECT head.* FROM {wanted} CROSS JOIN LATERAL ("
-        f"SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {READY} AND {keyness}"
+        f"SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {ready} AND {keyness}"
         f" ORDER BY priority DESC, created_at, id LIMIT {limit}{skip}) AS head"
         for keyness, limit in ((UNKEYED, unkeyed_limit), (KEYED, keyed_limit))
     ]
@@ -55,7 +59,9 @@ def claim_heads(heads: str) -> str:
 """
 
 
-_CLAIM = claim_heads(type_heads("id, priority, created_at", WANTED, "%(limit)s", "%(limit)s", True))
+_CLAIM = claim_heads(
+    type_heads("id, priority, created_at", WANTED, "%(limit)s", "%(limit)s", True, CLAIMABLE)
+)
 
 
 def _promote(wanted: str) -> str:

@@ -17,6 +17,7 @@ from queuelog.storage.sqlite.statements.events import EventStatements
 from queuelog.storage.sqlite.statements.flow import FlowStatements
 from queuelog.storage.sqlite.statements.jobs import JobStatements
 from queuelog.storage.sqlite.statements.reads import ReadStatements
+from queuelog.storage.sqlite.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.sqlite.statements.schedules import ScheduleStatements
 
 
@@ -30,5 +31,6 @@ class SqliteStatements(
     DependencyStatements,
     ScheduleStatements,
     CancelRequestStatements,
+    ReschedulingStatements,
 ):
     """Every statement, by name (statements.Statements)."""
