@@ -355,6 +355,10 @@ class JobQueue:
 
     # --- flow control (API.md section 9) ---------------------------------------------------
 
+    async def allowed_type_count(self) -> int:
+        """How many types `type_controls` answers now (its cost, schema/cost.py)."""
+        return len(await self.allowlist.current())
+
     async def type_controls(self) -> builtins.list[TypeControl]:
         return await self.repository.type_controls(sorted(await self.allowlist.current()))
 
