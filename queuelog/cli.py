@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 serve_log = logging.getLogger("queuelog.serve")
+cli_log = logging.getLogger("queuelog.cli")
 
 # SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
 # `queuelog worker` (which needs none of them) starts quickly.
@@ -661,8 +662,18 @@ async def _add_type(queue: JobQueue, actor: Principal, job_type: str) -> str:
 
 
 def cmd_schedules(args: argparse.Namespace) -> None:
+    from queuelog.errors import BadInput
+
     settings = _types_settings(args)
-    job = _with_queue(settings, lambda queue: queue.run_schedule_now(cli_principal(), args.name))
+    try:
+        job = _with_queue(settings, lambda queue: queue.run_schedule_now(cli_principal(), args.name))
+    except BadInput as refusal:
+        if settings.job_types:
+            raise
+        raise CommandError(
+            f"{refusal.message}; here the allowlist is the types added at runtime alone:"
+            f" pass --job-types a,b (or set {env_name('job_types')}) as the server has them"
+        ) from None
     print(
         f"enqueued job {job.id} ({job.type}) of schedule {args.name!r} now, idempotency key"
         f" {job.idempotency_key}; its ticks go on as before"
@@ -675,7 +686,11 @@ def cmd_jobs(args: argparse.Namespace) -> None:
 
     job_id = parse_job_id(args.id.strip(), "ID")
     settings = _types_settings(args)
-    job = _with_queue(settings, lambda queue: queue.cancel(cli_principal(), job_id))
+    actor = cli_principal()
+    job = _with_queue(settings, lambda queue: queue.cancel(actor, job_id))
+    # The API's cancelJob logs nothing (producers cancel their own jobs all day); an
+    # operator's action outside the API is logged, naming them.
+    cli_log.info("job %d (%s) cancel by %s: %s", job.id, job.type, actor.name, job.status.name)
     if job.status is JobStatus.CANCELLED:
         print(f"cancelled job {job.id} ({job.type})")
     elif job.cancel_requested:
