@@ -181,12 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     types_parser = commands.add_parser(
         "types",
-        help="list, pause and resume job types (flow control), straight in the database",
+        help="list, pause, resume, add and remove job types, straight in the database",
         description=(
-            "Read and change the job types' flow controls (API.md section 9) in the database "
-            "itself, with no server needed: every server on the database obeys a pause from its "
-            "next claim. The types are the server's allowlist: pass the same --job-types (or "
-            f"${env_name('job_types')}) as `serve` gets."
+            "Read and change the job types' flow controls (API.md section 9), and the types "
+            "added at runtime (section 12), in the database itself, with no server needed: every "
+            "server on the database obeys a pause from its next claim, and an added or removed "
+            "type at its next request. The types are the server's allowlist: pass the same "
+            f"--job-types (or ${env_name('job_types')}) as `serve` gets; the added types come "
+            "from the database."
         ),
     )
     type_commands = types_parser.add_subparsers(
