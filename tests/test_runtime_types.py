@@ -277,3 +277,15 @@ def test_metrics_list_an_added_type_with_zeros_from_the_moment_it_is_added(
     assert not [s for s in after if s.name == "queuelog_type_paused" and s.labels["type"] == job_type]
     # Its job is still there, and so counted.
     assert per_type(after)[("queuelog_type_jobs", job_type)] == 1.0
+
+
+def test_type_controls_cost_counts_the_added_types(start_server: Callable[..., Server]) -> None:
+    """QUEUELOG_JOB_TYPES no longer bounds typeControls: its cost counts every allowed type."""
+    server = start_server(job_types="only", max_cost=30)
+    query = "{ typeControls { type paused running } }"  # costs 1 + 3 per type
+    assert [c["type"] for c in server.gql(query).ok()["typeControls"]] == ["only"]
+    for n in range(8):
+        server.gql(ADD, {"type": f"costly.{n}"}).ok()
+    assert len(server.gql(query).ok()["typeControls"]) == 9  # 28
+    server.gql(ADD, {"type": "costly.8"}).ok()
+    refused(server.gql(query), "BAD_USER_INPUT", "cost")  # 31
