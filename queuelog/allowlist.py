@@ -4,24 +4,29 @@ plus the types an ADMIN added at runtime, which every server on the database sha
 No server polls the table of added types. Each write to it moves `types_generation`
 (a trigger), and every request with a key already reads that generation with the keys
 generation (one single-row read, principals.py): the added types are read again only when
-it has moved, so a removal reaches every server by its next request. A type this server
-has not heard of yet (added a moment ago, perhaps on another server) is looked up before it
-is refused, so an addition is obeyed at once, everywhere. Callers without a request of
-their own (the metrics scrape) read the generation first (`fresh`).
+it has moved, so an addition or a removal reaches every server by its next request. A type
+missing from the allowlist is looked up in the table before it is refused all the same
+(operations over a websocket go by a generation up to 0.5 s old), by a read that the misses
+of MISS_READ_SECONDS share. Callers without a request of their own (the metrics scrape)
+read the generation first (`fresh`).
 """
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import re
 from collections.abc import Collection, Iterable
 
 from queuelog.errors import BadInput, echo
 from queuelog.settings import env_name
+from queuelog.shared_reads import Recent
 from queuelog.storage.repository import Repository
 
 JOB_TYPE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-log = logging.getLogger("queuelog.queue")
+# A type missing from the allowlist is looked up in the table, by one read that the misses of
+# this long share: refused enqueues of made-up types cannot make a read each.
+MISS_READ_SECONDS = 0.1
+AddedTypes = tuple[int, list[str]]  # the types generation, and the added types as of it
 
 
 def check_job_type_name(name: str) -> None:
@@ -37,6 +42,9 @@ class Allowlist:
         self._types = self.configured
         self._added: tuple[str, ...] = ()
         self._generation: int | None = None  # of the added types held; None: never read
+        # A read under way, and the types generation it is sure to see (at least).
+        self._reading: tuple[int, asyncio.Future[AddedTypes]] | None = None
+        self._misses = Recent(repository.added_job_types, MISS_READ_SECONDS)
 
     @property
     def types(self) -> frozenset[str]:
@@ -50,16 +58,29 @@ class Allowlist:
 
     async def current(self, wanted: Collection[str] = (), *, fresh: bool = False) -> frozenset[str]:
         """The allowlist now: read again when the types generation has moved since the last
-        read, and before a type of `wanted` is found missing from it. `fresh`: read the
-        generation now (a caller that has not just read it with its key)."""
+        read, and looked up before a type of `wanted` is found missing from it. `fresh`: read
+        the generation now (a caller that has not just read it with its key)."""
         if fresh:
             await self._repository.refresh_key_generation()
-        if self._generation == self._repository.types_generation() and self._types.issuperset(wanted):
+        needed = self._repository.types_generation()
+        if self._generation is None or self._generation < needed:
+            return await self._read_since(needed)
+        if self._types.issuperset(wanted):
             return self._types
-        return await self._read()
+        return self._install(await self._misses.get())
 
-    async def _read(self) -> frozenset[str]:
-        generation, names = await self._repository.added_job_types()
+    async def _read_since(self, needed: int) -> frozenset[str]:
+        """Read the added types, sharing a read under way that is sure to see `needed`: the
+        requests that all learn of one change at once make one read between them."""
+        reading = self._reading
+        if reading is None or reading[0] < needed or reading[1].done():
+            reading = (needed, asyncio.ensure_future(self._repository.added_job_types()))
+            self._reading = reading
+        return self._install(await asyncio.shield(reading[1]))
+
+    def _install(self, read: AddedTypes) -> frozenset[str]:
+        """The allowlist as of `read`, which becomes the one held unless a newer one is."""
+        generation, names = read
         types = self.configured.union(names)
         # Reads that overlap may end in any order: an older one never replaces a newer one.
         if self._generation is None or generation >= self._generation:

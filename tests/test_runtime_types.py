@@ -5,6 +5,8 @@ Proven:
 - an added type is accepted at once by the server that added it and by another server on the
   same database, without a restart (polled, bounded: it is in fact the first enqueue after the
   answer); `typeControls` on both lists it, and it can be paused and limited like any other;
+  the same over a websocket left open on the other server, where no request reads the types
+  generation: an addition is accepted, a removal refused, each within a second;
 - removing it: the next enqueue on either server is refused with BAD_USER_INPUT, as for any
   unknown type, also in a batch (refused whole); its existing jobs stay and are claimed,
   listed (by type) and retried; adding it again allows it again;
@@ -23,13 +25,17 @@ Roles (ADMIN only) are attacked in tests/security/test_v02_type_allowlist.py.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
 from conftest import Databases, GraphQLResponse, Server, launch_server
 from test_metrics import documented_per_type_series, per_type, scrape
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.typing import Subprotocol
 
 ADD = "mutation($type: String!) { addJobType(type: $type) { type paused running maxRunning } }"
 REMOVE = "mutation($type: String!) { removeJobType(type: $type) }"
@@ -289,3 +295,54 @@ def test_type_controls_cost_counts_the_added_types(start_server: Callable[..., S
     assert len(server.gql(query).ok()["typeControls"]) == 9  # 28
     server.gql(ADD, {"type": "costly.8"}).ok()
     refused(server.gql(query), "BAD_USER_INPUT", "cost")  # 31
+
+
+async def enqueue_over(ws: ClientConnection, op_id: str, job_type: str) -> str | None:
+    """Enqueue over the websocket: the job's type, or None when refused as not allowed."""
+    payload = {"query": ENQUEUE, "variables": {"type": job_type}}
+    await ws.send(json.dumps({"id": op_id, "type": "subscribe", "payload": payload}))
+    while True:
+        message = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if message.get("id") == op_id and message["type"] in ("next", "error"):
+            break
+    errors = message["payload"] if message["type"] == "error" else message["payload"].get("errors")
+    if errors:
+        assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"], message
+        assert "is not allowed" in errors[0]["message"], message
+        return None
+    return str(message["payload"]["data"]["enqueueJob"]["job"]["type"])
+
+
+async def within_propagation_over(ws: ClientConnection, job_type: str, accepted: bool) -> None:
+    deadline = time.monotonic() + PROPAGATION_SECONDS
+    for attempt in itertools.count():
+        if (
+            await enqueue_over(ws, f"poll-{job_type}-{accepted}-{attempt}", job_type) is not None
+        ) == accepted:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"not within {PROPAGATION_SECONDS} s over a websocket: {job_type} accepted={accepted}"
+            )
+        await asyncio.sleep(0.02)
+
+
+def test_a_websocket_left_open_on_another_server_follows_additions_and_removals(
+    pair: tuple[Server, Server],
+) -> None:
+    a, b = pair
+    job_type = fresh_type("socket")
+
+    async def scenario() -> None:
+        protocol = Subprotocol("graphql-transport-ws")
+        async with connect(b.ws_url, subprotocols=[protocol], proxy=None, open_timeout=10) as ws:
+            init = {"type": "connection_init", "payload": {"authorization": f"Bearer {b.admin_key}"}}
+            await ws.send(json.dumps(init))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "connection_ack"
+            assert await enqueue_over(ws, "before", job_type) is None
+            await asyncio.to_thread(lambda: a.gql(ADD, {"type": job_type}).ok())
+            await within_propagation_over(ws, job_type, accepted=True)
+            await asyncio.to_thread(lambda: a.gql(REMOVE, {"type": job_type}).ok())
+            await within_propagation_over(ws, job_type, accepted=False)
+
+    asyncio.run(scenario())
