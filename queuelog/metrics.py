@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,6 +17,8 @@ from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, QueueStats,
 from queuelog.storage.repository import Repository
 
 log = logging.getLogger("queuelog.metrics")
+# The allowlist at scrape time (queuelog.allowlist.Allowlist.current).
+AllowedTypes = Callable[[], Awaitable[Collection[str]]]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 UNAUTHORIZED = "a valid metrics token is required: Authorization: Bearer <QUEUELOG_METRICS_TOKEN>\n"
@@ -219,19 +221,22 @@ class Metrics:
         return timed
 
     async def response(
-        self, request: Request, repository: Repository, token: str, types: Sequence[str] = ()
+        self, request: Request, repository: Repository, token: str, allowed: AllowedTypes | None = None
     ) -> Response:
         """GET /metrics: the scrape, or 401 (before reading anything) without the token."""
         if not token_accepted(request.headers.get("authorization"), token):
             headers = {**NOSNIFF, "WWW-Authenticate": "Bearer"}
             return PlainTextResponse(UNAUTHORIZED, status_code=401, headers=headers)
-        return Response(await self.render(repository, types), media_type=CONTENT_TYPE, headers=NOSNIFF)
+        return Response(await self.render(repository, allowed), media_type=CONTENT_TYPE, headers=NOSNIFF)
 
-    async def render(self, repository: Repository, types: Sequence[str] = ()) -> bytes:
+    async def render(self, repository: Repository, allowed: AllowedTypes | None = None) -> bytes:
         """The scrape. When the database is unavailable it still answers, with
-        queuelog_database_up 0, this process's counters, and no database-read gauges."""
-        self.count_types(types)
+        queuelog_database_up 0, this process's counters, and no database-read gauges.
+        `allowed`: the allowlist now, types added at runtime included (read at each scrape, so
+        an added type has its zero samples from the moment it is added)."""
         try:
+            types = sorted(await allowed()) if allowed is not None else []
+            self.count_types(types)
             stats = await repository.queue_stats(ALL_JOBS)
             controls = await repository.type_controls(types) if types else []
             broken_schedules = await repository.broken_schedules()
@@ -272,8 +277,9 @@ class Metrics:
             self.type_oldest_pending.labels(job_type).set(stats.oldest_pending_by_type.get(job_type, 0))
 
     def _set_type_controls(self, controls: Sequence[TypeControl], now: datetime) -> None:
-        for gauge in self.type_limits.values():
-            gauge.clear()  # a limit cleared since the last scrape has no sample
+        # A limit cleared since the last scrape has no sample, nor has a type removed since.
+        for gauge in (self.type_paused, self.type_running, *self.type_limits.values()):
+            gauge.clear()
         for control in controls:
             self.type_paused.labels(control.type).set(int(control.paused_at(now)))
             self.type_running.labels(control.type).set(control.running)

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from queuelog.allowlist import Allowlist, check_job_type_name
 from queuelog.auth import Principal
 from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge, echo
 from queuelog.model import (
@@ -124,7 +125,7 @@ class JobQueue:
         # Once set, waiting claims answer what they have (usually nothing) instead of waiting.
         self.stopping = stopping if stopping is not None else Stopping()
         self.on_held = on_held  # told the types a control held back in each claim (metrics)
-        self._allowed_types = frozenset(settings.job_types)
+        self.allowlist = Allowlist(settings.job_types, repository)
         self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
         self._key_generation = Recent(repository.refresh_key_generation, KEY_GENERATION_MAX_AGE)
         # Set when this process changes a schedule: its ticker looks again at once.
@@ -135,6 +136,7 @@ class JobQueue:
     async def enqueue(self, principal: Principal, items: Sequence[JobRequest]) -> list[EnqueueOutcome]:
         if len(items) > MAX_ENQUEUE_BATCH:
             raise BadInput(f"at most {MAX_ENQUEUE_BATCH} jobs per call, got {len(items)}")
+        await self.allowlist.current({item.type for item in items})
         new_jobs = [
             check_dependencies(self.validate_new_job(principal, item), position)
             for position, item in enumerate(items)
@@ -144,11 +146,10 @@ class JobQueue:
         return await self.repository.enqueue(new_jobs, created_by=principal.name, scope=principal.scope)
 
     def validate_new_job(self, principal: Principal, request: JobRequest) -> NewJob:
-        if not self._allowed_types:
-            raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
+        """The job, checked against the allowlist as last read (callers bring it up to date
+        with `allowlist.current` first)."""
         check_storable(request.type, "type")
-        if request.type not in self._allowed_types:
-            raise BadInput(f"job type {echo(request.type)} is not allowed")
+        self.allowlist.check(request.type, self.allowlist.types)
         if not isinstance(request.payload, dict):
             raise BadInput("payload must be a JSON object")
         payload_json = self.check_json_size(request.payload, "payload")
@@ -309,6 +310,7 @@ class JobQueue:
         return await self.repository.schedule_count()
 
     async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
+        await self.allowlist.current([fields["type"]])
         spec = validate_schedule(self.validate_new_job, principal, **fields)
         schedule = await self.repository.put_schedule(spec)
         log.info("schedule %r (%s %s) put by %s", spec.name, spec.cron, spec.timezone, principal.name)
@@ -331,13 +333,59 @@ class JobQueue:
         self.schedules_changed.set()
         return schedule
 
+    async def run_schedule_now(self, principal: Principal, name: str) -> Job:
+        """Enqueue the schedule's job now (API.md section 12), paused or not, whatever its
+        overlap; its ticks are left as they are. Its type must still be allowed, as for any
+        new enqueue."""
+        check_schedule_name(name)
+        schedule = await self.repository.schedule(name)
+        if schedule is None:
+            raise NotFound(f"schedule {echo(name)} not found")
+        self.allowlist.check(schedule.type, await self.allowlist.current([schedule.type]))
+        job = await self.repository.run_schedule_now(name)
+        if job is None:  # deleted since it was read
+            raise NotFound(f"schedule {echo(name)} not found")
+        log.info("schedule %r run now by %s: job %d", name, principal.name, job.id)
+        return job
+
+    # --- job types at runtime (API.md section 12) ------------------------------------------
+
+    async def add_job_type(self, principal: Principal, job_type: str) -> TypeControl:
+        """Add the type to the allowlist of every server on the database (a type already
+        there is left as it is)."""
+        check_job_type_name(job_type)
+        added = await self.repository.add_job_type(job_type, principal.name)
+        how = "added" if added else "added again (it was there)"
+        log.info("job type %r %s by %s", job_type, how, principal.name)
+        (control,) = await self.repository.type_controls([job_type])
+        return control
+
+    async def remove_job_type(self, principal: Principal, job_type: str) -> bool:
+        """Remove an added type: new enqueues of it are refused; its jobs stay. False when it
+        was not added. A type of this server's QUEUELOG_JOB_TYPES stays (BAD_USER_INPUT)."""
+        check_storable(job_type, "type")
+        if job_type in self.allowlist.configured:
+            raise BadInput(
+                f"type: {echo(job_type)} is in this server's {env_name('job_types')}; "
+                "only a type added with addJobType can be removed"
+            )
+        check_job_type_name(job_type)
+        removed = await self.repository.remove_job_type(job_type)
+        how = "removed" if removed else "not removed (it was not added)"
+        log.info("job type %r %s by %s", job_type, how, principal.name)
+        return removed
+
     # --- flow control (API.md section 9) ---------------------------------------------------
 
+    async def allowed_type_count(self) -> int:
+        """How many types `type_controls` answers now (its cost, schema/cost.py)."""
+        return len(await self.allowlist.current())
+
     async def type_controls(self) -> builtins.list[TypeControl]:
-        return await self.repository.type_controls(self.settings.job_types)
+        return await self.repository.type_controls(sorted(await self.allowlist.current()))
 
     async def pause_type(self, principal: Principal, job_type: str, until: datetime | None) -> TypeControl:
-        self._check_controlled_type(job_type)
+        await self._check_controlled_type(job_type)
         until = as_utc(until, "until") if until is not None else None
         control = await self.repository.update_type_control(job_type, paused=True, paused_until=until)
         log.info(
@@ -346,14 +394,14 @@ class JobQueue:
         return control
 
     async def resume_type(self, principal: Principal, job_type: str) -> TypeControl:
-        self._check_controlled_type(job_type)
+        await self._check_controlled_type(job_type)
         control = await self.repository.update_type_control(job_type, paused=False, paused_until=None)
         log.info("type %r resumed by %s", job_type, principal.name)
         self.signal.notify([job_type])  # claims waiting here; others see it at their recheck
         return control
 
     async def set_type_control(self, principal: Principal, limits: TypeLimits) -> TypeControl:
-        self._check_controlled_type(limits.type)
+        await self._check_controlled_type(limits.type)
         for name, value in (
             ("maxRunning", limits.max_running),
             ("maxRunningPerKey", limits.max_running_per_key),
@@ -411,10 +459,9 @@ class JobQueue:
             job_filter = dataclasses.replace(job_filter, created_before=as_utc(before, "createdBefore"))
         return job_filter
 
-    def _check_controlled_type(self, job_type: str) -> None:
+    async def _check_controlled_type(self, job_type: str) -> None:
         check_storable(job_type, "type")
-        if job_type not in self._allowed_types:
-            raise BadInput(f"job type {echo(job_type)} is not allowed")
+        self.allowlist.check(job_type, await self.allowlist.current([job_type]))
 
     # --- workers ---------------------------------------------------------------------------
 

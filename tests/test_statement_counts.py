@@ -182,10 +182,11 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "failJob (cancel requested)": (4, 5),
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "retryJob": (4, 5),
-    # no key; read: queueStats's (SELECT job_counts, type_controls, each type's head run_at);
-    # read: typeControls (SELECT type_controls, job_counts) for the per-type samples;
-    # read: SELECT schedules (queuelog_schedules_broken)
-    "GET /metrics": (6, 6),
+    # no key, so gen (has a type been added or removed?); read: queueStats's (SELECT
+    # job_counts, type_controls, each type's head run_at); read: typeControls (SELECT
+    # type_controls, job_counts) for the per-type samples; read: SELECT schedules
+    # (queuelog_schedules_broken)
+    "GET /metrics": (6, 7),
 }
 
 # --- counting ------------------------------------------------------------------------------------------

@@ -191,6 +191,34 @@ class Mutation:
         extensions=allowed(Action.SCHEDULE),
         description="ADMIN: ticks go on from the next one; those missed while paused are not enqueued.",
     )
+    # Section 12: a schedule's job now, and job types added at runtime.
+    run_schedule_now = strawberry.mutation(
+        resolver=schedules.run_schedule_now,
+        graphql_type=Job,
+        extensions=allowed(Action.SCHEDULE),
+        description=(
+            "ADMIN: enqueue the schedule's job now, outside its ticks (idempotency key "
+            "`<name>@manual-<unique>`), even while it is paused and whatever its overlap; its "
+            "ticks, lastRunAt and nextRunAt are unaffected."
+        ),
+    )
+    add_job_type = strawberry.mutation(
+        resolver=flow_control.add_job_type,
+        graphql_type=TypeControl,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: add a type to the allowlist at runtime (1..100 of A-Z a-z 0-9 _ . : -); "
+            "every server obeys it within a second."
+        ),
+    )
+    remove_job_type = strawberry.mutation(
+        resolver=flow_control.remove_job_type,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: remove a type added with addJobType (not one from QUEUELOG_JOB_TYPES): new "
+            "enqueues are refused; its jobs stay. false when it was not added."
+        ),
+    )
 
 
 @strawberry.type

@@ -29,6 +29,14 @@ async def set_type_control(info: Ctx, input: TypeControlInput) -> TypeControl:
     return await queue(info).set_type_control(caller(info), input.to_model())
 
 
+async def add_job_type(info: Ctx, type: str) -> TypeControl:
+    return await queue(info).add_job_type(caller(info), type)
+
+
+async def remove_job_type(info: Ctx, type: str) -> bool:
+    return await queue(info).remove_job_type(caller(info), type)
+
+
 async def cancel_jobs(
     info: Ctx, filter: JobFilter, limit: int = 1000, include_running: bool = False
 ) -> BulkOutcome:

@@ -59,6 +59,7 @@ from queuelog.storage.operations import (
     dependencies,
     enqueue,
     flow,
+    job_types,
     pacing,
     pruning,
     reads,
@@ -97,6 +98,7 @@ class Repository:
             self._db = SqliteDatabase(url, self._publish, batch)
             self._pacing = pacing.SQLITE
         self._generation = 0
+        self._types_generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
         self._remote_listeners: list[EventListener] = []
@@ -408,6 +410,12 @@ class Repository:
     async def set_schedule_paused(self, name: str, paused: bool) -> Schedule | None:
         return await self._db.write(lambda tx: schedules.set_paused(tx, name, paused))
 
+    async def schedule(self, name: str) -> Schedule | None:
+        return await self._db.read(schedules.by_name, name)
+
+    async def run_schedule_now(self, name: str) -> Job | None:
+        return await self._db.write(lambda tx: schedules.run_now(tx, name))
+
     async def next_schedule_due(self) -> datetime | None:
         return await self._db.read(schedules.next_due)
 
@@ -536,13 +544,33 @@ class Repository:
         open websocket's watch).
         """
         if self._db.can.runs_on_the_loop:
-            row = self._db.read_one_now(self._db.sql.KEY_GENERATION)
-            self._generation = row[0] if row is not None else 0
+            self._saw_generations(self._db.read_one_now(self._db.sql.KEY_GENERATION))
         return self._generation
 
     async def refresh_key_generation(self) -> int:
         if self._db.can.runs_on_the_loop:
             return self.key_generation()
-        row = await self._db.read_one(self._db.sql.KEY_GENERATION)
-        self._generation = row[0] if row is not None else 0
+        self._saw_generations(await self._db.read_one(self._db.sql.KEY_GENERATION))
         return self._generation
+
+    def _saw_generations(self, row: Any) -> None:
+        self._generation, self._types_generation = (row[0], row[1]) if row is not None else (0, 0)
+
+    # --- job types added at runtime (API.md section 12) -------------------------------------
+
+    def types_generation(self) -> int:
+        """Goes up whenever a job type is added or removed, by any process: as of the last
+        read of the keys generation (SQLite: of `key_generation`), which every request makes."""
+        return self._types_generation
+
+    async def added_job_types(self) -> tuple[int, list[str]]:
+        """The types generation, read now, and the added types as of it or later."""
+        generation, names = await self._db.read(job_types.added)
+        self._types_generation = max(self._types_generation, generation)
+        return generation, names
+
+    async def add_job_type(self, name: str, added_by: str) -> bool:
+        return await self._db.write(lambda tx: job_types.add(tx, name, added_by))
+
+    async def remove_job_type(self, name: str) -> bool:
+        return await self._db.write(lambda tx: job_types.remove(tx, name))

@@ -378,10 +378,17 @@ class Statements:
     SCHEDULE_CLOCK: ClassVar[str]
     LOCK_SCHEDULE_CLOCK: ClassVar[str]
     MARK_SCHEDULE_CLOCK: ClassVar[str]
-    # api_keys and key_state: every request's key checks
+    # api_keys and key_state: every request's key checks. KEY_GENERATION: (generation,
+    # types_generation), the second moved by every change of job_types.
     ACTIVE_KEY: ClassVar[str]
     KEY_IS_ACTIVE: ClassVar[str]
     KEY_GENERATION: ClassVar[str]
+    # job_types (types added at runtime, job_types.py): JOB_TYPE_NAMES every name;
+    # INSERT_JOB_TYPE a row for `name` (`added_by`, `now`) unless there is one, returning it when
+    # new; DELETE_JOB_TYPE `name`'s row, returning it when there was one.
+    JOB_TYPE_NAMES: ClassVar[str]
+    INSERT_JOB_TYPE: ClassVar[str]
+    DELETE_JOB_TYPE: ClassVar[str]
     PING: ClassVar[str]
 
     def __init_subclass__(cls, part: bool = False, **kwargs: Any) -> None:

@@ -395,9 +395,12 @@ rate_claims = Table(
 
 # One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so
 # every path that touches api_keys counts), and servers drop their cached principals.
+# `types_generation` goes up whenever job_types changes (a trigger too): servers read both in
+# one read per request, and read job_types again only when it has moved.
 key_state = Table(
     "key_state",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("generation", BigInteger, nullable=False),
+    Column("types_generation", BigInteger, nullable=False, server_default="0"),
 )

@@ -26,6 +26,7 @@ from queuelog.storage.postgres.statements.claims import ClaimStatements
 from queuelog.storage.postgres.statements.dependencies import DependencyStatements
 from queuelog.storage.postgres.statements.events import EventStatements
 from queuelog.storage.postgres.statements.flow import FlowStatements
+from queuelog.storage.postgres.statements.job_types import JobTypeStatements
 from queuelog.storage.postgres.statements.jobs import JobStatements
 from queuelog.storage.postgres.statements.reads import ReadStatements
 from queuelog.storage.postgres.statements.rescheduling import ReschedulingStatements
@@ -43,6 +44,7 @@ class PostgresStatements(
     ScheduleStatements,
     CancelRequestStatements,
     ReschedulingStatements,
+    JobTypeStatements,
 ):
     """Every statement, by name (statements.Statements)."""
 

@@ -165,5 +165,5 @@ class ReadStatements(Statements, part=True):
         " WHERE key_hash = %(key_hash)s AND revoked_at IS NULL"
     )
     KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = %(name)s AND revoked_at IS NULL"
-    KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
+    KEY_GENERATION = "SELECT generation, types_generation FROM key_state WHERE id = 1"
     PING = "SELECT 1"

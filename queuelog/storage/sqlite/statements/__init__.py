@@ -15,6 +15,7 @@ from queuelog.storage.sqlite.statements.claims import ClaimStatements
 from queuelog.storage.sqlite.statements.dependencies import DependencyStatements
 from queuelog.storage.sqlite.statements.events import EventStatements
 from queuelog.storage.sqlite.statements.flow import FlowStatements
+from queuelog.storage.sqlite.statements.job_types import JobTypeStatements
 from queuelog.storage.sqlite.statements.jobs import JobStatements
 from queuelog.storage.sqlite.statements.reads import ReadStatements
 from queuelog.storage.sqlite.statements.rescheduling import ReschedulingStatements
@@ -32,5 +33,6 @@ class SqliteStatements(
     ScheduleStatements,
     CancelRequestStatements,
     ReschedulingStatements,
+    JobTypeStatements,
 ):
     """Every statement, by name (statements.Statements)."""

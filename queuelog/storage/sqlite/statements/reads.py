@@ -169,5 +169,5 @@ class ReadStatements(Statements, part=True):
     )
     # Whether a key still works: a waiting claim asks inside its transaction (revoked: no claim).
     KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = :name AND revoked_at IS NULL"
-    KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
+    KEY_GENERATION = "SELECT generation, types_generation FROM key_state WHERE id = 1"
     PING = "SELECT 1"
