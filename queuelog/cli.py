@@ -764,8 +764,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     notes = []
     if not settings.job_types:
         notes.append(
-            f"note: {env_name('job_types')} is empty, so every enqueue is refused; "
-            "pass --job-types a,b to allow job types."
+            f"note: {env_name('job_types')} is empty, so only the types an ADMIN adds at runtime"
+            f" (addJobType, `{PROG} types add NAME`) can be enqueued; pass --job-types a,b to allow"
+            " job types."
         )
     base = f"http://{args.host}:{args.port}"
     notes.append(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
