@@ -643,8 +643,8 @@ def change_types(settings: Settings, action: str, job_type: str) -> None:
         return
     if _with_queue(settings, lambda queue: queue.remove_job_type(actor, job_type)):
         print(
-            f"removed job type {job_type!r}: servers refuse new enqueues of it (but those that have"
-            " it in their own job types); its jobs stay, and can be claimed, listed and retried"
+            f"removed job type {job_type!r}: servers refuse new enqueues of it, but for those whose own"
+            " job types name it; its jobs stay, and can still be claimed, listed and retried"
         )
     else:
         print(f"job type {job_type!r} was not added at runtime; nothing changed")
