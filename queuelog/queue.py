@@ -168,7 +168,7 @@ class JobQueue:
         timeout_seconds = request.timeout_seconds
         if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
-        run_at = request.run_at
+        run_at = as_utc(request.run_at, "runAt") if request.run_at is not None else None
         expires_at = request.expires_at
         if expires_at is not None:
             expires_at = checked_expiry(expires_at, run_at)
