@@ -8,7 +8,7 @@ from typing import Any
 from queuelog.enqueue_request import EnqueueRequest
 from queuelog.sdk.inputs import arguments_of, enqueue_item_request, enqueue_request
 from queuelog.sdk.session import Session
-from queuelog.sdk.types import JOB_FIELDS, Enqueued, EnqueueItem, Job, QueueStats
+from queuelog.sdk.types import JOB_FIELDS, NEW_JOB_FIELDS, Enqueued, EnqueueItem, Job, QueueStats
 from queuelog.sdk.wire import PAGE_SIZE
 
 
@@ -51,7 +51,7 @@ class ProducerCalls(Session):
         inputs = [enqueue_item_request(item).as_input() for item in items]
         data = await self.execute(
             "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
-            f"{{ created job {{ {JOB_FIELDS} }} }} }}",
+            f"{{ created job {{ {NEW_JOB_FIELDS} }} }} }}",
             {"inputs": inputs},
         )
         return [Enqueued(Job.from_graphql(e["job"]), e["created"]) for e in data["enqueueJobs"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
@@ -53,10 +53,13 @@ class Job:
 
     @classmethod
     def from_graphql(cls, data: dict[str, Any]) -> Job:
-        """From a selection of JOB_FIELDS or WORKER_JOB_FIELDS (`error` may be absent, as may
-        any field whose annotation allows None); timestamps are parsed."""
+        """From a selection of JOB_FIELDS, WORKER_JOB_FIELDS or NEW_JOB_FIELDS (`error` may be
+        absent, as may any field whose annotation allows None; a field left out that has a
+        default takes it); timestamps are parsed."""
         values: dict[str, Any] = {}
         for name, key, is_time, optional in _JOB_FROM_GRAPHQL:
+            if key not in data and name in _DEFAULTED:
+                continue
             value = data.get(key) if optional else data[key]
             values[name] = parse_time(value) if is_time else value
         return cls(**values)
@@ -78,6 +81,15 @@ _JOB_FROM_GRAPHQL = tuple(
 # the schema's). Workers ask for everything but `error`, which only ADMIN keys may read
 # (any other key would get a FORBIDDEN error per job for it).
 JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job))
+_DEFAULTED = frozenset(f.name for f in fields(Job) if f.default is not MISSING)
+# What enqueue_many asks of each job: a job just enqueued has no error, cancel request,
+# snooze or progress yet (a replay answers them at their defaults; `error` is ADMIN's only),
+# and 100 jobs of every field would cost more than half the server's query cost limit
+# (security/test_query_cost.py).
+_NOT_SET_AT_ENQUEUE = frozenset(
+    {"error", "cancel_requested", "snooze_count", "progress", "progress_message", "progress_at"}
+)
+NEW_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name not in _NOT_SET_AT_ENQUEUE)
 WORKER_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name != "error")
 
 
