@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs_parser = commands.add_parser(
         "jobs",
-        help="cancel a job, straight in the database (for operators in an incident)",
+        help="cancel a job or run it now, straight in the database (for operators in an incident)",
         description=(
             "Act on one job in the database itself, with no server needed, through the API's "
             "rules, as an ADMIN named cli:<os user> in the log."
@@ -277,10 +277,33 @@ def build_parser() -> argparse.ArgumentParser:
     cancel = job_commands.add_parser(
         "cancel",
         help="cancel job ID, as cancelJob does",
-        description="Cancel job ID as the API's cancelJob does for an ADMIN.",
+        description=(
+            "Cancel job ID as the API's cancelJob does for an ADMIN: a PENDING job at once; a "
+            "RUNNING one is asked to stop, and ends CANCELLED when its worker stops, its lease "
+            "expires or the grace passes."
+        ),
     )
     cancel.add_argument("id", metavar="ID")
+    cancel.add_argument(
+        "--cancel-grace-seconds",
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "how long a RUNNING job's worker has to stop (default: "
+            f"${env_name('cancel_grace_seconds')} or {Settings.cancel_grace_seconds}, as `serve` takes it)"
+        ),
+    )
     _database_flag(cancel)
+    run_now = job_commands.add_parser(
+        "run-now",
+        help="make PENDING job ID due now, as runJobNow does",
+        description=(
+            "Make PENDING job ID due now, as the API's runJobNow does for an ADMIN: it is still "
+            "subject to its dependencies, pauses and limits."
+        ),
+    )
+    run_now.add_argument("id", metavar="ID")
+    _database_flag(run_now)
 
     worker = commands.add_parser(
         "worker",
@@ -446,20 +469,19 @@ def _max_priority(role_names: Sequence[str], priority: str) -> str:
 
 
 def _types_settings(args: argparse.Namespace) -> Settings:
-    """The database URL and the allowlist (where the command takes --job-types) as `serve`
-    reads them: a flag, else the variable. Only those two: another variable's mistake must not
-    stop an operator in an incident. The allowlist here is the server's: it is completed by the
-    types added at runtime, which the database holds."""
+    """The database URL, and the settings the command takes a flag for (--job-types,
+    --cancel-grace-seconds), as `serve` reads them: a flag, else the variable. Only those:
+    another variable's mistake must not stop an operator in an incident. The allowlist here is
+    the server's: it is completed by the types added at runtime, which the database holds."""
+    names = ["database_url", *(name for name in ("job_types", "cancel_grace_seconds") if name in args)]
     environ = {
-        name: value
-        for name in (env_name("database_url"), env_name("job_types"))
-        if (value := os.environ.get(name)) is not None
+        env_name(name): value for name in names if (value := os.environ.get(env_name(name))) is not None
     }
     if args.database_url:
         environ[env_name("database_url")] = args.database_url
-    job_types = getattr(args, "job_types", None)
-    if job_types is not None:
-        environ[env_name("job_types")] = job_types
+    for name in names[1:]:
+        if getattr(args, name) is not None:  # --job-types "" allows no type
+            environ[env_name(name)] = getattr(args, name)
     return Settings.from_env(environ)
 
 
@@ -689,9 +711,14 @@ def cmd_jobs(args: argparse.Namespace) -> None:
     job_id = parse_job_id(args.id.strip(), "ID")
     settings = _types_settings(args)
     actor = cli_principal()
+    # The API's cancelJob and runJobNow log nothing (producers steer their own jobs all day);
+    # an operator's action outside the API is logged, naming them.
+    if args.jobs_command == "run-now":
+        job = _with_queue(settings, lambda queue: queue.run_job_now(actor, job_id))
+        cli_log.info("job %d (%s) run now by %s", job.id, job.type, actor.name)
+        print(f"job {job.id} ({job.type}) is due now, {_utc(job.run_at)}")
+        return
     job = _with_queue(settings, lambda queue: queue.cancel(actor, job_id))
-    # The API's cancelJob logs nothing (producers cancel their own jobs all day); an
-    # operator's action outside the API is logged, naming them.
     cli_log.info("job %d (%s) cancel by %s: %s", job.id, job.type, actor.name, job.status.name)
     if job.status is JobStatus.CANCELLED:
         print(f"cancelled job {job.id} ({job.type})")

@@ -11,6 +11,9 @@ Proven:
   while the schedule is paused, which it stays (next and last run unchanged); a schedule whose
   type only the server's QUEUELOG_JOB_TYPES allows needs --job-types (as the server has them);
 - `jobs cancel ID` cancels a PENDING job: the API answers it CANCELLED, with its CANCELLED event;
+  on a RUNNING job it requests the cancellation (`cancelRequested`), with the grace given by
+  --cancel-grace-seconds, after which the server ends the job CANCELLED;
+- `jobs run-now ID` makes a delayed PENDING job due now: the next claim takes it;
 - each goes through the queue's rules and logs one line naming the actor `cli:<os user>`;
 - every misuse (a malformed or unknown id, a finished job, an unknown schedule, a bad type
   name, a missing argument) is one `queuelog: error: ...` line on stderr, nothing on stdout, a
@@ -22,6 +25,7 @@ from __future__ import annotations
 import getpass
 import re
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +34,7 @@ from typing import Any
 import pytest
 from conftest import Server, run_queuelog, serving
 
-JOB_TYPES = "i_env,i_sched"
+JOB_TYPES = "i_env,i_sched,i_later,i_busy"
 ACTOR = f"cli:{getpass.getuser()}"
 CLI_TIMEOUT = 60.0
 LOG_LINE = re.compile(r"^\S+ \S+ INFO queuelog\.(queue|cli): (.*)$")
@@ -42,7 +46,11 @@ PAUSE = (
     "mutation($name: String!) { pauseSchedule(name: $name) { name paused nextRunAt lastRunAt lastJobId } }"
 )
 SCHEDULES = "{ schedules { name paused nextRunAt lastRunAt lastJobId } }"
-JOB = "query($id: ID!) { job(id: $id) { id type status idempotencyKey scheduleName events { kind status } } }"
+JOB = """query($id: ID!) {
+  job(id: $id) { id type status idempotencyKey scheduleName runAt cancelRequested
+    events { kind status } } }"""
+ENQUEUE_LATER = """mutation($type: String!) {
+  enqueueJob(input: {type: $type, runAt: "2999-01-01T00:00:00Z"}) { job { id } } }"""
 CLAIM = "mutation($type: String!) { claimJobs(limit: 10, types: [$type]) { id attempt } }"
 COMPLETE = "mutation($id: ID!, $attempt: Int) { completeJob(id: $id, attempt: $attempt) { status } }"
 Result = subprocess.CompletedProcess[str]
@@ -183,3 +191,44 @@ def test_jobs_cancel_cancels_a_pending_job_and_misuse_is_one_line(server: Server
         assert text in result.stderr
     failed(no_id, "ID")
     failed(no_action, "ACTION")
+
+
+def test_jobs_run_now_and_cancel_of_a_running_job(server: Server, tmp_path: Path) -> None:
+    later = server.gql(ENQUEUE_LATER, {"type": "i_later"}).ok()["enqueueJob"]["job"]["id"]
+    worker = server.make_key("incident-runner", "worker")
+    assert server.gql(CLAIM, {"type": "i_later"}, key=worker).ok()["claimJobs"] == []
+    running = enqueue(server, "i_busy")["id"]
+    (held,) = server.gql(CLAIM, {"type": "i_busy"}, key=worker).ok()["claimJobs"]
+    assert held["id"] == running
+    done = enqueue(server, "i_busy")["id"]
+    (finished,) = server.gql(CLAIM, {"type": "i_busy"}, key=worker).ok()["claimJobs"]
+    server.gql(COMPLETE, {"id": done, "attempt": finished["attempt"]}, key=worker).ok()
+
+    ran, cancelled, ran_done, bad_grace, ran_unknown = cli_many(
+        [
+            ["jobs", "run-now", later],
+            ["jobs", "cancel", running, "--cancel-grace-seconds", "1"],
+            ["jobs", "run-now", done],
+            ["jobs", "cancel", running, "--cancel-grace-seconds", "0"],
+            ["jobs", "run-now", "987654321"],
+        ],
+        server,
+        tmp_path,
+    )
+    assert succeeded(ran) == [f"job {later} (i_later) run now by {ACTOR}"]
+    assert ran.stdout.startswith(f"job {later} (i_later) is due now")
+    assert [job["id"] for job in server.gql(CLAIM, {"type": "i_later"}, key=worker).ok()["claimJobs"]] == [
+        later
+    ]
+
+    assert succeeded(cancelled) == [f"job {running} (i_busy) cancel by {ACTOR}: RUNNING"]
+    assert cancelled.stdout.startswith(f"cancel requested for job {running} (i_busy), RUNNING")
+    assert server.gql(JOB, {"id": running}).ok()["job"]["cancelRequested"] is True
+    deadline = time.monotonic() + 15  # the grace is 1 s (the default, 30): the server ends the job
+    while server.gql(JOB, {"id": running}).ok()["job"]["status"] != "CANCELLED":
+        assert time.monotonic() < deadline, "the grace given by the CLI never ended the job"
+        time.sleep(0.1)
+
+    failed(ran_done, f"job {done} is COMPLETED")
+    failed(bad_grace, "QUEUELOG_CANCEL_GRACE_SECONDS must be between 1 and 86400")
+    failed(ran_unknown, "job 987654321 not found")
