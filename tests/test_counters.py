@@ -724,8 +724,11 @@ class Mix:
         data = self.call(worker, FAIL, variables)
         assert data is not None
         status = data["failJob"]["status"]
-        assert status in ("PENDING", "FAILED"), (data, self.where())
-        self.model.done["retried" if status == "PENDING" else "failed"] += 1
+        # CANCELLED: a cancelJob of the mix reached the job while it ran (a cancel request)
+        assert status in ("PENDING", "FAILED", "CANCELLED"), (data, self.where())
+        self.model.done[
+            {"PENDING": "retried", "FAILED": "failed"}.get(status, "cancelled while running")
+        ] += 1
         if retryable and status == "FAILED":
             self.model.done["retries exhausted"] += 1
 

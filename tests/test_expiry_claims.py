@@ -29,7 +29,15 @@ SOON = timedelta(milliseconds=200)
 def new_job(
     expires_at: datetime | None = None, priority: Priority = Priority.LOW, key: str | None = None
 ) -> NewJob:
-    return NewJob(TYPE, {}, "{}", priority, 0, None, None, concurrency_key=key, expires_at=expires_at)
+    return NewJob(
+        type=TYPE,
+        payload={},
+        priority=priority,
+        max_retries=0,
+        concurrency_key=key,
+        payload_json="{}",
+        expires_at=expires_at,
+    )
 
 
 async def opened(url: str) -> Repository:
@@ -48,7 +56,13 @@ async def enqueue_expired(repository: Repository, jobs: list[NewJob]) -> list[in
 
 def _expiring(job: NewJob, at: datetime) -> NewJob:
     return NewJob(
-        job.type, {}, "{}", job.priority, 0, None, None, concurrency_key=job.concurrency_key, expires_at=at
+        type=job.type,
+        payload={},
+        priority=job.priority,
+        max_retries=0,
+        concurrency_key=job.concurrency_key,
+        payload_json="{}",
+        expires_at=at,
     )
 
 
