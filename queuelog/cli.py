@@ -643,8 +643,8 @@ def change_types(settings: Settings, action: str, job_type: str) -> None:
         return
     if _with_queue(settings, lambda queue: queue.remove_job_type(actor, job_type)):
         print(
-            f"removed job type {job_type!r}: servers refuse new enqueues of it (but those that have"
-            " it in their own job types); its jobs stay, and can be claimed, listed and retried"
+            f"removed job type {job_type!r}: servers refuse new enqueues of it, but for those whose own"
+            " job types name it; its jobs stay, and can still be claimed, listed and retried"
         )
     else:
         print(f"job type {job_type!r} was not added at runtime; nothing changed")
@@ -764,8 +764,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     notes = []
     if not settings.job_types:
         notes.append(
-            f"note: {env_name('job_types')} is empty, so every enqueue is refused; "
-            "pass --job-types a,b to allow job types."
+            f"note: {env_name('job_types')} is empty, so only the types an ADMIN adds at runtime"
+            f" (addJobType, `{PROG} types add NAME`) can be enqueued; pass --job-types a,b to allow"
+            " job types."
         )
     base = f"http://{args.host}:{args.port}"
     notes.append(f"queuelog serving {_safe_url(settings.database_url)} on {base}")

@@ -6,16 +6,16 @@ last read the table (API.md section 12), so that no server polls job_types. A tr
 for api_keys, so that every path that writes job_types counts. The new column has a
 constant default: on PostgreSQL the ADD COLUMN changes the catalog only.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-07
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
