@@ -64,7 +64,10 @@ function actionButton(label, action, operation, id, shown, message) {
     message("");
     try {
       const job = (await call(detailQuery(operation, isAdmin()), { id }))[operation];
-      if (view === state.detailView) shown(job);
+      if (view === state.detailView) {
+        shown(job);
+        if (!button.isConnected) $("detail-title").focus(); // the action is done: its button is gone
+      }
       refreshSoon();
     } catch (error) {
       if (error instanceof Stale) return;
