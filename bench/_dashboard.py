@@ -22,10 +22,10 @@ ROW_FIELDS = "id type status priority attempt createdAt updatedAt scheduleName w
 DETAIL_FIELDS = (
     "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId "
     "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds "
-    "waitingFor scheduleName "
+    "waitingFor scheduleName cancelRequested expiresAt snoozeCount progress progressMessage progressAt "
     "events(last: 50) { kind status at } dependsOn"
 )
-SIGN_IN = "query Me { me { name roles } }"
+SIGN_IN = "query Me { me { name roles maxPriority } }"
 STATS = (
     f"query Stats {{ queueStats {{ counts {{ {COUNT_FIELDS} }} oldestPendingSeconds "
     f"byType {{ type counts {{ {COUNT_FIELDS} }} }} throughput(minutes: 31) {{ at completed failed }} }} }}"
@@ -40,7 +40,8 @@ DETAIL_ADMIN = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} error }}
 # The schedule filter's names (and the Schedules view), read at an ADMIN's or VIEWER's sign-in;
 # not among `views`, which other roles time too (they may not read schedules).
 SCHEDULES = "query Schedules { schedules { name type cron timezone paused nextRunAt lastRunAt lastJobId } }"
-# Every query the page sends; its mutations (cancelJob, retryJob) are actions, not views.
+# Every query the page sends; its mutations (cancelJob, runJobNow, updateJob, retryJob) are
+# actions, not views.
 QUERIES = frozenset({SIGN_IN, STATS, JOBS, DETAIL, DETAIL_ADMIN, SCHEDULES, "query Me { me { name } }"})
 
 

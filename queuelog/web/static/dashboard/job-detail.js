@@ -1,12 +1,14 @@
-// The job detail pane (#job/<id>): one job's fields, payload, result, error (ADMIN), timeline
-// and dependencies, read with job(id) and then followed with jobUpdated; Cancel and Retry for
-// the roles allowed.
-import { renderTimeline } from "./job-timeline.js";
+// The job detail pane (#job/<id>): one job's fields, progress, payload, result, error (ADMIN),
+// timeline and dependencies, read with job(id) and then followed with jobUpdated; its actions
+// (job-actions.js) for the roles allowed.
+import { renderActions } from "./job-actions.js";
+import { closeEdit } from "./job-edit.js";
 import { selectRow } from "./job-list.js";
+import { progressView } from "./job-progress.js";
+import { renderTimeline } from "./job-timeline.js";
 import { detailQuery } from "./queries.js";
-import { refreshSoon } from "./refresh.js";
 import { $, dependencies, scheduleJobsLink, seconds, shortId, statusBadge, timeElement } from "./render.js";
-import { Stale, call, isAdmin, mayCancel, mayReadSchedules, state } from "./session.js";
+import { call, isAdmin, mayReadSchedules, state } from "./session.js";
 
 // The pane turns to job `id`, empty until its answer comes: nothing of the job shown before
 // stays under the new heading, and that job's late answers and updates are dropped.
@@ -34,6 +36,7 @@ export function closeDetail() {
 // Shown again by renderDetail: while a job loads, and when there is none, the pane is empty.
 function clearDetail() {
   state.detail = null;
+  closeEdit();
   $("detail-body").hidden = true;
   ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
   delete $("actions").dataset.signature;
@@ -99,14 +102,17 @@ function renderDetail(job) {
   $("detail-body").hidden = false;
   $("detail-title").textContent = `Job #${job.id} · ${job.type}`;
   const fields = [
-    ["Status", statusBadge(job.status)],
+    ["Status", statusOf(job)],
+    ["Progress", progressView(job)],
     ["Priority", job.priority],
     ["Attempts", String(job.attempt)],
     ["Retries", `${job.retryCount} of ${job.maxRetries}`],
+    ["Snoozes", String(job.snoozeCount)],
     ["Worker", job.workerId || "none"],
     ["Lease expires", job.leaseExpiresAt ? timeElement(job.leaseExpiresAt) : "no lease"],
     ["Claimed", job.claimedAt ? timeElement(job.claimedAt) : "never"],
     ["Runs at", timeElement(job.runAt)],
+    ["Expires", expiryOf(job)],
     ["Finished", job.finishedAt ? timeElement(job.finishedAt) : "not yet"],
     ["Created", timeElement(job.createdAt)],
     ["Updated", timeElement(job.updatedAt)],
@@ -130,8 +136,31 @@ function renderDetail(job) {
   $("detail-result").textContent = job.result === null ? "none" : JSON.stringify(job.result, null, 2);
   $("detail-error-block").hidden = !isAdmin();
   if (isAdmin()) $("detail-error").textContent = job.error || "none";
-  renderActions(job);
+  renderActions(job, showActedOn, showDetailMessage);
   renderTimeline(job);
+}
+
+// The job as an action on it answered: shown, and followed afresh (a retried job changes again).
+function showActedOn(job) {
+  renderDetail(job);
+  if (state.socket) followDetail(job.id);
+}
+
+function statusOf(job) {
+  const badge = statusBadge(job.status);
+  if (!job.cancelRequested || job.status !== "RUNNING") return badge;
+  const status = document.createElement("span");
+  status.append(badge, " · cancellation requested");
+  return status;
+}
+
+// expiresAt: a PENDING job not claimed by then is CANCELLED instead.
+function expiryOf(job) {
+  if (!job.expiresAt) return "never";
+  const expiry = document.createElement("span");
+  expiry.append(timeElement(job.expiresAt));
+  if (job.status === "PENDING") expiry.append(" (cancelled if not claimed by then)");
+  return expiry;
 }
 
 // The schedule that enqueued the job: for the keys that may filter by it, a link to the list
@@ -169,42 +198,6 @@ function waitingText(job) {
   if (job.waitingFor === 0) return `nothing: ${total === 1 ? "its dependency is" : `all ${total} are`} COMPLETED`;
   const text = `${job.waitingFor.toLocaleString("en")} of ${dependencies(total)} not COMPLETED yet`;
   return job.status === "PENDING" ? `${text}: not claimed before they are` : text;
-}
-
-function renderActions(job) {
-  const wanted = [];
-  if (mayCancel() && job.status === "PENDING") wanted.push(["Cancel job", "cancelJob"]);
-  if (isAdmin() && (job.status === "FAILED" || job.status === "CANCELLED")) wanted.push(["Retry job", "retryJob"]);
-  // The same buttons stay in place (and keep the focus) while the job does not change.
-  const signature = JSON.stringify([job.id, wanted]);
-  const actions = $("actions");
-  if (actions.dataset.signature === signature) return;
-  actions.dataset.signature = signature;
-  actions.replaceChildren(...wanted.map(([label, operation]) => actionButton(label, operation, job.id)));
-}
-
-function actionButton(label, operation, id) {
-  const button = document.createElement("button");
-  button.type = "button";
-  button.textContent = label;
-  button.addEventListener("click", async () => {
-    const view = state.detailView;
-    button.disabled = true;
-    showDetailMessage("");
-    try {
-      const job = (await call(detailQuery(operation, isAdmin()), { id }))[operation];
-      if (view === state.detailView) {
-        renderDetail(job);
-        if (state.socket) followDetail(job.id); // a retried job changes again
-      }
-      refreshSoon();
-    } catch (error) {
-      if (error instanceof Stale) return;
-      showDetailMessage(`${label} refused: ${error.plain}`);
-      button.disabled = false;
-    }
-  });
-  return button;
 }
 
 function showDetailMessage(text) {

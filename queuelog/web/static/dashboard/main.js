@@ -5,14 +5,16 @@
 // filter, at sign-in and on coming back to the jobs); listens on the websocket (jobEvents for
 // everything, jobUpdated for the open job) and polls while the socket is down. Three views:
 // jobs (#jobs, #job/<id>, #jobs?schedule=<name> for one schedule's jobs), types (#types) and
-// schedules (#schedules); flow-control actions (pause, limits, bulk cancel and retry) and
-// schedule actions (pause, resume, delete) for the roles allowed.
+// schedules (#schedules); job actions (cancel, run now, edit, retry), flow-control actions
+// (pause, limits, bulk cancel and retry) and schedule actions (pause, resume, delete) for the
+// roles allowed.
 //
 // This module binds the page's controls and signs in with the key the tab holds; each part of
 // the page has a module of its own beside it (README: "Dashboard and GraphiQL").
 import { bindKeyForm, storedKey } from "../keybox.js";
 import { askBulk, closeBulk, runBulk, updateBulk } from "./bulk.js";
 import { closeDetail } from "./job-detail.js";
+import { closeEdit, saveEdit } from "./job-edit.js";
 import { changePage } from "./job-list.js";
 import { closeLimits, openLimits, saveLimits } from "./limits-form.js";
 import { $ } from "./render.js";
@@ -53,6 +55,11 @@ $("limits-form").addEventListener("submit", (event) => {
   saveLimits();
 });
 $("limits-close").addEventListener("click", () => closeLimits(true));
+$("edit-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  saveEdit();
+});
+$("edit-close").addEventListener("click", () => closeEdit(true));
 $("schedule-delete-confirm").addEventListener("click", () => deleteSchedule());
 $("schedule-delete-back").addEventListener("click", () => closeScheduleDialog(true));
 $("schedule-dialog").addEventListener("cancel", (event) => {

@@ -9,11 +9,11 @@ const ROW_FIELDS = "id type status priority attempt createdAt updatedAt schedule
 const DETAIL_FIELDS =
   "id type payload priority status retryCount maxRetries attempt idempotencyKey workerId " +
   "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds " +
-  "waitingFor scheduleName " +
+  "waitingFor scheduleName cancelRequested expiresAt snoozeCount progress progressMessage progressAt " +
   `events(last: ${TIMELINE_EVENTS}) { kind status at } dependsOn`;
 const COUNT_FIELDS = COUNTS.join(" ");
 
-export const SIGN_IN_QUERY = "query Me { me { name roles } }";
+export const SIGN_IN_QUERY = "query Me { me { name roles maxPriority } }";
 export const KEY_CHECK_QUERY = "query Me { me { name } }";
 export const STATS_QUERY = `query Stats { queueStats { counts { ${COUNT_FIELDS} } oldestPendingSeconds
   byType { type counts { ${COUNT_FIELDS} } } throughput(minutes: ${SPARK_MINUTES + 1}) { at completed failed } } }`;
@@ -22,12 +22,15 @@ export const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $schedu
     totalCount pageInfo { hasNextPage endCursor } nodes { ${ROW_FIELDS} } } }`;
 export const EVENTS_SUBSCRIPTION = `subscription Events { jobEvents { kind at job { ${ROW_FIELDS} } } }`;
 
-// One job: job(id), jobUpdated(id) or a mutation on it (cancelJob, retryJob). `error` is
-// asked for only with an ADMIN key, the one role that may read it.
+// One job: job(id), jobUpdated(id), updateJob(id, input) or another mutation on it (cancelJob,
+// retryJob, runJobNow). `error` is asked for only with an ADMIN key, the one role that may read it.
 export function detailQuery(operation, admin) {
   const fields = DETAIL_FIELDS + (admin ? " error" : "");
   if (operation === "job") return `query Job($id: ID!) { job(id: $id) { ${fields} } }`;
   if (operation === "jobUpdated") return `subscription Job($id: ID!) { jobUpdated(id: $id) { ${fields} } }`;
+  if (operation === "updateJob") {
+    return `mutation Edit($id: ID!, $input: UpdateJobInput!) { updateJob(id: $id, input: $input) { ${fields} } }`;
+  }
   return `mutation Act($id: ID!) { ${operation}(id: $id) { ${fields} } }`;
 }
 

@@ -26,10 +26,17 @@ export const state = {
   schedulesRequest: 0,
   schedules: new Map(), // name -> its Schedule, as last read
   deleting: null, // the schedule whose delete awaits confirmation
+  editingJob: null, // the open job's edit form: {id, opened}, the form's values as it was opened
 };
 
 export const isAdmin = () => Boolean(state.me) && state.me.roles.includes("ADMIN");
+// cancelJob, updateJob and runJobNow: ADMIN on any job, PRODUCER on the jobs it enqueued (the
+// only ones it sees).
 export const mayCancel = () => isAdmin() || (Boolean(state.me) && state.me.roles.includes("PRODUCER"));
+export const mayEdit = mayCancel;
+export const PRIORITIES = ["LOW", "MEDIUM", "HIGH", "CRITICAL"];
+// The priorities this key may give a job (updateJob refuses any above its maxPriority).
+export const allowedPriorities = () => PRIORITIES.slice(0, PRIORITIES.indexOf(state.me.maxPriority) + 1);
 // API.md section 10: `schedules` is for ADMIN and VIEWER; other roles are refused it.
 export const mayReadSchedules = () => isAdmin() || (Boolean(state.me) && state.me.roles.includes("VIEWER"));
 
