@@ -35,6 +35,7 @@ from queuelog.model import (
     MinuteCount,
     NewJob,
     Priority,
+    ProgressReport,
     QueueStats,
     RecordedEvent,
     Role,
@@ -48,6 +49,7 @@ from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.operations import (
     actions,
+    attempts,
     batch,
     bulk,
     claims,
@@ -55,6 +57,7 @@ from queuelog.storage.operations import (
     dependencies,
     enqueue,
     flow,
+    progress,
     pruning,
     reads,
     running,
@@ -454,6 +457,19 @@ class Repository:
 
     async def retry(self, job_id: int) -> Job:
         return await self._db.write(lambda tx: actions.retry(tx, job_id))
+
+    # --- progress and attempts (API.md section 12) ---------------------------------------------
+
+    async def report_progress(self, report: ProgressReport, lease_seconds: int) -> Job:
+        return await self._db.write(lambda tx: progress.report(tx, report, lease_seconds))
+
+    async def report_progress_late(self, reports: Sequence[ProgressReport], lease_seconds: int) -> list[Job]:
+        return await self._db.write(lambda tx: progress.report_late(tx, reports, lease_seconds))
+
+    async def attempt_events_of_jobs(
+        self, job_ids: Sequence[int], last: int
+    ) -> dict[int, list[attempts.AttemptEvent]]:
+        return await self._db.read(attempts.attempt_events_of_jobs, job_ids, last)
 
     async def expire_leases(self) -> int:
         return await self._db.write(lambda tx: running.expire_leases(tx, self._delay))

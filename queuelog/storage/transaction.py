@@ -171,6 +171,12 @@ class WriteTx:
         if after.has_dependents and after.status in FINISHED:
             self.parents.append(after)
 
+    def record_event(self, kind: EventKind, job: Job) -> None:
+        """An event of a job whose status and worker did not change (a progress report): no
+        counter moves, and nothing for its dependents to settle."""
+        self._stamped(job)
+        self.events.append(JobEvent(kind, job, job.updated_at))
+
     def _stamped(self, after: Job) -> None:
         """A job changed, stamped `after.updated_at`: never before its own last stamp, which
         may be after this batch's clock (statements.py). What this transaction writes next,

@@ -26,6 +26,7 @@ from queuelog.storage.postgres.statements.dependencies import DependencyStatemen
 from queuelog.storage.postgres.statements.events import EventStatements
 from queuelog.storage.postgres.statements.flow import FlowStatements
 from queuelog.storage.postgres.statements.jobs import JobStatements
+from queuelog.storage.postgres.statements.progress import ProgressStatements
 from queuelog.storage.postgres.statements.reads import ReadStatements
 from queuelog.storage.postgres.statements.schedules import ScheduleStatements
 
@@ -39,6 +40,7 @@ class PostgresStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""
 

@@ -11,8 +11,9 @@ class EventStatements(Statements, part=True):
     """job_events, job_counts and job_minutes."""
 
     INSERT_EVENT = (
-        "INSERT INTO job_events (job_id, kind, status, at)"
-        f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"
+        "INSERT INTO job_events (job_id, kind, status, at, attempt, worker_id, error)"
+        f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}, %(attempt)s, %(worker_id)s, %(error)s)"
+        " RETURNING id"
     )
     DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE {among_ids('job_id', 'ids')}"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
@@ -27,12 +28,14 @@ class EventStatements(Statements, part=True):
         "SELECT id, job_id, kind, status FROM job_events"
         f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
     )
-    # Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has.
+    # Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has;
+    # not its PROGRESS event (sqlite's EVENTS_OF_JOBS says why).
     EVENTS_OF_JOBS = (
         "SELECT wanted.job_id, newest.kind, newest.status, newest.at"
         f" FROM (SELECT DISTINCT ids.value AS job_id FROM {id_list('ids')} AS ids) AS wanted"
         " CROSS JOIN LATERAL (SELECT id, kind, status, at FROM job_events WHERE job_id = wanted.job_id"
-        " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
+        " AND kind <> 'PROGRESS' ORDER BY id DESC LIMIT %(limit)s) AS newest"
+        " ORDER BY wanted.job_id, newest.id"
     )
     # Each write batch adds to the rows of its own shard (WriteTx.counter_shard), so batches
     # of several servers do not queue behind one row's lock; reads sum the shards.

@@ -15,6 +15,7 @@ from queuelog.storage.sqlite.statements.dependencies import DependencyStatements
 from queuelog.storage.sqlite.statements.events import EventStatements
 from queuelog.storage.sqlite.statements.flow import FlowStatements
 from queuelog.storage.sqlite.statements.jobs import JobStatements
+from queuelog.storage.sqlite.statements.progress import ProgressStatements
 from queuelog.storage.sqlite.statements.reads import ReadStatements
 from queuelog.storage.sqlite.statements.schedules import ScheduleStatements
 
@@ -28,5 +29,6 @@ class SqliteStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""
