@@ -124,3 +124,9 @@ async def cancel_job(info: Ctx, id: strawberry.ID) -> Job:
 
 async def retry_job(info: Ctx, id: strawberry.ID) -> Job:
     return await queue(info).retry(parse_job_id(id))
+
+
+async def report_progress(
+    info: Ctx, id: strawberry.ID, attempt: int, progress: float, message: str | None = None
+) -> Job:
+    return await queue(info).report_progress(caller(info), parse_job_id(id), attempt, progress, message)

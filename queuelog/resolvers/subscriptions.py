@@ -8,7 +8,7 @@ import strawberry
 from strawberry.types import Info
 
 from queuelog.errors import job_not_found
-from queuelog.model import Job
+from queuelog.model import EventKind, Job
 from queuelog.model import JobEvent as JobEventRecord
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
@@ -55,7 +55,8 @@ async def job_events(
 
     def accepts(event: JobEventRecord) -> bool:
         return (
-            scope.allows(event.job)
+            event.kind is not EventKind.PROGRESS  # only jobUpdated delivers progress (API.md 12)
+            and scope.allows(event.job)
             and (wanted_types is None or event.job.type in wanted_types)
             and (wanted_statuses is None or event.job.status in wanted_statuses)
         )

@@ -1,0 +1,116 @@
+"""Progress reports (API.md section 12): a server stores at most one per job per WINDOW_SECONDS.
+
+A report on a job that this server has not stored one for in the last WINDOW_SECONDS is
+stored at once, as a heartbeat is written (storage/operations/progress.py), and opens the
+job's window. One that comes sooner is checked against the job as it is (a read; NOT_FOUND
+or CONFLICT as a heartbeat's refusal), answered with the job as it will be, and held: the
+latest held report is stored when the window ends, which opens the next window, or before
+the attempt ends through this server (`take_held`: the holder's completeJob, failJob...),
+whichever comes first. So the last report of an attempt is stored, and delivered before the
+attempt's end. A handler that reports 10 times a second costs 4 writes a second at most.
+
+Held reports are stored `late`: on the job whatever its state, as long as that attempt is
+its last claim. One held while the attempt ended elsewhere (through another server, or by a
+timeout) is thus still stored on it, though after its end; a new claim drops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from queuelog.model import Job, ProgressReport
+from queuelog.storage.operations.running import check_holder
+from queuelog.storage.repository import Repository
+
+WINDOW_SECONDS = 0.25
+log = logging.getLogger("queuelog.queue")
+
+
+@dataclasses.dataclass(slots=True)
+class _Window:
+    timer: asyncio.TimerHandle
+    held: ProgressReport | None = None
+
+
+class ProgressWindows:
+    def __init__(self, repository: Repository, lease_seconds: int) -> None:
+        self._repository = repository
+        self._lease_seconds = lease_seconds
+        self._windows: dict[int, _Window] = {}
+        self._storing: set[asyncio.Task[None]] = set()
+
+    async def report(self, report: ProgressReport, read_job: Callable[[], Awaitable[Job | None]]) -> Job:
+        """Store or hold `report`; the job as it is once the report applies. `read_job`
+        reads the job as it is now (for a report that is held)."""
+        if report.job_id not in self._windows:
+            self._open(report.job_id)
+            try:
+                return await self._repository.report_progress(report, self._lease_seconds)
+            except BaseException:
+                self._close_if_empty(report.job_id)
+                raise
+        held = dataclasses.replace(report, at=self._repository.now())
+        job = check_holder(await read_job(), report.job_id, report.worker, report.attempt)
+        window = self._windows.get(report.job_id)
+        if window is None:  # it ended while the job was read: store this one now
+            return await self.report(report, read_job)
+        window.held = held
+        return dataclasses.replace(
+            job, progress=held.progress, progress_message=held.message, progress_at=held.at
+        )
+
+    def take_held(self, job_ids: Iterable[int]) -> list[ProgressReport]:
+        """The reports held for these jobs, which are no longer held: the caller stores
+        them (`store_held`) before it ends their attempts."""
+        if not self._windows:
+            return []
+        taken = []
+        for job_id in job_ids:
+            window = self._windows.get(job_id)
+            if window is not None and window.held is not None:
+                taken.append(window.held)
+                window.held = None
+        return taken
+
+    async def store_held(self, reports: Sequence[ProgressReport]) -> None:
+        """Store reports that were held, in one write. A failure is logged, not raised: the
+        attempt's end that follows does not depend on them."""
+        try:
+            await self._repository.report_progress_late(reports, self._lease_seconds)
+        except Exception as exc:
+            log.warning("%d held progress report(s) not stored: %s", len(reports), exc)
+
+    async def close(self) -> None:
+        """Store every report still held (the server is stopping)."""
+        held = []
+        for window in self._windows.values():
+            window.timer.cancel()
+            if window.held is not None:
+                held.append(window.held)
+        self._windows.clear()
+        if held:
+            await self.store_held(held)
+        if self._storing:
+            await asyncio.gather(*self._storing, return_exceptions=True)
+
+    def _open(self, job_id: int) -> None:
+        timer = asyncio.get_running_loop().call_later(WINDOW_SECONDS, self._ended, job_id)
+        self._windows[job_id] = _Window(timer)
+
+    def _close_if_empty(self, job_id: int) -> None:
+        window = self._windows.get(job_id)
+        if window is not None and window.held is None:
+            window.timer.cancel()
+            del self._windows[job_id]
+
+    def _ended(self, job_id: int) -> None:
+        window = self._windows.pop(job_id, None)
+        if window is None or window.held is None:
+            return
+        self._open(job_id)  # the store that follows opens the next window
+        task = asyncio.get_running_loop().create_task(self.store_held([window.held]))
+        self._storing.add(task)
+        task.add_done_callback(self._storing.discard)
