@@ -2,12 +2,18 @@
 
 A report on a job that this server has not stored one for in the last WINDOW_SECONDS is
 stored at once, as a heartbeat is written (storage/operations/progress.py), and opens the
-job's window. One that comes sooner is checked against the job as it is (a read; NOT_FOUND
-or CONFLICT as a heartbeat's refusal), answered with the job as it will be, and held: the
-latest held report is stored when the window ends, which opens the next window, or before
-the attempt ends through this server (`take_held`: the holder's completeJob, failJob...),
-whichever comes first. So the last report of an attempt is stored, and delivered before the
-attempt's end. A handler that reports 10 times a second costs 4 writes a second at most.
+job's window. One that comes sooner is checked (NOT_FOUND or CONFLICT as a heartbeat's
+refusal), answered with the job as it will be, and held: the latest held report is stored
+when the window ends, which opens the next window, or before the attempt ends through this
+server (`take_held`: the holder's completeJob, failJob...), whichever comes first. So the
+last report of an attempt is stored, and delivered before the attempt's end. A handler that
+reports 10 times a second costs 4 writes a second at most.
+
+A held report is checked against the job as the window's last store or read found it, as
+long as no event of the job has come since (from this server or another: `on_events`);
+otherwise the job is read. A report whose attempt ended through another server is thus
+refused once that end's event has arrived (NOTIFY, or the event tail: milliseconds to about
+50 ms); one that comes before is answered, and stored `late` as below.
 
 Held reports are stored `late`: on the job whatever its state, as long as that attempt is
 its last claim. One held while the attempt ended elsewhere (through another server, or by a
@@ -21,7 +27,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from queuelog.model import Job, ProgressReport
+from queuelog.model import EventKind, Job, JobEvent, JobStatus, ProgressReport
 from queuelog.storage.operations.running import check_holder
 from queuelog.storage.repository import Repository
 
@@ -33,6 +39,10 @@ log = logging.getLogger("queuelog.queue")
 class _Window:
     timer: asyncio.TimerHandle
     held: ProgressReport | None = None
+    # The job as the window's store or read last found it (RUNNING), while no event of it
+    # has come since; `changes` counts those events.
+    job: Job | None = None
+    changes: int = 0
 
 
 class ProgressWindows:
@@ -44,23 +54,41 @@ class ProgressWindows:
 
     async def report(self, report: ProgressReport, read_job: Callable[[], Awaitable[Job | None]]) -> Job:
         """Store or hold `report`; the job as it is once the report applies. `read_job`
-        reads the job as it is now (for a report that is held)."""
-        if report.job_id not in self._windows:
-            self._open(report.job_id)
+        reads the job as it is now (to check a held report, when the window does not know it)."""
+        window = self._windows.get(report.job_id)
+        if window is None:
+            window = self._open(report.job_id)
             try:
-                return await self._repository.report_progress(report, self._lease_seconds)
+                job = await self._repository.report_progress(report, self._lease_seconds)
             except BaseException:
                 self._close_if_empty(report.job_id)
                 raise
+            _remember(window, job, changes=0)
+            return job
         held = dataclasses.replace(report, at=self._repository.now())
-        job = check_holder(await read_job(), report.job_id, report.worker, report.attempt)
-        window = self._windows.get(report.job_id)
-        if window is None:  # it ended while the job was read: store this one now
-            return await self.report(report, read_job)
+        known = window.job
+        if known is None or known.worker_id != report.worker or known.attempt != report.attempt:
+            changes = window.changes
+            known = check_holder(await read_job(), report.job_id, report.worker, report.attempt)
+            if self._windows.get(report.job_id) is not window:  # it ended meanwhile: store this one
+                return await self.report(report, read_job)
+            _remember(window, known, changes)
         window.held = held
         return dataclasses.replace(
-            job, progress=held.progress, progress_message=held.message, progress_at=held.at
+            known, progress=held.progress, progress_message=held.message, progress_at=held.at
         )
+
+    def on_events(self, events: Sequence[JobEvent]) -> None:
+        """Committed events, of this server or another: a job that changed is read again by
+        its next held report (its attempt may have ended)."""
+        if not self._windows:
+            return
+        for event in events:
+            if event.kind is not EventKind.PROGRESS:
+                window = self._windows.get(event.job.id)
+                if window is not None:
+                    window.job = None
+                    window.changes += 1
 
     def take_held(self, job_ids: Iterable[int]) -> list[ProgressReport]:
         """The reports held for these jobs, which are no longer held: the caller stores
@@ -96,9 +124,10 @@ class ProgressWindows:
         if self._storing:
             await asyncio.gather(*self._storing, return_exceptions=True)
 
-    def _open(self, job_id: int) -> None:
+    def _open(self, job_id: int) -> _Window:
         timer = asyncio.get_running_loop().call_later(WINDOW_SECONDS, self._ended, job_id)
-        self._windows[job_id] = _Window(timer)
+        window = self._windows[job_id] = _Window(timer)
+        return window
 
     def _close_if_empty(self, job_id: int) -> None:
         window = self._windows.get(job_id)
@@ -114,3 +143,9 @@ class ProgressWindows:
         task = asyncio.get_running_loop().create_task(self.store_held([window.held]))
         self._storing.add(task)
         task.add_done_callback(self._storing.discard)
+
+
+def _remember(window: _Window, job: Job, changes: int) -> None:
+    """Keep `job` as the window's, unless an event of it came while it was stored or read."""
+    if window.changes == changes and job.status is JobStatus.RUNNING:
+        window.job = job

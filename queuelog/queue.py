@@ -134,6 +134,7 @@ class JobQueue:
         self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
         self._key_generation = Recent(repository.refresh_key_generation, KEY_GENERATION_MAX_AGE)
         self.progress = ProgressWindows(repository, settings.lease_seconds)
+        repository.add_listener(self.progress.on_events)
         # Set when this process changes a schedule: its ticker looks again at once.
         self.schedules_changed = asyncio.Event()
 

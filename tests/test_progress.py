@@ -348,6 +348,36 @@ def test_a_report_held_while_the_attempt_ends_elsewhere_is_still_stored_on_it(
     assert there.gql(JOB, {"id": job_id}).ok()["job"]["status"] == "COMPLETED"
 
 
+def test_reports_through_one_server_are_refused_once_it_hears_the_attempt_ended_through_another(
+    two_servers: tuple[Server, Server], unique: Callable[[str], str]
+) -> None:
+    """A holder that keeps reporting through one server while its attempt is completed
+    through the other gets CONFLICT from the moment the first server has the completion's
+    event (held reports are checked against the job it last saw until then), and every
+    report it was answered is stored on the attempt."""
+    here, there = two_servers
+    worker = here.make_key(unique("worker"), "worker")
+    job_id = enqueue(here)
+    attempt = claim(here, worker, job_id)["attempt"]
+    answered = []
+    for n in range(10):  # every 20 ms: windows stay open, most reports are held
+        answered.append(report(here, worker, job_id, attempt, n / 100).ok()["reportProgress"]["progress"])
+        time.sleep(0.02)
+    assert there.gql(COMPLETE, {"id": job_id, "attempt": attempt}, key=worker).ok()["completeJob"]["status"]
+    codes: list[list[str]] = []
+    deadline = time.monotonic() + WAIT
+    while not codes or codes[-1] != ["CONFLICT"]:
+        assert time.monotonic() < deadline, "reports were never refused"
+        response = report(here, worker, job_id, attempt, 0.5 + len(codes) / 1000)
+        codes.append(response.codes)
+        if not response.codes:
+            answered.append(response.ok()["reportProgress"]["progress"])
+        time.sleep(0.02)
+    for _ in range(3):
+        assert report(here, worker, job_id, attempt, 0.9).codes == ["CONFLICT"]
+    assert wait_for_stored(here, job_id, answered[-1])[0] == answered[-1]
+
+
 def test_a_held_report_is_dropped_once_the_job_is_claimed_again(
     two_servers: tuple[Server, Server], unique: Callable[[str], str]
 ) -> None:
