@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -658,6 +659,11 @@ class JobQueue:
             check_storable(message, "message")
         report = ProgressReport(job_id, principal.name, attempt, progress, message)
         return await self.progress.report(report, lambda: self.repository.get_job(job_id, ALL_JOBS))
+
+    def following_progress(self, job: Job) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, reports on `job` through other servers reach this server's
+        subscribers (storage/feeds/progress_watch.py); those through this one always do."""
+        return self.repository.progress_watch.following(job)
 
     async def _before_attempts_end(self, job_ids: Iterable[int]) -> None:
         """Store the progress reports held for these jobs before their holder ends their

@@ -5,7 +5,8 @@ another worker's job NOT_FOUND), whether the report is stored at once or held; a
 stores progress, message and time on the job and extends the lease (never shortens it); a
 server stores at most one report per job per 250 ms, the last one always, and before the
 attempt ends when the holder ends it through that server; a new claim resets progress;
-`jobUpdated` delivers reports, on another server too, and `jobEvents` never does.
+`jobUpdated` delivers reports, on another server too, and `jobEvents` never does; a report
+writes no event row.
 
 Stores are counted by the job's `revision`, which every write of the row adds one to.
 """
@@ -203,9 +204,9 @@ def test_a_new_claim_resets_progress(server: Server, worker: str) -> None:
     assert stored(server, job_id)[:3] == (None, None, None)
 
 
-def test_a_job_keeps_one_progress_event(server: Server, worker: str) -> None:
-    """Each stored report replaces the job's earlier PROGRESS event: the event carries the
-    report to other servers, and a job reporting for hours does not pile them up."""
+def test_a_report_writes_no_event(server: Server, worker: str) -> None:
+    """A report is one UPDATE, as a heartbeat is: no job_events row (other servers read the
+    jobs their subscribers follow), so a job reporting for hours adds nothing there."""
     job_id = enqueue(server)
     attempt = claim(server, worker, job_id)["attempt"]
     for n in range(1, 4):
@@ -213,7 +214,7 @@ def test_a_job_keeps_one_progress_event(server: Server, worker: str) -> None:
         wait_for_stored(server, job_id, n / 10)
         time.sleep(WINDOW_SECONDS)  # each one stored at once
     rows = server.sql("SELECT kind FROM job_events WHERE job_id = :id ORDER BY id", id=int(job_id))
-    assert [kind for (kind,) in rows] == ["ENQUEUED", "CLAIMED", "PROGRESS"]
+    assert [kind for (kind,) in rows] == ["ENQUEUED", "CLAIMED"]
 
 
 # --- the window ------------------------------------------------------------------------------
@@ -310,8 +311,8 @@ def two_servers(start_server: Callable[..., Server]) -> tuple[Server, Server]:
 def test_a_report_reaches_job_updated_on_another_server(
     two_servers: tuple[Server, Server], unique: Callable[[str], str]
 ) -> None:
-    """Reported through one server, delivered by the other's jobUpdated (NOTIFY on
-    PostgreSQL, the event tail on SQLite), the last of a burst included."""
+    """Reported through one server, delivered by the other's jobUpdated (the other reads the
+    RUNNING jobs its subscribers follow), the last of a burst included."""
     here, there = two_servers
     worker = here.make_key(unique("worker"), "worker")
     job_id = enqueue(here)
@@ -329,6 +330,28 @@ def test_a_report_reaches_job_updated_on_another_server(
 
     updates = asyncio.run(asyncio.wait_for(scenario(), 60))
     assert updates[-1]["progress"] == 0.9 and all(u["status"] == "RUNNING" for u in updates)
+
+
+def test_a_subscriber_that_came_before_the_claim_gets_the_reports_on_another_server(
+    two_servers: tuple[Server, Server], unique: Callable[[str], str]
+) -> None:
+    """The job is PENDING when the subscriber comes: its CLAIMED event (from the other
+    server's commit) makes the subscriber's server follow its progress."""
+    here, there = two_servers
+    worker = here.make_key(unique("worker"), "worker")
+    job_id = enqueue(here)
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with socket(there, there.admin_key) as ws:
+            await ws.subscribe("1", JOB_UPDATED, {"id": job_id})
+            assert (await ws.data("1"))["jobUpdated"]["status"] == "PENDING"
+            attempt = (await asyncio.to_thread(claim, here, worker, job_id))["attempt"]
+            await ws.updates_until("1", lambda job: job["status"] == "RUNNING")
+            await asyncio.to_thread(report, here, worker, job_id, attempt, 0.4, "claimed later")
+            return await ws.updates_until("1", lambda job: job["progress"] == 0.4)
+
+    updates = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert updates[-1]["progressMessage"] == "claimed later"
 
 
 def test_a_report_held_while_the_attempt_ends_elsewhere_is_still_stored_on_it(

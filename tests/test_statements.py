@@ -66,7 +66,7 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
         elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES", "TYPE_INDEX"):
             assert isinstance(statement, bool)
-        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER", "COMPLETE_MANY", "DELETE_EARLIER_PROGRESS"):
+        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER", "COMPLETE_MANY"):  # optional
             assert statement is None or statement.strip(), name
         elif name == "EVENT_HORIZON":  # where event ids may commit out of order
             assert (statement is None) is (database is SqliteStatements), name
@@ -115,10 +115,6 @@ def test_both_databases_take_the_same_parameters() -> None:
             assert SqliteStatements.PROMOTE_PENDING is None
             assert PostgresStatements.PROMOTE_PENDING is not None
             assert set(POSTGRES_PARAMETER.findall(PostgresStatements.PROMOTE_PENDING)) == {"now"}
-            continue
-        elif name == "DELETE_EARLIER_PROGRESS":  # SQLite's only: PostgreSQL's REPORT_PROGRESS does it
-            assert PostgresStatements.DELETE_EARLIER_PROGRESS is None
-            assert _sqlite_parameters(SqliteStatements.DELETE_EARLIER_PROGRESS or "") == {"id"}
             continue
         elif name == "EVENT_HORIZON":  # PostgreSQL's only, and it takes none
             assert PostgresStatements.EVENT_HORIZON is not None

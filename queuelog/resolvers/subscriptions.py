@@ -33,17 +33,18 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         yield current
         if current.status.is_terminal:
             return
-        async for event in updates:
-            job = event.newest
-            if job.revision <= current.revision:
-                continue  # a state already delivered, or an older one
-            if not scope.allows(job):
-                return
-            current = job
-            await info.context.ensure_key_still_valid()
-            yield current
-            if current.status.is_terminal:
-                return
+        with queue(info).following_progress(current):
+            async for event in updates:
+                job = event.newest
+                if job.revision <= current.revision:
+                    continue  # a state already delivered, or an older one
+                if not scope.allows(job):
+                    return
+                current = job
+                await info.context.ensure_key_still_valid()
+                yield current
+                if current.status.is_terminal:
+                    return
 
 
 async def job_events(

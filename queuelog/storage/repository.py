@@ -45,6 +45,7 @@ from queuelog.model import (
 )
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import dialect_of, require_postgres_driver
+from queuelog.storage.feeds.progress_watch import ProgressWatch
 from queuelog.storage.feeds.tail import EventTail, OwnEvents
 from queuelog.storage.group_commit import ParkedClaim
 from queuelog.storage.operations import (
@@ -103,6 +104,9 @@ class Repository:
         # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
         # controls in its transaction all the same.
         self._controls_seen: dict[str, TypeControl] = {}
+        # Other servers' progress reports on the jobs this server's subscribers follow.
+        self.progress_watch = ProgressWatch(self.get_jobs, self._publish_remote)
+        self.add_listener(self.progress_watch.on_events)
 
     def add_listener(self, listener: EventListener, *, remote: bool = True) -> None:
         """Call `listener` with the events of every commit: this process's, and (`remote`)
@@ -140,6 +144,7 @@ class Repository:
             await tail.start()
 
     async def close(self) -> None:
+        await self.progress_watch.close()
         if self._feed is not None:
             await self._feed.close()
         await self._db.close()
@@ -162,6 +167,10 @@ class Repository:
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(reads.get_job, job_id, scope)
+
+    async def get_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        """These jobs (those that exist), whoever may see them."""
+        return await self._db.read(reads.get_jobs, job_ids)
 
     async def dependency_ids(self, job_ids: Sequence[int]) -> dict[int, list[int]]:
         return await self._db.read(dependencies.dependency_ids, job_ids)

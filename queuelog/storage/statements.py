@@ -213,13 +213,10 @@ class Statements:
     # REPORT_PROGRESS stores a report (`progress`, `message`, `at`) on job `id` at `attempt`:
     # RUNNING and held by `worker`, or with `late` whatever its state (the attempt ended
     # since, and no claim came after it). It extends a RUNNING job's lease to at least
-    # `lease`, and returns the row (none when nothing matched). The job's earlier PROGRESS
-    # event goes: in the same statement, or by DELETE_EARLIER_PROGRESS (`id`) where that is
-    # not None. ATTEMPT_EVENTS_OF_JOBS: (job_id, kind, at, attempt, worker_id, error) of the
-    # newest `limit` events that carry an attempt of each of the jobs `ids`, by job and
-    # oldest first.
+    # `lease`, and returns the row (none when nothing matched). ATTEMPT_EVENTS_OF_JOBS:
+    # (job_id, kind, at, attempt, worker_id, error) of the newest `limit` events that carry
+    # an attempt of each of the jobs `ids`, by job and oldest first.
     REPORT_PROGRESS: ClassVar[str]
-    DELETE_EARLIER_PROGRESS: ClassVar[str | None]
     ATTEMPT_EVENTS_OF_JOBS: ClassVar[str]
     # job_counts and job_minutes
     ADD_TO_COUNT: ClassVar[str]

@@ -30,10 +30,11 @@ def run(operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
 def write_side_effects(tx: WriteTx) -> None:
     """The events and counter changes of a group commit's successful operations."""
     now = tx.now_us
-    if tx.events:
+    events = tx.stored_events()
+    if events:
         # Each event is stamped as its job was (never before the job's previous stamp).
         rows = []
-        for e in tx.events:
+        for e in events:
             attempt, worker_id, error = event_columns(e.kind, e.job)
             rows.append(
                 {

@@ -1,9 +1,11 @@
-"""A holder's progress report (API.md section 12), stored on its job with one event.
+"""A holder's progress report (API.md section 12): one UPDATE of its job, as a heartbeat is.
 
-A report costs what a heartbeat does, plus its PROGRESS event: the event is what carries it
-to the other servers' jobUpdated subscribers (a feed that reads `job_events` forward sees
-nothing else), and a job keeps only its latest one (each report deletes the one before), so
-that a job reporting four times a second for hours does not fill `job_events` with them.
+Its PROGRESS event goes to this server's jobUpdated subscribers, and nowhere else: no
+job_events row, no notification. A row would cost every report an INSERT beside the
+heartbeat's UPDATE (and, to keep a job reporting for hours from filling job_events, a DELETE
+too), and on PostgreSQL a NOTIFY; a report must cost no more than a heartbeat. Other
+servers' subscribers read the jobs they follow instead (feeds/progress_watch.py): a cost
+that grows with the jobs followed, not with the reports.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from queuelog.errors import Conflict, NotFound
-from queuelog.model import EventKind, Job, ProgressReport
+from queuelog.model import Job, ProgressReport
 from queuelog.storage.operations.reads import fetch_job
 from queuelog.storage.operations.running import check_holder
 from queuelog.storage.schema.codec import decode_job
@@ -51,10 +53,8 @@ def _store(tx: WriteTx, held: ProgressReport, lease_seconds: int, late: bool) ->
     row = tx.execute(tx.sql.REPORT_PROGRESS, params).fetchone()
     if row is None:
         return None
-    if tx.sql.DELETE_EARLIER_PROGRESS is not None:
-        tx.execute(tx.sql.DELETE_EARLIER_PROGRESS, {"id": held.job_id})
     job = decode_job(row)
-    tx.record_event(EventKind.PROGRESS, job)
+    tx.record_progress(job)
     return job
 
 

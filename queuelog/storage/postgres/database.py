@@ -281,7 +281,7 @@ class PostgresDatabase(GroupCommit):
         # where this server polls: replicas that LISTEN hear it too.
         with raw.pipeline():
             steps.write_side_effects(tx)
-            for payload in notify_payloads(self.origin, tx.events):
+            for payload in notify_payloads(self.origin, tx.stored_events()):
                 raw.execute(NOTIFY, (EVENTS_CHANNEL, payload))
             if self.own_events is not None:
                 self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure

@@ -28,14 +28,12 @@ class EventStatements(Statements, part=True):
         "SELECT id, job_id, kind, status FROM job_events"
         f" WHERE id > %(after)s ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
     )
-    # Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has;
-    # not its PROGRESS event (sqlite's EVENTS_OF_JOBS says why).
+    # Each job's newest rows straight from ix_job_events_job (LATERAL), however many it has.
     EVENTS_OF_JOBS = (
         "SELECT wanted.job_id, newest.kind, newest.status, newest.at"
         f" FROM (SELECT DISTINCT ids.value AS job_id FROM {id_list('ids')} AS ids) AS wanted"
         " CROSS JOIN LATERAL (SELECT id, kind, status, at FROM job_events WHERE job_id = wanted.job_id"
-        " AND kind <> 'PROGRESS' ORDER BY id DESC LIMIT %(limit)s) AS newest"
-        " ORDER BY wanted.job_id, newest.id"
+        " ORDER BY id DESC LIMIT %(limit)s) AS newest ORDER BY wanted.job_id, newest.id"
     )
     # Each write batch adds to the rows of its own shard (WriteTx.counter_shard), so batches
     # of several servers do not queue behind one row's lock; reads sum the shards.

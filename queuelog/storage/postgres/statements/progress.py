@@ -10,23 +10,15 @@ from queuelog.storage.statements import Statements
 class ProgressStatements(Statements, part=True):
     """reportProgress and Job.attempts."""
 
-    # The job's earlier PROGRESS event is deleted in the same round trip, once the report
-    # is known to apply.
     REPORT_PROGRESS = f"""
-        WITH reported AS (
-            UPDATE jobs SET progress = %(progress)s, progress_message = %(message)s, progress_at = {ts("at")},
-                lease_expires_at = CASE WHEN status = 'running'
-                    THEN GREATEST(lease_expires_at, {ts("lease")}) ELSE lease_expires_at END,
-                updated_at = {STAMP}, {NEXT_REVISION}
-            WHERE id = %(id)s AND attempt = %(attempt)s
-                AND (%(late)s::boolean OR ({IS_RUNNING} AND worker_id = %(worker)s))
-            RETURNING {JOB_COLUMN_LIST}),
-        earlier AS (
-            DELETE FROM job_events WHERE job_id = %(id)s AND kind = 'PROGRESS'
-            AND EXISTS (SELECT FROM reported))
-        SELECT * FROM reported
+        UPDATE jobs SET progress = %(progress)s, progress_message = %(message)s, progress_at = {ts("at")},
+            lease_expires_at = CASE WHEN status = 'running'
+                THEN GREATEST(lease_expires_at, {ts("lease")}) ELSE lease_expires_at END,
+            updated_at = {STAMP}, {NEXT_REVISION}
+        WHERE id = %(id)s AND attempt = %(attempt)s
+            AND (%(late)s::boolean OR ({IS_RUNNING} AND worker_id = %(worker)s))
+        RETURNING {JOB_COLUMN_LIST}
     """
-    DELETE_EARLIER_PROGRESS = None
     # Each job's newest rows that carry an attempt, from ix_job_events_job (LATERAL), as
     # EVENTS_OF_JOBS.
     ATTEMPT_EVENTS_OF_JOBS = (

@@ -41,12 +41,11 @@ class EventStatements(Statements, part=True):
         f" ORDER BY id LIMIT {EVENT_TAIL_BATCH}"
     )
     # Jobs' own events, the newest `limit` of each, by job and oldest first (ix_job_events_job):
-    # every `Job.events` of one request in one read. Progress reports are not among a job's
-    # transitions (its latest is on the job; its PROGRESS event only carries it to the feeds).
+    # every `Job.events` of one request in one read.
     EVENTS_OF_JOBS = (
         "SELECT job_id, kind, status, at FROM (SELECT job_id, id, kind, status, at,"
         " row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS newness FROM job_events"
-        " WHERE job_id IN (SELECT value FROM json_each(:ids)) AND kind <> 'PROGRESS') AS newest"
+        " WHERE job_id IN (SELECT value FROM json_each(:ids))) AS newest"
         " WHERE newness <= :limit ORDER BY job_id, id"
     )
     ADD_TO_COUNT = _adding_to(job_counts)

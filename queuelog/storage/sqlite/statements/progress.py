@@ -18,7 +18,6 @@ class ProgressStatements(Statements, part=True):
         WHERE id = :id AND attempt = :attempt AND (:late OR (status = 'running' AND worker_id = :worker))
         RETURNING {JOB_COLUMN_LIST}
     """
-    DELETE_EARLIER_PROGRESS = "DELETE FROM job_events WHERE job_id = :id AND kind = 'PROGRESS'"
     # Through ix_job_events_job, as EVENTS_OF_JOBS.
     ATTEMPT_EVENTS_OF_JOBS = (
         "SELECT job_id, kind, at, attempt, worker_id, error FROM (SELECT job_id, id, kind, at, attempt,"
