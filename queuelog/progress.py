@@ -37,8 +37,10 @@ log = logging.getLogger("queuelog.queue")
 
 @dataclasses.dataclass(slots=True)
 class _Window:
-    timer: asyncio.TimerHandle
+    ends: float  # the event loop's time
     held: ProgressReport | None = None
+    # Set while a report is held: it stores the report when the window ends.
+    timer: asyncio.TimerHandle | None = None
     # The job as the window's store or read last found it (RUNNING), while no event of it
     # has come since; `changes` counts those events.
     job: Job | None = None
@@ -51,12 +53,13 @@ class ProgressWindows:
         self._lease_seconds = lease_seconds
         self._windows: dict[int, _Window] = {}
         self._storing: set[asyncio.Task[None]] = set()
+        self._next_sweep = 0.0
 
     async def report(self, report: ProgressReport, read_job: Callable[[], Awaitable[Job | None]]) -> Job:
         """Store or hold `report`; the job as it is once the report applies. `read_job`
         reads the job as it is now (to check a held report, when the window does not know it)."""
         window = self._windows.get(report.job_id)
-        if window is None:
+        if window is None or (window.held is None and asyncio.get_running_loop().time() >= window.ends):
             window = self._open(report.job_id)
             try:
                 job = await self._repository.report_progress(report, self._lease_seconds)
@@ -74,9 +77,16 @@ class ProgressWindows:
                 return await self.report(report, read_job)
             _remember(window, known, changes)
         window.held = held
+        if window.timer is None:
+            window.timer = asyncio.get_running_loop().call_at(window.ends, self._ended, report.job_id)
         return dataclasses.replace(
             known, progress=held.progress, progress_message=held.message, progress_at=held.at
         )
+
+    @property
+    def remembered(self) -> int:
+        """How many jobs' windows this server keeps (those ended are dropped once a second)."""
+        return len(self._windows)
 
     def on_events(self, events: Sequence[JobEvent]) -> None:
         """Committed events, of this server or another: a job that changed is read again by
@@ -115,7 +125,8 @@ class ProgressWindows:
         """Store every report still held (the server is stopping)."""
         held = []
         for window in self._windows.values():
-            window.timer.cancel()
+            if window.timer is not None:
+                window.timer.cancel()
             if window.held is not None:
                 held.append(window.held)
         self._windows.clear()
@@ -125,14 +136,18 @@ class ProgressWindows:
             await asyncio.gather(*self._storing, return_exceptions=True)
 
     def _open(self, job_id: int) -> _Window:
-        timer = asyncio.get_running_loop().call_later(WINDOW_SECONDS, self._ended, job_id)
-        window = self._windows[job_id] = _Window(timer)
+        now = asyncio.get_running_loop().time()
+        if now >= self._next_sweep:  # the windows of jobs that stopped reporting go, once a second
+            self._next_sweep = now + 1.0
+            ended = [i for i, w in self._windows.items() if w.held is None and w.ends <= now]
+            for ended_id in ended:
+                del self._windows[ended_id]
+        window = self._windows[job_id] = _Window(now + WINDOW_SECONDS)
         return window
 
     def _close_if_empty(self, job_id: int) -> None:
         window = self._windows.get(job_id)
         if window is not None and window.held is None:
-            window.timer.cancel()
             del self._windows[job_id]
 
     def _ended(self, job_id: int) -> None:

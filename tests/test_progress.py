@@ -19,13 +19,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import GraphQLResponse, Server, serving, stored_time
+from conftest import GraphQLResponse, Server, migrate, serving, stored_time
 from websockets.asyncio.client import ClientConnection, connect
 
-from queuelog.progress import WINDOW_SECONDS
+from queuelog.model import NewJob, Priority, ProgressReport
+from queuelog.progress import WINDOW_SECONDS, ProgressWindows
+from queuelog.retry_policy import RetryPolicy
+from queuelog.storage.repository import Repository
 
 PROTOCOL = "graphql-transport-ws"
 ENQUEUE = "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) { job { id } } }"
@@ -296,6 +300,37 @@ def test_job_events_never_delivers_progress(server: Server, worker: str) -> None
             return kinds
 
     assert asyncio.run(asyncio.wait_for(scenario(), 60)) == ["COMPLETED"]
+
+
+def test_a_server_forgets_the_windows_of_jobs_that_stopped_reporting(tmp_path: Path) -> None:
+    """In process, on a real SQLite file: a window lives 250 ms; the windows of jobs that
+    report no more are dropped (once a second), not kept for the server's life."""
+
+    async def scenario() -> tuple[int, int, float | None]:
+        repository = Repository(migrate(f"sqlite:///{tmp_path / 'q.db'}"), RetryPolicy(10, 3600), "local")
+        await repository.open()
+        try:
+            items = [NewJob("report", {}, "{}", Priority.LOW, 0, None, None) for _ in range(51)]
+            await repository.enqueue(items, "producer")
+            jobs = (await repository.claim("worker", ["report"], 51, 60)).jobs
+            windows = ProgressWindows(repository, lease_seconds=60)
+            for job in jobs[:50]:
+                await windows.report(ProgressReport(job.id, "worker", job.attempt, 0.5, None), never_read)
+            reporting = windows.remembered
+            await asyncio.sleep(1.1 + WINDOW_SECONDS)
+            last = jobs[50]
+            await windows.report(ProgressReport(last.id, "worker", last.attempt, 0.5, None), never_read)
+            after = windows.remembered  # the last job's window only
+            await windows.close()
+            stored = await repository.get_jobs([last.id])
+            return reporting, after, stored[0].progress
+        finally:
+            await repository.close()
+
+    async def never_read() -> None:
+        raise AssertionError("a report stored at once reads nothing")
+
+    assert asyncio.run(scenario()) == (50, 1, 0.5)
 
 
 # --- across servers ----------------------------------------------------------------------------
