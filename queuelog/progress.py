@@ -113,13 +113,14 @@ class ProgressWindows:
                 window.held = None
         return taken
 
-    async def store_held(self, reports: Sequence[ProgressReport]) -> None:
-        """Store reports that were held, in one write. A failure is logged, not raised: the
-        attempt's end that follows does not depend on them."""
+    async def store_held(self, reports: Sequence[ProgressReport]) -> list[Job]:
+        """Store reports that were held, in one write; the jobs they were stored on. A
+        failure is logged, not raised: the attempt's end that follows does not depend on them."""
         try:
-            await self._repository.report_progress_late(reports, self._lease_seconds)
+            return await self._repository.report_progress_late(reports, self._lease_seconds)
         except Exception as exc:
             log.warning("%d held progress report(s) not stored: %s", len(reports), exc)
+            return []
 
     async def close(self) -> None:
         """Store every report still held (the server is stopping)."""
@@ -154,10 +155,16 @@ class ProgressWindows:
         window = self._windows.pop(job_id, None)
         if window is None or window.held is None:
             return
-        self._open(job_id)  # the store that follows opens the next window
-        task = asyncio.get_running_loop().create_task(self.store_held([window.held]))
+        following = self._open(job_id)  # the store below opens the next window
+        task = asyncio.get_running_loop().create_task(self._store_at_end(window.held, following))
         self._storing.add(task)
         task.add_done_callback(self._storing.discard)
+
+    async def _store_at_end(self, held: ProgressReport, following: _Window) -> None:
+        """Store the report held when its window ended; the next window knows the job as
+        stored (its held reports need no read)."""
+        for job in await self.store_held([held]):
+            _remember(following, job, changes=0)
 
 
 def _remember(window: _Window, job: Job, changes: int) -> None:
