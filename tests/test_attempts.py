@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from conftest import Server, serving
+
+from queuelog import model
+from queuelog.storage.operations import attempts as derivation
+from queuelog.storage.operations.attempts import AttemptEvent, event_columns
 
 ATTEMPTS = "attempts(last: $last) { attempt workerId claimedAt finishedAt outcome error }"
 JOB_ATTEMPTS = f"query($id: ID!, $last: Int! = 50) {{ job(id: $id) {{ status attempt {ATTEMPTS} }} }}"
@@ -233,3 +237,66 @@ def test_attempts_go_with_the_job_when_it_is_pruned(
             assert time.monotonic() < deadline, "the job was never pruned"
             time.sleep(0.2)
         assert server.sql("SELECT count(*) FROM job_events WHERE job_id = :id", id=int(job_id)) == [(0,)]
+
+
+# --- the derivation itself, for the kinds other features write ---------------------------------
+
+
+def _job(**fields: Any) -> model.Job:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    values: dict[str, Any] = {
+        "id": 1, "type": "email", "payload": {}, "priority": model.Priority.LOW,
+        "status": model.JobStatus.RUNNING, "retry_count": 0, "max_retries": 3, "attempt": 1,
+        "idempotency_key": None, "worker_id": "w", "claimed_at": now, "lease_expires_at": now,
+        "run_at": now, "finished_at": None, "result": None, "error": None, "created_by": "p",
+        "created_at": now, "updated_at": now,
+    }  # fmt: skip
+    values.update(fields)
+    return model.Job(**values)
+
+
+def test_which_events_carry_an_attempt() -> None:
+    """The claim (attempt, worker) and the end of an attempt (attempt, error); a CANCELLED
+    event ends one only when the job still names its worker (cancelled while RUNNING)."""
+    Kind, Status = model.EventKind, model.JobStatus
+    running = _job()
+    assert event_columns(Kind.CLAIMED, running) == (1, "w", None)
+    assert event_columns(Kind.COMPLETED, _job(status=Status.COMPLETED, error="old")) == (1, None, None)
+    assert event_columns(Kind.SNOOZED, _job(status=Status.PENDING, worker_id=None)) == (1, None, None)
+    retried = _job(status=Status.PENDING, worker_id=None, error="boom")
+    assert event_columns(Kind.RETRYING, retried) == (1, None, "boom")
+    cancelled_running = _job(status=Status.CANCELLED, error="cancelled while running")
+    assert event_columns(Kind.CANCELLED, cancelled_running) == (1, None, "cancelled while running")
+    for kind in (Kind.CANCELLED, Kind.EXPIRED, Kind.ENQUEUED, Kind.RETRIED, Kind.PROGRESS, Kind.UPDATED):
+        assert event_columns(kind, _job(status=Status.CANCELLED, worker_id=None)) == (None, None, None), kind
+
+
+def test_outcomes_of_the_ends_other_features_record() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def claim(n: int) -> AttemptEvent:
+        return AttemptEvent(model.EventKind.CLAIMED, at, n, "w", None)
+
+    def end(kind: model.EventKind, n: int, error: str | None = None) -> AttemptEvent:
+        return AttemptEvent(kind, at, n, None, error)
+
+    events = [
+        claim(1), end(model.EventKind.SNOOZED, 1),
+        claim(2), end(model.EventKind.RETRYING, 2, "timed out"),
+        claim(3), end(model.EventKind.CANCELLED, 3, "cancelled while running"),
+    ]  # fmt: skip
+    job = _job(status=model.JobStatus.CANCELLED, attempt=3)
+    outcomes = [(a.attempt, a.outcome.value) for a in derivation.attempts_of(job, events, 50)]
+    assert outcomes == [(1, "SNOOZED"), (2, "TIMED_OUT"), (3, "CANCELLED")]
+    assert [a.attempt for a in derivation.attempts_of(job, events, 2)] == [2, 3]
+
+
+def test_an_end_written_without_its_attempt_is_told_from_the_job() -> None:
+    """A claim whose end a server before migration 0015 wrote (no attempt on it): the job's
+    last attempt ended as the job did, an earlier one in a retry."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    events = [AttemptEvent(model.EventKind.CLAIMED, at, n, "w", None) for n in (1, 2)]
+    job = _job(status=model.JobStatus.FAILED, attempt=2, finished_at=at, error="boom")
+    found = [(a.outcome.value, a.error) for a in derivation.attempts_of(job, events, 50)]
+    assert found == [("RETRIED", None), ("FAILED", "boom")]
+    assert derivation.attempts_of(_job(attempt=2), events, 50)[-1].outcome.value == "RUNNING"
