@@ -65,6 +65,10 @@ class Settings:
     procrastinate_configs: tuple[int, ...] = (16, 64)
     # Figure 10's parts, in order (bench/fig_flow.py).
     flow_parts: tuple[str, ...] = ("claim", "hol", "rate", "bulk")
+    # Figure 12 (scale): jobs per configuration, server counts, rounds (each count once a round).
+    scale_jobs: int = 20_000
+    scale_servers: tuple[int, ...] = (1, 2, 3)
+    scale_rounds: int = 2
 
     @property
     def postgres(self) -> bool:
@@ -99,6 +103,7 @@ class Settings:
             "rss_interval": 5.0 if quick else 10.0,
             "rss_window": 15.0 if quick else 60.0,
             "soak_rate": 25.0,
+            "scale_jobs": 10_000 if quick else 20_000,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

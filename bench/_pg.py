@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import os
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -111,6 +112,57 @@ def backend_cpu(base_url: str, database: str) -> dict[int, float] | None:
         if cpu is not None:
             out[pid] = cpu
     return out
+
+
+def backend_cpu_by_application(base_url: str, database: str) -> dict[str, dict[int, float]] | None:
+    """{application_name: {pid: CPU seconds}} of the backends of `database` (a server whose
+    URL carries `?application_name=NAME` names every connection it opens); None when
+    PostgreSQL is on another machine."""
+    if not is_local(base_url):
+        return None
+    with contextlib.closing(admin(base_url)) as conn:
+        rows = conn.execute(
+            "SELECT application_name, pid FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    out: dict[str, dict[int, float]] = {}
+    for name, pid in rows:
+        cpu = process_cpu_seconds(int(pid))
+        if cpu is not None:
+            out.setdefault(str(name), {})[int(pid)] = cpu
+    return out
+
+
+def shared_process_cpu(base_url: str) -> dict[int, float] | None:
+    """{pid: CPU seconds} of the cluster's processes that serve every database: the
+    postmaster and what pg_stat_activity lists with no database (walwriter, checkpointer,
+    background writer, the launchers). None when PostgreSQL is on another machine."""
+    if not is_local(base_url):
+        return None
+    with contextlib.closing(admin(base_url)) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname IS NULL AND backend_type <> 'client backend'"
+        ).fetchall()
+        own = int(conn.info.backend_pid)
+    pids = [int(r[0]) for r in rows]
+    postmaster = parent_pid(own)
+    if postmaster is not None:
+        pids.append(postmaster)
+    out: dict[int, float] = {}
+    for pid in pids:
+        cpu = process_cpu_seconds(pid)
+        if cpu is not None:
+            out[pid] = cpu
+    return out
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def create_baseline_schema(url: str) -> None:

@@ -38,6 +38,7 @@ from bench import (
     fig_growth,
     fig_http,
     fig_rss,
+    fig_scale,
     fig_schedules_deps,
 )
 from bench._common import BENCH_DIR, Cleanup, event_loop_runner, machine_line, stderr
@@ -125,6 +126,13 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
         fig_schedules_deps.deps_figure,
         False,
     ),
+    "scale": (
+        12,
+        "scaling out (issue 31): 1, 2, 3 servers on one PostgreSQL database, a worker each",
+        "the same jobs through 1 server and its worker, same run",
+        fig_scale.scale_figure,
+        False,
+    ),
 }
 # The baseline column on `--database postgresql` where it differs from SQLite's.
 POSTGRES_BASELINES = {
@@ -154,7 +162,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAMES",
         help="comma-separated figures: "
         + ", ".join(FIGURES)
-        + " (default: all but workers, backlog, flow and deps+schedules)",
+        + " (default: all but workers, backlog, flow, deps+schedules and scale)",
     )
     parser.add_argument(
         "--py-spy",
@@ -251,6 +259,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     sizes.add_argument(
         "--deps-seconds", type=float, help="figure 11: seconds the schedules are watched (130 / 180)"
     )
+    sizes.add_argument(
+        "--scale-jobs", type=int, help="figure 12, scale: jobs per configuration (10000 / 20000)"
+    )
+    sizes.add_argument(
+        "--scale-servers",
+        metavar="LIST",
+        help="figure 12, scale: comma-separated server counts, the first the baseline (default 1,2,3)",
+    )
+    sizes.add_argument(
+        "--scale-rounds", type=int, help="figure 12, scale: rounds, each count once a round, alternating (2)"
+    )
     sizes.add_argument("--growth-samples", type=int, help="most samples per operation in figure 6 (20 / 100)")
     sizes.add_argument("--rss-seconds", type=float, help="length of the soak of figure 7 (45 / 300)")
     sizes.add_argument(
@@ -283,6 +302,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             parser.error(f"--deps-parts: choose from {','.join(fig_schedules_deps.PARTS)}")
     if args.deps_before is not None and not (Path(args.deps_before) / "queuelog" / "app.py").is_file():
         parser.error(f"--deps-before: {args.deps_before} holds no queuelog/app.py")
+    if args.scale_servers is not None:
+        counts = [c.strip() for c in args.scale_servers.split(",") if c.strip()]
+        if not counts or any(not c.isdigit() or not 1 <= int(c) <= 16 for c in counts):
+            parser.error("--scale-servers: comma-separated server counts within 1..16")
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
     if names is not None:
         unknown = [n for n in names if n not in FIGURES]
@@ -310,6 +333,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "growth_samples": (3, 10_000),
         "rss_seconds": (10, 3600),
         "soak_rate": (0, 10_000),
+        "scale_jobs": (1_000, 1_000_000),
+        "scale_rounds": (1, 10),
     }
     for name, (low, high) in bounds.items():
         value = getattr(args, name)
@@ -338,6 +363,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
             "growth_samples",
             "rss_seconds",
             "soak_rate",
+            "scale_jobs",
+            "scale_rounds",
         )
     }
     settings = Settings.make(args.quick, **overrides)
@@ -347,6 +374,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings.postgres_url = args.postgres_url
     if args.pgqueuer_configs:
         settings.pgqueuer_configs = tuple(c.strip() for c in args.pgqueuer_configs.split(",") if c.strip())
+    if args.scale_servers:
+        settings.scale_servers = tuple(int(c) for c in args.scale_servers.split(",") if c.strip())
     if args.flow_parts:
         settings.flow_parts = tuple(p.strip() for p in args.flow_parts.split(",") if p.strip())
     fig_schedules_deps.configure(
@@ -453,6 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pgqueuer_configs": list(settings.pgqueuer_configs),
                 "procrastinate_configs": list(settings.procrastinate_configs),
                 "flow_parts": list(settings.flow_parts),
+                "scale_servers": list(settings.scale_servers),
             },
             "argv": list(sys.argv[1:] if argv is None else argv),
             "figures": [f.to_dict() for f in figures],

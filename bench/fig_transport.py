@@ -1,6 +1,6 @@
 """The worker's HTTP client, end to end: aiohttp against a hand-written client and httpx (issue 15).
 
-The worker's two hot calls (`claimJobs`, `completeJobs`) go through `queuelog.client.
+The worker's two hot calls (`claimJobs`, `completeJobs`) go through `queuelog.sdk.plain_http.
 PlainHTTP`, an aiohttp session; until issue 15 that was a hand-written HTTP/1.1 client on
 asyncio streams (kept below as `RawHTTP`). The issue's rule: if aiohttp comes within 20% of
 it end to end, use aiohttp. This measures that, on the real worker hot loop, with httpx
@@ -257,8 +257,20 @@ async def _window(url: str, admin: str | None, job_type: str, jobs: int) -> tupl
 
 def worker_main(url: str, key: str, transport: str, jobs: int, concurrency: int, out: Path) -> None:
     """Run the worker on `transport` until it has reported `jobs` jobs; write what it saw."""
-    from queuelog.client import AsyncClient
+    from queuelog.client import AsyncClient, ServerUnreachable
     from queuelog.worker import Worker
+
+    class RawTransport(RawHTTP):
+        """RawHTTP as a queuelog.sdk.transport.Transport: no answer is ServerUnreachable."""
+
+        async def post(self, body: bytes, timeout: float, *, idempotent: bool = False) -> tuple[int, bytes]:
+            try:
+                return await super().post(body, timeout, idempotent=idempotent)
+            except (OSError, EOFError, ValueError, TimeoutError) as exc:
+                raise ServerUnreachable(f"{type(exc).__name__}: {exc}") from exc
+
+        async def aclose(self) -> None:
+            self.close()
 
     claims: list[tuple[float, int]] = []
     completes: list[float] = []
@@ -274,16 +286,10 @@ def worker_main(url: str, key: str, transport: str, jobs: int, concurrency: int,
                 completes.append(elapsed)
             return data
 
-        async def aclose(self) -> None:
-            if isinstance(self._plain, RawHTTP):
-                self._plain.close()
-                self._plain = None
-            await super().aclose()
-
     client = TimedClient(url, key)
     assert client._plain is not None, "PlainHTTP does not serve this URL"
     if transport == "raw":
-        client._plain = RawHTTP(client.url, {"Authorization": f"Bearer {key}"})  # type: ignore[assignment]
+        client._plain = RawTransport(client.url, {"Authorization": f"Bearer {key}"})
     elif transport == "httpx":
         client._plain = None  # post_json(plain=True) falls back to httpx; no session was opened
     elif transport != "aiohttp":  # queuelog's own PlainHTTP

@@ -45,7 +45,9 @@ async def _fill(repo: Repository, jobs: int) -> None:
         items = []
         for i in range(start, min(jobs, start + ENQUEUE_BATCH)):
             payload = {"n": i, "to": f"u{i}@example.com"}
-            items.append(NewJob("noop", payload, compact(payload), Priority.MEDIUM, 0, None, None))
+            items.append(
+                NewJob("noop", payload, Priority.MEDIUM, 0, None, None, payload_json=compact(payload))
+            )
         await repo.enqueue(items, "bench-producer")
 
 

@@ -9,7 +9,7 @@ between these figures and figure 3 of `python -m bench` is what HTTP and GraphQL
 the gap to figure 3's raw ceiling is what queuelog's schema (indexes for every `jobs`
 filter, the claim, leases, pruning and scopes, plus job_events and job_counts) costs.
 
-`--sql-only` runs queuelog's own statements (sqlite_statements.py) on the same migrated schema
+`--sql-only` runs queuelog's own statements (sqlite/statements/) on the same migrated schema
 through stdlib sqlite3, with no Repository and no Python model: one transaction per batch,
 executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
 and its events; the read of the held rows, the guarded completion UPDATEs and their
@@ -44,7 +44,10 @@ BATCH = 100
 
 async def measure(url: str, batches: int) -> dict[str, float]:
     repository = Repository(url, RetryPolicy(10, 3600))
-    items = [NewJob("noop", {"n": i}, f'{{"n":{i}}}', Priority.LOW, 3, None, None) for i in range(BATCH)]
+    items = [
+        NewJob("noop", {"n": i}, Priority.LOW, 3, None, None, payload_json=f'{{"n":{i}}}')
+        for i in range(BATCH)
+    ]
     timings: dict[str, float] = {}
     started = time.process_time()
     for _ in range(batches):
@@ -81,7 +84,10 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
             rows = [{"job_id": i, "kind": kind.value, "status": status.value, "at": now} for i in ids]
             db.executemany(sql.INSERT_EVENT, rows)
 
-        items = [NewJob("noop", {"n": i}, f'{{"n":{i}}}', Priority.LOW, 3, None, None) for i in range(BATCH)]
+        items = [
+            NewJob("noop", {"n": i}, Priority.LOW, 3, None, None, payload_json=f'{{"n":{i}}}')
+            for i in range(BATCH)
+        ]
 
         def enqueue() -> None:
             # The row of every column an enqueue writes, as queuelog's enqueue builds it.

@@ -430,8 +430,9 @@ def routes_for(state: State, metrics: Metrics, settings: Settings) -> list[BaseR
 
     async def metrics_endpoint(request: Request) -> Response:
         services = state.services
+        allowlist = services.queue.allowlist
         return await metrics.response(
-            request, services.repository, settings.metrics_token, settings.job_types
+            request, services.repository, settings.metrics_token, lambda: allowlist.current(fresh=True)
         )
 
     return [

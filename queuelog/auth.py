@@ -51,6 +51,7 @@ class Action(enum.Enum):
     CONTROL = "control_types"
     SEE_SCHEDULES = "see_schedules"
     SCHEDULE = "schedule"
+    EDIT = "edit_jobs"
 
 
 ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
@@ -63,6 +64,7 @@ ALLOWED_ROLES: dict[Action, frozenset[Role]] = {
     Action.CONTROL: frozenset({Role.ADMIN}),
     Action.SEE_SCHEDULES: frozenset({Role.ADMIN, Role.VIEWER}),
     Action.SCHEDULE: frozenset({Role.ADMIN}),
+    Action.EDIT: frozenset({Role.ADMIN, Role.PRODUCER}),
 }
 
 
@@ -92,7 +94,7 @@ class Principal:
 
     @property
     def cancel_scope(self) -> JobScope:
-        """ADMIN cancels any job; a PRODUCER only those it enqueued."""
+        """ADMIN cancels (or edits) any job; a PRODUCER only those it enqueued."""
         if Role.ADMIN in self.roles:
             return JobScope(everything=True)
         return JobScope(everything=False, created_by=self.name)

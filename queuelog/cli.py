@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 serve_log = logging.getLogger("queuelog.serve")
+cli_log = logging.getLogger("queuelog.cli")
 
 # SQLAlchemy, Alembic and the server are imported by the commands that use them, so that
 # `queuelog worker` (which needs none of them) starts quickly.
@@ -180,12 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     types_parser = commands.add_parser(
         "types",
-        help="list, pause and resume job types (flow control), straight in the database",
+        help="list, pause, resume, add and remove job types, straight in the database",
         description=(
-            "Read and change the job types' flow controls (API.md section 9) in the database "
-            "itself, with no server needed: every server on the database obeys a pause from its "
-            "next claim. The types are the server's allowlist: pass the same --job-types (or "
-            f"${env_name('job_types')}) as `serve` gets."
+            "Read and change the job types' flow controls (API.md section 9), and the types "
+            "added at runtime (section 12), in the database itself, with no server needed: every "
+            "server on the database obeys a pause from its next claim, and an added or removed "
+            "type at its next request. The types are the server's allowlist: pass the same "
+            f"--job-types (or ${env_name('job_types')}) as `serve` gets; the added types come "
+            "from the database."
         ),
     )
     type_commands = types_parser.add_subparsers(
@@ -212,6 +215,95 @@ def build_parser() -> argparse.ArgumentParser:
     resume = type_commands.add_parser("resume", help="let servers claim jobs of TYPE again")
     resume.add_argument("type", metavar="TYPE")
     _types_flags(resume)
+    add = type_commands.add_parser(
+        "add",
+        help="add NAME to the allowlist of every server, without a restart",
+        description=(
+            "Add NAME (1 to 100 of A-Z a-z 0-9 _ . : -) to the job types every server on the "
+            "database accepts, within a second, as the API's addJobType does (API.md section 12)."
+        ),
+    )
+    add.add_argument("type", metavar="NAME")
+    _types_flags(add)
+    remove = type_commands.add_parser(
+        "remove",
+        help="remove a type added with `types add`: new enqueues of it are refused, its jobs stay",
+        description=(
+            "Remove a type added at runtime (`types add`, addJobType): servers refuse new enqueues "
+            "of it; its jobs stay and can be claimed, listed and retried. A type of --job-types "
+            f"(${env_name('job_types')}) cannot be removed this way, nor from a server that has it there."
+        ),
+    )
+    remove.add_argument("type", metavar="NAME")
+    _types_flags(remove)
+
+    schedules_parser = commands.add_parser(
+        "schedules",
+        help="run a schedule's job now, straight in the database",
+        description=(
+            "Act on cron schedules (API.md sections 10 and 12) in the database itself, with no "
+            "server needed, through the API's rules."
+        ),
+    )
+    schedule_commands = schedules_parser.add_subparsers(
+        dest="schedules_command", metavar="ACTION", parser_class=OneLineParser
+    )
+    schedule_commands.required = True
+    run = schedule_commands.add_parser(
+        "run",
+        help="enqueue NAME's job now, outside its ticks (as runScheduleNow)",
+        description=(
+            "Enqueue the schedule's job now, with idempotency key NAME@manual-<unique>, even "
+            "while it is paused and whatever its overlap; its ticks, last run and next run stay "
+            "as they are. Its type must be allowed: pass the server's --job-types when the type "
+            "is one of them."
+        ),
+    )
+    run.add_argument("name", metavar="NAME")
+    _types_flags(run)
+
+    jobs_parser = commands.add_parser(
+        "jobs",
+        help="cancel a job or run it now, straight in the database (for operators in an incident)",
+        description=(
+            "Act on one job in the database itself, with no server needed, through the API's "
+            "rules, as an ADMIN named cli:<os user> in the log."
+        ),
+    )
+    job_commands = jobs_parser.add_subparsers(
+        dest="jobs_command", metavar="ACTION", parser_class=OneLineParser
+    )
+    job_commands.required = True
+    cancel = job_commands.add_parser(
+        "cancel",
+        help="cancel job ID, as cancelJob does",
+        description=(
+            "Cancel job ID as the API's cancelJob does for an ADMIN: a PENDING job at once; a "
+            "RUNNING one is asked to stop, and ends CANCELLED when its worker stops, its lease "
+            "expires or the grace passes."
+        ),
+    )
+    cancel.add_argument("id", metavar="ID")
+    cancel.add_argument(
+        "--cancel-grace-seconds",
+        default=None,
+        metavar="SECONDS",
+        help=(
+            "how long a RUNNING job's worker has to stop (default: "
+            f"${env_name('cancel_grace_seconds')} or {Settings.cancel_grace_seconds}, as `serve` takes it)"
+        ),
+    )
+    _database_flag(cancel)
+    run_now = job_commands.add_parser(
+        "run-now",
+        help="make PENDING job ID due now, as runJobNow does",
+        description=(
+            "Make PENDING job ID due now, as the API's runJobNow does for an ADMIN: it is still "
+            "subject to its dependencies, pauses and limits."
+        ),
+    )
+    run_now.add_argument("id", metavar="ID")
+    _database_flag(run_now)
 
     worker = commands.add_parser(
         "worker",
@@ -377,23 +469,26 @@ def _max_priority(role_names: Sequence[str], priority: str) -> str:
 
 
 def _types_settings(args: argparse.Namespace) -> Settings:
-    """The database URL and the allowlist as `serve` reads them: a flag, else the variable.
-    Only those two: another variable's mistake must not stop an operator in an incident."""
+    """The database URL, and the settings the command takes a flag for (--job-types,
+    --cancel-grace-seconds), as `serve` reads them: a flag, else the variable. Only those:
+    another variable's mistake must not stop an operator in an incident. The allowlist here is
+    the server's: it is completed by the types added at runtime, which the database holds."""
+    names = ["database_url", *(name for name in ("job_types", "cancel_grace_seconds") if name in args)]
     environ = {
-        name: value
-        for name in (env_name("database_url"), env_name("job_types"))
-        if (value := os.environ.get(name)) is not None
+        env_name(name): value for name in names if (value := os.environ.get(env_name(name))) is not None
     }
     if args.database_url:
         environ[env_name("database_url")] = args.database_url
-    if args.job_types is not None:
-        environ[env_name("job_types")] = args.job_types
-    settings = Settings.from_env(environ)
-    if not settings.job_types:
-        raise CommandError(
-            f"no job types: pass --job-types a,b or set {env_name('job_types')}, as the server has them"
-        )
-    return settings
+    for name in names[1:]:
+        if getattr(args, name) is not None:  # --job-types "" allows no type
+            environ[env_name(name)] = getattr(args, name)
+    return Settings.from_env(environ)
+
+
+NO_JOB_TYPES = (
+    f"no job types: pass --job-types a,b or set {env_name('job_types')}, as the server has them"
+    f" (or add one with `{PROG} types add NAME`)"
+)
 
 
 def parse_until(text: str, now: datetime) -> datetime:
@@ -504,16 +599,22 @@ def cmd_types(args: argparse.Namespace) -> None:
     settings = _types_settings(args)
     now = datetime.now(UTC)
     if args.types_command == "list":
-        for line in types_table(_with_queue(settings, lambda queue: queue.type_controls()), now):
+        controls = _with_queue(settings, lambda queue: queue.type_controls())
+        if not controls:
+            raise CommandError(NO_JOB_TYPES)
+        for line in types_table(controls, now):
             print(line)
         return
     job_type = args.type
     actor = cli_principal()
+    if args.types_command in ("add", "remove"):
+        change_types(settings, args.types_command, job_type)
+        return
     if args.types_command == "pause":
         until = parse_until(args.until, now) if args.until is not None else None
 
         async def pause(queue: JobQueue) -> tuple[bool, TypeControl]:
-            was_paused = _paused(await queue.type_controls(), job_type, now)
+            was_paused = _paused(await _type_controls(queue), job_type, now)
             return was_paused, await queue.pause_type(actor, job_type, until)
 
         was_paused, control = _with_queue(settings, pause)
@@ -529,7 +630,7 @@ def cmd_types(args: argparse.Namespace) -> None:
         return
 
     async def resume(queue: JobQueue) -> tuple[bool, TypeControl]:
-        was_paused = _paused(await queue.type_controls(), job_type, now)
+        was_paused = _paused(await _type_controls(queue), job_type, now)
         return was_paused, await queue.resume_type(actor, job_type)
 
     was_paused, control = _with_queue(settings, resume)
@@ -541,6 +642,93 @@ def cmd_types(args: argparse.Namespace) -> None:
 
 def _paused(controls: Sequence[TypeControl], job_type: str, now: datetime) -> bool:
     return any(c.type == job_type and c.paused_at(now) for c in controls)
+
+
+async def _type_controls(queue: JobQueue) -> list[TypeControl]:
+    """Every allowed type's controls; none allowed at all is the operator's mistake."""
+    controls = await queue.type_controls()
+    if not controls:
+        raise CommandError(NO_JOB_TYPES)
+    return controls
+
+
+def change_types(settings: Settings, action: str, job_type: str) -> None:
+    """`types add` and `types remove`, as addJobType and removeJobType."""
+    actor = cli_principal()
+    if action == "add":
+        was = _with_queue(settings, lambda queue: _add_type(queue, actor, job_type))
+        if was == "added":
+            print(f"job type {job_type!r} was added already; nothing changed")
+        else:
+            also = " (it is in --job-types here too)" if was == "configured" else ""
+            print(f"added job type {job_type!r}{also}: every server on the database accepts it at once")
+        return
+    if _with_queue(settings, lambda queue: queue.remove_job_type(actor, job_type)):
+        print(
+            f"removed job type {job_type!r}: servers refuse new enqueues of it, but for those whose own"
+            " job types name it; its jobs stay, and can still be claimed, listed and retried"
+        )
+    else:
+        print(f"job type {job_type!r} was not added at runtime; nothing changed")
+
+
+async def _add_type(queue: JobQueue, actor: Principal, job_type: str) -> str:
+    """Add the type; what it was before: "added", "configured" (in --job-types) or "new"."""
+    await queue.allowlist.current()
+    was = "added" if job_type in queue.allowlist.added else "new"
+    if was == "new" and job_type in queue.allowlist.configured:
+        was = "configured"
+    await queue.add_job_type(actor, job_type)
+    return was
+
+
+# --- schedules and jobs (operators in an incident) -----------------------------------------
+
+
+def cmd_schedules(args: argparse.Namespace) -> None:
+    from queuelog.errors import BadInput
+
+    settings = _types_settings(args)
+    try:
+        job = _with_queue(settings, lambda queue: queue.run_schedule_now(cli_principal(), args.name))
+    except BadInput as refusal:
+        if settings.job_types:
+            raise
+        raise CommandError(
+            f"{refusal.message}; here the allowlist is the types added at runtime alone:"
+            f" pass --job-types a,b (or set {env_name('job_types')}) as the server has them"
+        ) from None
+    print(
+        f"enqueued job {job.id} ({job.type}) of schedule {args.name!r} now, idempotency key"
+        f" {job.idempotency_key}; its ticks go on as before"
+    )
+
+
+def cmd_jobs(args: argparse.Namespace) -> None:
+    from queuelog.model import JobStatus
+    from queuelog.resolvers.ids import parse_job_id
+
+    job_id = parse_job_id(args.id.strip(), "ID")
+    settings = _types_settings(args)
+    actor = cli_principal()
+    # The API's cancelJob and runJobNow log nothing (producers steer their own jobs all day);
+    # an operator's action outside the API is logged, naming them.
+    if args.jobs_command == "run-now":
+        job = _with_queue(settings, lambda queue: queue.run_job_now(actor, job_id))
+        cli_log.info("job %d (%s) run now by %s", job.id, job.type, actor.name)
+        print(f"job {job.id} ({job.type}) is due now, {_utc(job.run_at)}")
+        return
+    job = _with_queue(settings, lambda queue: queue.cancel(actor, job_id))
+    cli_log.info("job %d (%s) cancel by %s: %s", job.id, job.type, actor.name, job.status.name)
+    if job.status is JobStatus.CANCELLED:
+        print(f"cancelled job {job.id} ({job.type})")
+    elif job.cancel_requested:
+        print(
+            f"cancel requested for job {job.id} ({job.type}), {job.status.name}: its worker is told,"
+            " and it ends CANCELLED when the worker stops, its lease expires or the grace passes"
+        )
+    else:  # pragma: no cover - cancel answers a job cancelled or asked to be
+        print(f"job {job.id} ({job.type}) is {job.status.name}")
 
 
 def cmd_copy_database(args: argparse.Namespace) -> None:
@@ -603,8 +791,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     notes = []
     if not settings.job_types:
         notes.append(
-            f"note: {env_name('job_types')} is empty, so every enqueue is refused; "
-            "pass --job-types a,b to allow job types."
+            f"note: {env_name('job_types')} is empty, so only the types an ADMIN adds at runtime"
+            f" (addJobType, `{PROG} types add NAME`) can be enqueued; pass --job-types a,b to allow"
+            " job types."
         )
     base = f"http://{args.host}:{args.port}"
     notes.append(f"queuelog serving {_safe_url(settings.database_url)} on {base}")
@@ -736,6 +925,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "copy-database": cmd_copy_database,
         "keys": cmd_keys,
         "types": cmd_types,
+        "schedules": cmd_schedules,
+        "jobs": cmd_jobs,
         "worker": cmd_worker,
     }
     try:

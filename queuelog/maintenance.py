@@ -1,6 +1,7 @@
-"""Background loops every server process runs: lease expiry, pruning, the settling of
-finished jobs' dependents left for later (storage/settlements.py), and on PostgreSQL, where
-autovacuum does not run, VACUUM and ANALYZE of queuelog's tables (storage/vacuum.py).
+"""Background loops every server process runs: lease expiry, the expiry of PENDING jobs
+(expiresAt), pruning, the settling of finished jobs' dependents left for later
+(storage/operations/settlements.py), and on PostgreSQL, where autovacuum does not run, VACUUM
+and ANALYZE of queuelog's tables (storage/postgres/vacuum.py).
 
 All are safe to run in many processes at once: every UPDATE and DELETE re-checks the
 row's state, so two servers expiring the same lease change it once, and a settlement is
@@ -18,6 +19,9 @@ from queuelog.settings import Settings
 from queuelog.storage.repository import Repository
 
 log = logging.getLogger("queuelog.maintenance")
+# A job found due for expiry but held by another transaction (a claim, another server's
+# sweep) is looked at again this soon.
+EXPIRY_RECHECK_SECONDS = 0.05
 
 
 class OutageLog:
@@ -54,6 +58,33 @@ async def expire_leases_forever(repository: Repository, interval: float) -> None
         await asyncio.sleep(interval)
 
 
+async def expire_jobs_forever(repository: Repository, longest: float) -> None:
+    """Cancel the PENDING jobs whose expiry has come (API.md section 12), looking at most
+    `longest` seconds apart, and at the next expiry when it comes sooner. A look is a read of
+    the first entry of ix_jobs_expiry (which holds only PENDING jobs that expire): a write
+    transaction only when a job is due."""
+    outage = OutageLog("job expiry")
+    while True:
+        pause = longest
+        try:
+            due = await repository.next_expiry()
+            if due is not None and due <= repository.now():
+                expired = await repository.expire_due()
+                if expired:
+                    log.info("expired %d pending job(s)", expired)
+                due = await repository.next_expiry()
+            outage.succeeded()
+            if due is not None:
+                # One still due is held by a claim (or another server's sweep): look again soon.
+                until = (due - repository.now()).total_seconds()
+                pause = min(longest, max(until + 0.001, EXPIRY_RECHECK_SECONDS))
+        except DatabaseUnavailable as exc:
+            outage.failed(exc)
+        except Exception:
+            log.exception("job expiry failed; trying again")
+        await asyncio.sleep(pause)
+
+
 async def prune_forever(repository: Repository, retention_seconds: int, interval: float) -> None:
     outage = OutageLog("pruning")
     while True:
@@ -87,7 +118,7 @@ async def settle_dependents_forever(
 
 
 async def vacuum_forever(repository: Repository, interval: float) -> None:
-    """Where autovacuum does not run, what it would do to queuelog's tables (storage/vacuum.py)."""
+    """Where autovacuum does not run, what it would do to queuelog's tables (storage/postgres/vacuum.py)."""
     outage = OutageLog("vacuum")
     while True:
         try:
@@ -109,6 +140,7 @@ def start(
     tasks = [
         asyncio.create_task(settle_dependents_forever(repository, settings.lease_check_seconds, on_ready)),
         asyncio.create_task(expire_leases_forever(repository, settings.lease_check_seconds)),
+        asyncio.create_task(expire_jobs_forever(repository, settings.expiry_check_seconds)),
         asyncio.create_task(
             prune_forever(repository, settings.retention_seconds, settings.prune_interval_seconds)
         ),

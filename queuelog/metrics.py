@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,6 +17,8 @@ from queuelog.model import ALL_JOBS, EventKind, JobEvent, JobStatus, QueueStats,
 from queuelog.storage.repository import Repository
 
 log = logging.getLogger("queuelog.metrics")
+# The allowlist at scrape time (queuelog.allowlist.Allowlist.current).
+AllowedTypes = Callable[[], Awaitable[Collection[str]]]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 NOSNIFF = {"X-Content-Type-Options": "nosniff"}
 UNAUTHORIZED = "a valid metrics token is required: Authorization: Bearer <QUEUELOG_METRICS_TOKEN>\n"
@@ -75,6 +77,7 @@ class Metrics:
         self.failed = counter("failed", "Jobs that failed for good")
         self.retried = counter("retried", "Failed attempts sent back to PENDING (incl. expired leases)")
         self.lease_expired = counter("lease_expired", "Leases that expired")
+        self.expired = counter("expired", "PENDING jobs cancelled because their expiresAt came")
         self.by_status = Gauge("queuelog_jobs", "Jobs by status", ["status"], registry=self.registry)
         self.oldest_pending = Gauge(
             "queuelog_oldest_pending_seconds",
@@ -143,6 +146,7 @@ class Metrics:
             EventKind.COMPLETED: self.completed,
             EventKind.FAILED: self.failed,
             EventKind.RETRYING: self.retried,
+            EventKind.EXPIRED: self.expired,
         }
         self._type_counters = (
             self.enqueued,
@@ -151,6 +155,7 @@ class Metrics:
             self.failed,
             self.retried,
             self.lease_expired,
+            self.expired,
             self.held_back,
         )
         self._counted_types: set[str] = set()
@@ -216,19 +221,22 @@ class Metrics:
         return timed
 
     async def response(
-        self, request: Request, repository: Repository, token: str, types: Sequence[str] = ()
+        self, request: Request, repository: Repository, token: str, allowed: AllowedTypes | None = None
     ) -> Response:
         """GET /metrics: the scrape, or 401 (before reading anything) without the token."""
         if not token_accepted(request.headers.get("authorization"), token):
             headers = {**NOSNIFF, "WWW-Authenticate": "Bearer"}
             return PlainTextResponse(UNAUTHORIZED, status_code=401, headers=headers)
-        return Response(await self.render(repository, types), media_type=CONTENT_TYPE, headers=NOSNIFF)
+        return Response(await self.render(repository, allowed), media_type=CONTENT_TYPE, headers=NOSNIFF)
 
-    async def render(self, repository: Repository, types: Sequence[str] = ()) -> bytes:
+    async def render(self, repository: Repository, allowed: AllowedTypes | None = None) -> bytes:
         """The scrape. When the database is unavailable it still answers, with
-        queuelog_database_up 0, this process's counters, and no database-read gauges."""
-        self.count_types(types)
+        queuelog_database_up 0, this process's counters, and no database-read gauges.
+        `allowed`: the allowlist now, types added at runtime included (read at each scrape, so
+        an added type has its zero samples from the moment it is added)."""
         try:
+            types = sorted(await allowed()) if allowed is not None else []
+            self.count_types(types)
             stats = await repository.queue_stats(ALL_JOBS)
             controls = await repository.type_controls(types) if types else []
             broken_schedules = await repository.broken_schedules()
@@ -269,8 +277,9 @@ class Metrics:
             self.type_oldest_pending.labels(job_type).set(stats.oldest_pending_by_type.get(job_type, 0))
 
     def _set_type_controls(self, controls: Sequence[TypeControl], now: datetime) -> None:
-        for gauge in self.type_limits.values():
-            gauge.clear()  # a limit cleared since the last scrape has no sample
+        # A limit cleared since the last scrape has no sample, nor has a type removed since.
+        for gauge in (self.type_paused, self.type_running, *self.type_limits.values()):
+            gauge.clear()
         for control in controls:
             self.type_paused.labels(control.type).set(int(control.paused_at(now)))
             self.type_running.labels(control.type).set(control.running)

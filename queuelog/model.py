@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from queuelog.enqueue_request import REQUEST_FIELDS, EnqueueRequest
+
 
 class JobStatus(enum.Enum):
     PENDING = "pending"
@@ -78,14 +80,14 @@ class Job:
     updated_at: datetime
     concurrency_key: str | None = None
     timeout_seconds: int | None = None
-    delayed: int = 0  # internal: 1 while PENDING before its run_at, 2 waiting (storage/tables.py)
+    delayed: int = 0  # internal: 1 while PENDING before its run_at, 2 waiting (storage/schema/tables.py)
     timeout_at: datetime | None = None  # internal: when a RUNNING job times out
     waiting_for: int = 0  # dependencies not COMPLETED yet
     dependency_count: int = 0  # internal: how many jobs it depends on
     has_dependents: int = 0  # internal: 1 once a job depends on it
     schedule_name: str | None = None
     # Internal: how many times the job's row was updated; grows in the order its changes
-    # commit (storage/tables.py). A higher revision is a later state of the job.
+    # commit (storage/schema/tables.py). A higher revision is a later state of the job.
     revision: int = 0
     # Steering (API.md section 12).
     cancel_requested_at: datetime | None = None
@@ -94,6 +96,9 @@ class Job:
     progress: float | None = None
     progress_message: str | None = None
     progress_at: datetime | None = None
+    # Internal: once the job was edited (updateJob), the values idempotency compares as they
+    # were enqueued ({"priority", "max_retries", "expires_at"}); None: the row's own are.
+    enqueued_as: dict[str, Any] | None = None
 
     @property
     def cancel_requested(self) -> bool:
@@ -107,7 +112,7 @@ class JobEvent:
     at: datetime
     # The newest state of the job known when the event was delivered, where `job` is not the
     # job as of the event: an event of another server process, whose job is read back later
-    # and given the status it had as of the event (storage/event_tail.py). None: `job` is.
+    # and given the status it had as of the event (storage/feeds/tail.py). None: `job` is.
     latest: Job | None = None
 
     @property
@@ -175,27 +180,41 @@ class ProgressReport:
 
 
 @dataclass(frozen=True, slots=True)
-class NewJob:
-    """A validated enqueue request."""
+class JobRequest(EnqueueRequest[Priority, int]):
+    """An enqueue request as the server reads it: its priority a Priority, its dependencies
+    parsed into job ids."""
 
-    type: str
-    payload: dict[str, Any]
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob(JobRequest):
+    """A validated enqueue request, as storage writes it: the request's fields (checked and
+    normalised), and what storage derives from them."""
+
     payload_json: str  # the payload's compact JSON, as measured against the size limit
-    priority: Priority
-    max_retries: int
-    idempotency_key: str | None
-    run_at: datetime | None
-    concurrency_key: str | None = None
-    timeout_seconds: int | None = None
-    # Dependencies: ids of existing jobs, and indexes of earlier items of the same call.
-    depends_on: tuple[int, ...] = ()
-    depends_on_items: tuple[int, ...] = ()
     schedule_name: str | None = None
-    expires_at: datetime | None = None
     # Set by storage once the dependencies are read: the row's own values.
     waiting_for: int = 0
     dependency_count: int = 0
     has_dependents: int = 0
+
+    @classmethod
+    def of(cls, request: JobRequest, payload_json: str, **checked: Any) -> NewJob:
+        """`request` once validated: its fields, but those given in `checked`."""
+        values = {name: getattr(request, name) for name in REQUEST_FIELDS}
+        values.update(checked)
+        return cls(**values, payload_json=payload_json)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEdit:
+    """updateJob's input, validated (runJobNow: `run_now`): a field left None stays as it is."""
+
+    priority: Priority | None = None
+    max_retries: int | None = None
+    run_at: datetime | None = None
+    run_now: bool = False  # runAt = now, by the clock of the transaction that applies it
+    expires_at: datetime | None = None
+    clear_expiry: bool = False  # expiresAt: null
 
 
 @dataclass(frozen=True, slots=True)

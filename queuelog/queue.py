@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from queuelog.allowlist import Allowlist, check_job_type_name
 from queuelog.auth import Principal
 from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge, echo
 from queuelog.model import (
@@ -43,11 +44,12 @@ from queuelog.model import (
     EventKind,
     Job,
     JobAttempt,
+    JobEdit,
     JobFilter,
+    JobRequest,
     JobStatus,
     MinuteCount,
     NewJob,
-    Priority,
     ProgressReport,
     QueueStats,
     RecordedEvent,
@@ -86,6 +88,7 @@ MAX_BULK = 10_000
 MAX_RATE_PERIOD = 86400
 MAX_TIMEOUT_SECONDS = 86400
 MAX_DEPENDENCIES = 100
+MAX_SNOOZE_SECONDS = 86400
 MAX_PROGRESS_MESSAGE = 200
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
@@ -131,7 +134,7 @@ class JobQueue:
         # Once set, waiting claims answer what they have (usually nothing) instead of waiting.
         self.stopping = stopping if stopping is not None else Stopping()
         self.on_held = on_held  # told the types a control held back in each claim (metrics)
-        self._allowed_types = frozenset(settings.job_types)
+        self.allowlist = Allowlist(settings.job_types, repository)
         self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
         self._key_generation = Recent(repository.refresh_key_generation, KEY_GENERATION_MAX_AGE)
         self.progress = ProgressWindows(repository, settings.lease_seconds)
@@ -141,64 +144,54 @@ class JobQueue:
 
     # --- producers -------------------------------------------------------------------------
 
-    async def enqueue(self, principal: Principal, items: Sequence[dict[str, Any]]) -> list[EnqueueOutcome]:
+    async def enqueue(self, principal: Principal, items: Sequence[JobRequest]) -> list[EnqueueOutcome]:
         if len(items) > MAX_ENQUEUE_BATCH:
             raise BadInput(f"at most {MAX_ENQUEUE_BATCH} jobs per call, got {len(items)}")
+        await self.allowlist.current({item.type for item in items})
         new_jobs = [
-            check_dependencies(self.validate_new_job(principal, **item), position)
+            check_dependencies(self.validate_new_job(principal, item), position)
             for position, item in enumerate(items)
         ]
         if not new_jobs:
             return []
         return await self.repository.enqueue(new_jobs, created_by=principal.name, scope=principal.scope)
 
-    def validate_new_job(
-        self,
-        principal: Principal,
-        *,
-        type: str,
-        payload: Any,
-        priority: Priority,
-        idempotency_key: str | None,
-        max_retries: int,
-        run_at: datetime | None,
-        concurrency_key: str | None = None,
-        timeout_seconds: int | None = None,
-        depends_on: Sequence[int] = (),
-        depends_on_items: Sequence[int] = (),
-    ) -> NewJob:
-        if not self._allowed_types:
-            raise BadInput(f"no job types are allowed: set {env_name('job_types')} on the server")
-        check_storable(type, "type")
-        if type not in self._allowed_types:
-            raise BadInput(f"job type {echo(type)} is not allowed")
-        if not isinstance(payload, dict):
+    def validate_new_job(self, principal: Principal, request: JobRequest) -> NewJob:
+        """The job, checked against the allowlist as last read (callers bring it up to date
+        with `allowlist.current` first)."""
+        check_storable(request.type, "type")
+        self.allowlist.check(request.type, self.allowlist.types)
+        if not isinstance(request.payload, dict):
             raise BadInput("payload must be a JSON object")
-        payload_json = self.check_json_size(payload, "payload")
-        if not 0 <= max_retries <= MAX_RETRIES_LIMIT:
+        payload_json = self.check_json_size(request.payload, "payload")
+        if not 0 <= request.max_retries <= MAX_RETRIES_LIMIT:
             raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
+        priority = request.priority
         if priority.value > principal.max_priority.value:
             raise Forbidden(
                 f"priority {priority.name} is above this key's maximum {principal.max_priority.name}"
             )
+        idempotency_key, concurrency_key = request.idempotency_key, request.concurrency_key
         if idempotency_key is not None:
             idempotency_key = checked_idempotency_key(idempotency_key)
         if concurrency_key is not None:
             concurrency_key = checked_concurrency_key(concurrency_key)
+        timeout_seconds = request.timeout_seconds
         if timeout_seconds is not None and not 1 <= timeout_seconds <= MAX_TIMEOUT_SECONDS:
             raise BadInput(f"timeoutSeconds must be between 1 and {MAX_TIMEOUT_SECONDS}")
-        return NewJob(
-            type=type,
-            payload=payload,
-            payload_json=payload_json,
-            priority=priority,
-            max_retries=max_retries,
+        run_at = as_utc(request.run_at, "runAt") if request.run_at is not None else None
+        expires_at = request.expires_at
+        if expires_at is not None:
+            expires_at = checked_expiry(expires_at, run_at)
+        return NewJob.of(
+            request,
+            payload_json,
             idempotency_key=idempotency_key,
-            run_at=as_utc(run_at, "runAt") if run_at is not None else None,
+            run_at=run_at,
             concurrency_key=concurrency_key,
-            timeout_seconds=timeout_seconds,
-            depends_on=tuple(sorted(set(depends_on))),
-            depends_on_items=tuple(sorted(set(depends_on_items))),
+            depends_on=tuple(sorted(set(request.depends_on))),
+            depends_on_items=tuple(sorted(set(request.depends_on_items))),
+            expires_at=expires_at,
         )
 
     def check_json_size(self, value: Any, what: str) -> str:
@@ -221,10 +214,41 @@ class JobQueue:
         return text
 
     async def cancel(self, principal: Principal, job_id: int) -> Job:
-        return await self.repository.cancel(job_id, principal.cancel_scope)
+        """PENDING: CANCELLED at once. RUNNING: its cancellation requested (API.md section 12)."""
+        return await self.repository.cancel(
+            job_id, principal.cancel_scope, self.settings.cancel_grace_seconds
+        )
 
     async def retry(self, job_id: int) -> Job:
         return await self.repository.retry(job_id)
+
+    # --- steering (API.md section 12) --------------------------------------------------------
+
+    async def snooze(self, principal: Principal, job_id: int, attempt: int, seconds: int) -> Job:
+        """The holder's job back to PENDING, due in `seconds`: no retry used."""
+        if not 1 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise BadInput(f"seconds must be between 1 and {MAX_SNOOZE_SECONDS}")
+        await self._before_attempts_end([job_id])
+        return await self.repository.snooze(principal.name, job_id, attempt, seconds)
+
+    async def update_job(self, principal: Principal, job_id: int, edit: JobEdit) -> Job:
+        """Edit a PENDING job: ADMIN any, a PRODUCER those it enqueued (others: NOT_FOUND)."""
+        if edit.priority is not None and edit.priority.value > principal.max_priority.value:
+            raise Forbidden(
+                f"priority {edit.priority.name} is above this key's maximum {principal.max_priority.name}"
+            )
+        if edit.max_retries is not None and not 0 <= edit.max_retries <= MAX_RETRIES_LIMIT:
+            raise BadInput(f"maxRetries must be between 0 and {MAX_RETRIES_LIMIT}")
+        edit = dataclasses.replace(
+            edit,
+            run_at=None if edit.run_at is None else as_utc(edit.run_at, "runAt"),
+            expires_at=None if edit.expires_at is None else as_utc(edit.expires_at, "expiresAt"),
+        )
+        return await self.repository.update_job(job_id, principal.cancel_scope, edit)
+
+    async def run_job_now(self, principal: Principal, job_id: int) -> Job:
+        """updateJob with runAt = now: due at once, still subject to dependencies and controls."""
+        return await self.repository.update_job(job_id, principal.cancel_scope, JobEdit(run_now=True))
 
     # --- readers ---------------------------------------------------------------------------
 
@@ -298,6 +322,7 @@ class JobQueue:
         return await self.repository.schedule_count()
 
     async def put_schedule(self, principal: Principal, **fields: Any) -> Schedule:
+        await self.allowlist.current([fields["type"]])
         spec = validate_schedule(self.validate_new_job, principal, **fields)
         schedule = await self.repository.put_schedule(spec)
         log.info("schedule %r (%s %s) put by %s", spec.name, spec.cron, spec.timezone, principal.name)
@@ -320,13 +345,59 @@ class JobQueue:
         self.schedules_changed.set()
         return schedule
 
+    async def run_schedule_now(self, principal: Principal, name: str) -> Job:
+        """Enqueue the schedule's job now (API.md section 12), paused or not, whatever its
+        overlap; its ticks are left as they are. Its type must still be allowed, as for any
+        new enqueue."""
+        check_schedule_name(name)
+        schedule = await self.repository.schedule(name)
+        if schedule is None:
+            raise NotFound(f"schedule {echo(name)} not found")
+        self.allowlist.check(schedule.type, await self.allowlist.current([schedule.type]))
+        job = await self.repository.run_schedule_now(name)
+        if job is None:  # deleted since it was read
+            raise NotFound(f"schedule {echo(name)} not found")
+        log.info("schedule %r run now by %s: job %d", name, principal.name, job.id)
+        return job
+
+    # --- job types at runtime (API.md section 12) ------------------------------------------
+
+    async def add_job_type(self, principal: Principal, job_type: str) -> TypeControl:
+        """Add the type to the allowlist of every server on the database (a type already
+        there is left as it is)."""
+        check_job_type_name(job_type)
+        added = await self.repository.add_job_type(job_type, principal.name)
+        how = "added" if added else "added again (it was there)"
+        log.info("job type %r %s by %s", job_type, how, principal.name)
+        (control,) = await self.repository.type_controls([job_type])
+        return control
+
+    async def remove_job_type(self, principal: Principal, job_type: str) -> bool:
+        """Remove an added type: new enqueues of it are refused; its jobs stay. False when it
+        was not added. A type of this server's QUEUELOG_JOB_TYPES stays (BAD_USER_INPUT)."""
+        check_storable(job_type, "type")
+        if job_type in self.allowlist.configured:
+            raise BadInput(
+                f"type: {echo(job_type)} is in this server's {env_name('job_types')}; "
+                "only a type added with addJobType can be removed"
+            )
+        check_job_type_name(job_type)
+        removed = await self.repository.remove_job_type(job_type)
+        how = "removed" if removed else "not removed (it was not added)"
+        log.info("job type %r %s by %s", job_type, how, principal.name)
+        return removed
+
     # --- flow control (API.md section 9) ---------------------------------------------------
 
+    async def allowed_type_count(self) -> int:
+        """How many types `type_controls` answers now (its cost, schema/cost.py)."""
+        return len(await self.allowlist.current())
+
     async def type_controls(self) -> builtins.list[TypeControl]:
-        return await self.repository.type_controls(self.settings.job_types)
+        return await self.repository.type_controls(sorted(await self.allowlist.current()))
 
     async def pause_type(self, principal: Principal, job_type: str, until: datetime | None) -> TypeControl:
-        self._check_controlled_type(job_type)
+        await self._check_controlled_type(job_type)
         until = as_utc(until, "until") if until is not None else None
         control = await self.repository.update_type_control(job_type, paused=True, paused_until=until)
         log.info(
@@ -335,14 +406,14 @@ class JobQueue:
         return control
 
     async def resume_type(self, principal: Principal, job_type: str) -> TypeControl:
-        self._check_controlled_type(job_type)
+        await self._check_controlled_type(job_type)
         control = await self.repository.update_type_control(job_type, paused=False, paused_until=None)
         log.info("type %r resumed by %s", job_type, principal.name)
         self.signal.notify([job_type])  # claims waiting here; others see it at their recheck
         return control
 
     async def set_type_control(self, principal: Principal, limits: TypeLimits) -> TypeControl:
-        self._check_controlled_type(limits.type)
+        await self._check_controlled_type(limits.type)
         for name, value in (
             ("maxRunning", limits.max_running),
             ("maxRunningPerKey", limits.max_running_per_key),
@@ -365,12 +436,17 @@ class JobQueue:
         self.signal.notify([limits.type])  # a raised limit may free claims waiting here
         return control
 
-    async def cancel_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
-        """ADMIN: any matching job; PRODUCER: its own (the role check came first)."""
+    async def cancel_jobs(
+        self, principal: Principal, job_filter: JobFilter, limit: int, include_running: bool = False
+    ) -> BulkOutcome:
+        """ADMIN: any matching job; PRODUCER: its own (the role check came first).
+        `include_running`: RUNNING ones are asked to stop too (API.md section 12)."""
         job_filter = self._check_bulk(job_filter, limit)
         created_by = None if Role.ADMIN in principal.roles else principal.name
-        outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit)
-        log.info("cancelJobs by %s: %d cancelled (%s)", principal.name, outcome.count, _described(job_filter))
+        grace = self.settings.cancel_grace_seconds if include_running else None
+        outcome = await self.repository.bulk(EventKind.CANCELLED, job_filter, created_by, limit, grace)
+        done = "cancelled or asked to stop" if include_running else "cancelled"
+        log.info("cancelJobs by %s: %d %s (%s)", principal.name, outcome.count, done, _described(job_filter))
         return outcome
 
     async def retry_jobs(self, principal: Principal, job_filter: JobFilter, limit: int) -> BulkOutcome:
@@ -395,10 +471,9 @@ class JobQueue:
             job_filter = dataclasses.replace(job_filter, created_before=as_utc(before, "createdBefore"))
         return job_filter
 
-    def _check_controlled_type(self, job_type: str) -> None:
+    async def _check_controlled_type(self, job_type: str) -> None:
         check_storable(job_type, "type")
-        if job_type not in self._allowed_types:
-            raise BadInput(f"job type {echo(job_type)} is not allowed")
+        self.allowlist.check(job_type, await self.allowlist.current([job_type]))
 
     # --- workers ---------------------------------------------------------------------------
 
@@ -708,6 +783,16 @@ def as_utc(value: datetime, what: str) -> datetime:
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     except OverflowError:
         raise BadInput(f"{what} cannot be expressed in UTC") from None
+
+
+def checked_expiry(expires_at: datetime, run_at: datetime | None) -> datetime:
+    """An enqueue's expiresAt in UTC, once later than its runAt (None: now). Whether it is
+    later than now is asked where the job would be created (storage/operations/enqueue.py):
+    a replay of a job that has expired since answers that job."""
+    expires_at = as_utc(expires_at, "expiresAt")
+    if run_at is not None and expires_at <= run_at:
+        raise BadInput("expiresAt must be later than runAt")
+    return expires_at
 
 
 def check_no_nul(text: str, what: str) -> None:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from queuelog import cron as cron_rules
 from queuelog.errors import BadInput, Forbidden
-from queuelog.model import Misfire, NewJob, Overlap, Priority, ScheduleSpec
+from queuelog.model import JobRequest, Misfire, NewJob, Overlap, Priority, ScheduleSpec
 
 if TYPE_CHECKING:
     from queuelog.auth import Principal
@@ -24,17 +23,7 @@ def check_schedule_name(name: str, field: str = "name") -> None:
 class JobValidator(Protocol):
     """The rules of enqueueJob (JobQueue.validate_new_job): the job, checked, or a refusal."""
 
-    def __call__(
-        self,
-        principal: Principal,
-        *,
-        type: str,
-        payload: Any,
-        priority: Priority,
-        idempotency_key: str | None,
-        max_retries: int,
-        run_at: datetime | None,
-    ) -> NewJob: ...
+    def __call__(self, principal: Principal, request: JobRequest) -> NewJob: ...
 
 
 def validate_schedule(
@@ -62,15 +51,7 @@ def validate_schedule(
         raise BadInput(f"cron: {exc}") from None
     # The job each tick enqueues must pass the rules of enqueueJob (type allowlist, payload
     # size, maxRetries, priority): checked once here, not at every tick.
-    job = validate_job(
-        principal,
-        type=type,
-        payload=payload,
-        priority=priority,
-        idempotency_key=None,
-        max_retries=max_retries,
-        run_at=None,
-    )
+    job = validate_job(principal, JobRequest(type, payload, priority, max_retries))
     if priority.value > principal.max_priority.value:  # pragma: no cover - validate_new_job checks it
         raise Forbidden("priority above this key's maximum")
     return ScheduleSpec(

@@ -52,6 +52,9 @@ class Settings:
     # A query's (or subscription event's) answer, in bytes, measured while it is built
     # (schema/response_size.py); mutations are not cut.
     max_response_bytes: int = 16777216
+    # How long after cancelJob on a RUNNING job its holder has to stop before the job is
+    # ended CANCELLED without it (API.md section 12).
+    cancel_grace_seconds: int = 30
     # When set, GET /metrics wants `Authorization: Bearer <token>`.
     metrics_token: str = ""
     # When set, any other Host header gets 400 (DNS rebinding); `*.example.com` allowed.
@@ -69,8 +72,11 @@ class Settings:
     log_format: str = "text"
     # Not in the contract's table: how often the server looks for expired leases.
     lease_check_seconds: float = field(default=1.0, metadata={"internal": True})
+    # Nor this: how often, at most, a server looks for PENDING jobs whose expiresAt has come
+    # (one read of ix_jobs_expiry); a job expires within a second of it (API.md section 12).
+    expiry_check_seconds: float = field(default=0.5, metadata={"internal": True})
     # Nor this: how often a server on PostgreSQL looks for tables to vacuum where autovacuum
-    # does not run (storage/vacuum.py). Claims walk the dead entries left since the last
+    # does not run (storage/postgres/vacuum.py). Claims walk the dead entries left since the last
     # VACUUM: at 8k claims/s, a check every 15 s would let a claim at 1M jobs take 1.6x its
     # time at 1k.
     vacuum_check_seconds: float = field(default=5.0, metadata={"internal": True})
@@ -95,6 +101,8 @@ class Settings:
                 raise SettingsError(f"{env_name(name)} must not be negative")
         if not 1 <= self.lease_seconds <= 86400:
             raise SettingsError(f"{env_name('lease_seconds')} must be between 1 and 86400")
+        if not 1 <= self.cancel_grace_seconds <= 86400:
+            raise SettingsError(f"{env_name('cancel_grace_seconds')} must be between 1 and 86400")
         if self.event_feed not in EVENT_FEEDS:
             raise SettingsError(f"{env_name('event_feed')} must be one of {', '.join(EVENT_FEEDS)}")
         object.__setattr__(self, "log_format", self.log_format.strip().lower())  # JSON, Json: json
@@ -104,6 +112,8 @@ class Settings:
             _check_host_pattern(host)
         if self.lease_check_seconds <= 0:
             raise SettingsError(f"{env_name('lease_check_seconds')} must be positive")
+        if self.expiry_check_seconds <= 0:
+            raise SettingsError(f"{env_name('expiry_check_seconds')} must be positive")
         if self.vacuum_check_seconds <= 0:
             raise SettingsError(f"{env_name('vacuum_check_seconds')} must be positive")
 

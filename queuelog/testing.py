@@ -51,14 +51,14 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import uvicorn
 
 from queuelog import clock, keys
 from queuelog.app import QueuelogApp, create_app
 from queuelog.cli import CommandError, load_handlers
-from queuelog.client import Client, Job, JobRefs
+from queuelog.client import Client, Job
 from queuelog.model import JobStatus, Role
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
@@ -72,6 +72,8 @@ START_TIMEOUT = 30.0  # a hung start, not a slow one: the server starts in well 
 POLL_SECONDS = 0.002  # how often run_until_idle reads the jobs table (one indexed statement)
 STOP_GRACE_SECONDS = 1.0  # only a run that timed out has handlers left when the worker stops
 SERVER_STOP_SECONDS = 5  # connections still open when the LocalQueue closes (a client of the test's own)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 # --- the migrated database, made once per process ----------------------------------------
@@ -236,6 +238,21 @@ def _load_handlers(handlers: Mapping[str, Handler] | str) -> dict[str, Handler]:
 # --- the queue -----------------------------------------------------------------------------
 
 
+def _on_client(
+    method: Callable[Concatenate[Client, P], R], doc: str
+) -> Callable[Concatenate[LocalQueue, P], R]:
+    """A LocalQueue method that is Client's `method`, called on the LocalQueue's client."""
+
+    def call(queue: LocalQueue, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(queue.client, *args, **kwargs)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"LocalQueue.{method.__name__}"
+    call.__doc__ = inspect.cleandoc(doc)
+    vars(call)["__signature__"] = inspect.signature(method)
+    return call
+
+
 @dataclass
 class _Held:
     """What a LocalQueue holds, all released by `release`: called by close(), or when a
@@ -385,32 +402,11 @@ class LocalQueue:
             raise RuntimeError("this LocalQueue is closed")
         return self._held.client
 
-    def enqueue(
-        self,
-        type: str,
-        payload: dict[str, Any] | None = None,
-        *,
-        priority: str = "LOW",
-        idempotency_key: str | None = None,
-        max_retries: int = 3,
-        run_at: datetime | None = None,
-        concurrency_key: str | None = None,
-        timeout_seconds: int | None = None,
-        depends_on: JobRefs = (),
-    ) -> Job:
+    enqueue = _on_client(
+        Client.enqueue,
         """`Client.enqueue` with the ADMIN key (so any priority). `run_at` is on the queue's
-        clock: write `q.now() + timedelta(...)`."""
-        return self.client.enqueue(
-            type,
-            payload,
-            priority=priority,
-            idempotency_key=idempotency_key,
-            max_retries=max_retries,
-            run_at=run_at,
-            concurrency_key=concurrency_key,
-            timeout_seconds=timeout_seconds,
-            depends_on=depends_on,
-        )
+        clock: write `q.now() + timedelta(...)`.""",
+    )
 
     def get(self, id: str) -> Job:
         """The job as the server has it, `error` included. Unlike `Client.get`, a job that does
@@ -514,7 +510,7 @@ class LocalQueue:
 
     def _snapshot(self, claimable: list[str]) -> tuple[int, int, datetime | None]:
         """How many jobs of the handled types are RUNNING, how many finished jobs' dependents
-        are still being released or cancelled in chunks (storage/settlements.py), and the
+        are still being released or cancelled in chunks (storage/operations/settlements.py), and the
         earliest runAt of the PENDING jobs of the claimable ones that wait for no dependency:
         in one statement, so of one state of the database (two reads could miss a job going
         from one to the other)."""

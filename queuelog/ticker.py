@@ -1,4 +1,4 @@
-"""Every server's schedule ticker: fires due ticks (storage/schedules.py), exactly once each
+"""Every server's schedule ticker: fires due ticks (storage/operations/schedules.py), exactly once each
 across all servers, with no leader.
 
 It sleeps until the next tick of any schedule (read from the database: another server may

@@ -34,7 +34,7 @@ T = TypeVar("T")
 def job(
     job_type: str, run_at: datetime | None = None, priority: Priority = Priority.LOW, n: int = 0
 ) -> NewJob:
-    return NewJob(job_type, {"n": n}, f'{{"n":{n}}}', priority, 0, None, run_at)
+    return NewJob(job_type, {"n": n}, priority, 0, None, run_at, payload_json=f'{{"n":{n}}}')
 
 
 def with_repository(databases: Databases, scenario: Callable[[Repository], Awaitable[T]]) -> T:

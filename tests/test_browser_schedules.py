@@ -341,7 +341,16 @@ def enqueue_as_schedule(server: Server, name: str, job_type: str, count: int) ->
     its name), through the storage layer beside the server, so that the counters that
     `jobs(scheduleName:)` reads hold them too."""
     jobs = [
-        NewJob(job_type, {"n": n}, f'{{"n":{n}}}', Priority.MEDIUM, 0, None, None, schedule_name=name)
+        NewJob(
+            job_type,
+            {"n": n},
+            Priority.MEDIUM,
+            0,
+            None,
+            None,
+            payload_json=f'{{"n":{n}}}',
+            schedule_name=name,
+        )
         for n in range(count)
     ]
 

@@ -1,4 +1,4 @@
-"""How bulk actions size their chunks (storage/bulk.py): by time, within bounds."""
+"""How bulk actions size their chunks (storage/operations/bulk.py): by time, within bounds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from conftest import Databases
 
 from queuelog.model import EventKind, JobFilter, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
-from queuelog.storage.operations import bulk
+from queuelog.storage.operations import bulk, pacing
 from queuelog.storage.repository import Repository
 
 
@@ -42,11 +42,8 @@ def test_chunks_aim_at_their_databases_time_so_fixed_costs_do_not_shrink_them_to
     """A PostgreSQL chunk costs a few milliseconds whatever its size (a COMMIT's flush): aimed
     at SQLite's 5 ms it shrank to the smallest chunk, and a call of 1,000 jobs took 100
     transactions. Aimed at PG_CHUNK_SECONDS it settles where the fixed cost is a small part."""
-    from queuelog.storage.postgres.database import PostgresDatabase
-    from queuelog.storage.sqlite.database import SqliteDatabase
-
-    assert SqliteDatabase.bulk_chunk_seconds == bulk.CHUNK_SECONDS
-    assert PostgresDatabase.bulk_chunk_seconds == bulk.PG_CHUNK_SECONDS > bulk.CHUNK_SECONDS
+    assert pacing.SQLITE.bulk_chunk_seconds == bulk.CHUNK_SECONDS
+    assert pacing.POSTGRES.bulk_chunk_seconds == bulk.PG_CHUNK_SECONDS > bulk.CHUNK_SECONDS
 
     def settle(chunk_seconds: float, fixed: float = 0.006, per_job: float = 0.00006) -> int:
         size = bulk.FIRST_CHUNK
@@ -70,7 +67,7 @@ def test_a_bulk_call_pauses_after_each_chunk_where_its_database_needs_it(databas
         repository = Repository(url, RetryPolicy(10, 3600))
         await repository.open()
         try:
-            job = NewJob("email", {}, "{}", Priority.MEDIUM, 0, None, None)
+            job = NewJob("email", {}, Priority.MEDIUM, 0, None, None, payload_json="{}")
             for _ in range(count // 1000):
                 await repository.enqueue([job] * 1000, "producer")
             writes: list[tuple[float, float]] = []

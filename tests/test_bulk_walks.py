@@ -1,5 +1,5 @@
 """A bulk action's chunks pass a bounded number of rows, however selective the filter
-(storage/bulk.py).
+(storage/operations/bulk.py).
 
 A chunk read the matching jobs of one status from that status's index (or the type's) and
 tested the rest of the filter on each row: a producer's own jobs, a concurrency key or

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from conftest import Server, free_port
 
-from queuelog.client import PAGE_SIZE, AsyncClient, Client, Job, ServerUnreachable
+from queuelog.client import AsyncClient, Client, Job, ServerUnreachable
 from queuelog.errors import (
     BadInput,
     Conflict,
@@ -31,6 +31,7 @@ from queuelog.errors import (
     QueuelogError,
     Unauthenticated,
 )
+from queuelog.sdk.wire import PAGE_SIZE
 
 # Jobs of this type are only ever created by `finish()`, which claims them at once, so a
 # worker key's claim in this module never picks up another test's job.

@@ -24,7 +24,7 @@ AHEAD = timedelta(hours=1)
 
 
 def new_job(run_at: datetime | None = None) -> NewJob:
-    return NewJob("email", {}, "{}", Priority.MEDIUM, 0, None, run_at)
+    return NewJob("email", {}, Priority.MEDIUM, 0, None, run_at, payload_json="{}")
 
 
 def skew(monkeypatch: pytest.MonkeyPatch, by: timedelta) -> None:

@@ -1277,7 +1277,7 @@ def test_cancel(writes: Pair) -> None:
     for job_id, key, code in (
         (own, "producer", "CONFLICT"),
         (others, "producer", "NOT_FOUND"),
-        (running, "producer", "CONFLICT"),
+        (running, "producer2", "NOT_FOUND"),
         ("999999", "admin", "NOT_FOUND"),
         ("x", "admin", "BAD_USER_INPUT"),
         (others, "worker", "FORBIDDEN"),
@@ -1285,6 +1285,9 @@ def test_cancel(writes: Pair) -> None:
         body = writes.check("mutation($id: ID!) { cancelJob(id: $id) { id } }", {"id": job_id}, key=key)
         assert codes(body) == [code], (job_id, key, body)
     writes.ok(f"mutation {{ x: cancelJob(id: {others}) {{ id status error finishedAt }} }}", key="admin")
+    # a RUNNING job: the request, answered with the job still RUNNING; asked again, the same
+    writes.ok(f'mutation {{ cancelJob(id: "{running}") {full} }}', key="producer")
+    writes.ok(f'mutation {{ cancelJob(id: "{running}") {{ id status cancelRequested }} }}', key="admin")
 
 
 def test_retry(writes: Pair) -> None:

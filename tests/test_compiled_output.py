@@ -18,7 +18,7 @@ from graphql import OperationDefinitionNode, parse
 from queuelog.compiled.output import Irregular, ValuePlan, fast, plan_value
 from queuelog.graphql_api import schema
 from queuelog.model import Job, JobStatus, Priority
-from queuelog.worker import CLAIM_FIELDS
+from queuelog.sdk.worker.producer import CLAIM_FIELDS
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 

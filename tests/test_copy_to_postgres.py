@@ -66,8 +66,8 @@ from conftest import (
 )
 from sqlalchemy import Table
 
-from queuelog import client
 from queuelog import keys as key_admin
+from queuelog.sdk import types as client
 from queuelog.storage import copy
 from queuelog.storage.copy import copy_database
 from queuelog.storage.engine import create_sync_engine
@@ -469,7 +469,7 @@ def old_queue(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OldQueue]:
     finally:
         server.stop()
     # A server stopped in the middle of settling a completed job's dependents leaves the rest
-    # to do in dependency_settlements (storage/settlements.py); this one's walk is at its end.
+    # to do in dependency_settlements (storage/operations/settlements.py); this one's walk is at its end.
     with closing(sqlite3.connect(path)) as db, db:
         highest = db.execute("SELECT max(id) FROM jobs").fetchone()[0]
         db.execute(

@@ -1,4 +1,4 @@
-"""Many dependents settled in chunks (API.md section 10, storage/settlements.py), through real
+"""Many dependents settled in chunks (API.md section 10, storage/operations/settlements.py), through real
 servers on SQLite and PostgreSQL.
 
 A job with DEPENDENTS dependents (enqueued with `enqueueJobs`, 1,000 a call) ends; its

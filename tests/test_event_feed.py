@@ -1,4 +1,4 @@
-"""Events made by other server processes reach this one's subscribers (storage/event_tail.py).
+"""Events made by other server processes reach this one's subscribers (storage/feeds/tail.py).
 
 Attacked and proven:
 - the event tail delivers every other process's event exactly once and none of its own, on a
@@ -36,11 +36,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from queuelog.model import EventKind, JobEvent, JobStatus, NewJob, Priority
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.feeds import tail as event_tail
-from queuelog.storage.feeds.tail import EventTail, OwnEvents
+from queuelog.storage.feeds.tail import EventTail
+from queuelog.storage.group_commit import OwnEvents
 from queuelog.storage.migrate import upgrade_to_head
-from queuelog.storage.operations import claims, enqueue
+from queuelog.storage.operations import batch, claims, enqueue
 from queuelog.storage.postgres.database import PostgresDatabase
-from queuelog.storage.postgres.listener import Checkpoints
+from queuelog.storage.postgres.notifications import Checkpoints
 from queuelog.storage.sqlite.database import SqliteDatabase
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
@@ -88,7 +89,7 @@ def test_the_tail_delivers_others_events_once_skips_its_own_and_fills_holes(tmp_
             delivered.extend((e.kind, e.job.id) for e in events)
             statuses.extend(e.job.status for e in events)
 
-        db = SqliteDatabase(migrated(tmp_path / "q.db"), lambda events: None)
+        db = SqliteDatabase(migrated(tmp_path / "q.db"), lambda events: None, batch)
         own = OwnEvents()
         tail = EventTail(db, own, deliver)
         insert_job_and_event(db, 1, 1)  # before the tail starts: history, not delivered
@@ -125,8 +126,8 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
     async def scenario() -> None:
         delivered: list[tuple[EventKind, int]] = []
         url = migrated(tmp_path / "q.db")
-        db = SqliteDatabase(url, lambda events: None)
-        other = SqliteDatabase(url, lambda events: None)  # another process, to SQLite
+        db = SqliteDatabase(url, lambda events: None, batch)
+        other = SqliteDatabase(url, lambda events: None, batch)  # another process, to SQLite
         db.own_events = own = OwnEvents()
         tail = EventTail(
             db,
@@ -137,7 +138,7 @@ def test_the_sqlite_tail_reads_no_rows_while_only_its_own_process_writes(tmp_pat
         )
         await tail.start()
         await tail.close()  # drive poll() by hand below
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
 
         async def write_own() -> int:
             (outcome,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
@@ -173,8 +174,8 @@ async def stopped_tail_beside_another_writer(
     done), another process's database on the same file, and the delivered job ids."""
     delivered: list[int] = []
     url = migrated(tmp_path / "q.db")
-    db = SqliteDatabase(url, lambda events: None)
-    other = SqliteDatabase(url, lambda events: None)
+    db = SqliteDatabase(url, lambda events: None, batch)
+    other = SqliteDatabase(url, lambda events: None, batch)
     db.own_events = own = OwnEvents()
     tail = EventTail(
         db, own, lambda events: delivered.extend(e.job.id for e in events), None, db.others_wrote
@@ -207,7 +208,7 @@ def test_the_sqlite_tail_reads_a_backlog_longer_than_one_batch_to_its_end(tmp_pa
             [(i, i, now) for i in range(1, count + 1)],
         )
         connection.execute("COMMIT")
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
         (mine,) = await db.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
 
         assert await tail.poll() == EVENT_TAIL_BATCH
@@ -230,13 +231,13 @@ def test_an_event_read_back_after_its_job_changed_carries_the_newest_state_apart
     async def scenario() -> None:
         delivered: list[JobEvent] = []
         url = migrated(tmp_path / "q.db")
-        db = SqliteDatabase(url, lambda events: None)
-        other = SqliteDatabase(url, lambda events: None)
+        db = SqliteDatabase(url, lambda events: None, batch)
+        other = SqliteDatabase(url, lambda events: None, batch)
         db.own_events = own = OwnEvents()
         tail = EventTail(db, own, delivered.extend, None, db.others_wrote)
         await tail.start()
         await tail.close()
-        job = NewJob("email", {}, "{}", Priority.LOW, 3, None, None)
+        job = NewJob("email", {}, Priority.LOW, 3, None, None, payload_json="{}")
         (outcome,) = await other.write(lambda tx: enqueue.enqueue(tx, [job], "p"))
         claimed = await other.write(lambda tx: claims.claim(tx, "w", ["email"], 1, 60, lambda *_: None).jobs)
         assert [j.id for j in claimed] == [outcome.job.id]
@@ -306,7 +307,7 @@ def test_the_postgresql_tail_delivers_an_event_committed_long_after_its_id_was_t
 
     async def scenario() -> None:
         delivered: list[int] = []
-        db = PostgresDatabase(url, lambda events: None)
+        db = PostgresDatabase(url, lambda events: None, batch)
         db.own_events = own = OwnEvents()
         tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
         await tail.start()

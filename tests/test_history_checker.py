@@ -31,6 +31,7 @@ NEXT_STATUS = {
     "FAILED": "failed",
     "CANCELLED": "cancelled",
     "RETRIED": "pending",
+    "CANCEL_REQUESTED": "running",
 }
 
 
@@ -251,6 +252,18 @@ def test_a_lease_expiry_that_fails_a_job_with_retries_left_is_illegal() -> None:
     ]
     sketch.job_with(1, rows, max_retries=2)
     assert sketch.failures() == {"event-order": 1}
+
+
+def test_a_running_job_asked_to_stop_ends_cancelled_or_completed_and_nothing_else() -> None:
+    sketch = Sketch()
+    asked = [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("CANCEL_REQUESTED", 3.0)]
+    sketch.job(1, [*asked, ("CANCELLED", 4.0)])
+    sketch.job(2, [*asked, ("COMPLETED", 4.0)])
+    # illegal: cancelled while RUNNING with no request; retried after one; asked twice
+    sketch.job(3, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("CANCELLED", 3.0)])
+    sketch.job(4, [*asked, ("RETRYING", 4.0), ("CLAIMED", 5.0), ("COMPLETED", 6.0)])
+    sketch.job(5, [*asked, ("CANCEL_REQUESTED", 4.0), ("CANCELLED", 5.0)])
+    assert sketch.failures() == {"event-order": 3}
 
 
 def test_a_row_that_disagrees_with_its_events_is_rejected() -> None:

@@ -1,13 +1,13 @@
 """A job's fields are declared in few places; these tests keep them from drifting apart.
 
-`storage/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
+`storage/schema/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
 generated from the table); the GraphQL `Job` type exposes every model field but the
 internal `created_by`, plus the relations computed on request (`events` and `attempts`,
 which take an argument and read job_events); the Python client's `Job` has exactly the GraphQL fields but
 those relations, and its selections are derived from it.
 
 The lists a new column would otherwise need by hand are generated from the table (the
-INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/new_job.py) or from the
+INSERTs, PostgreSQL's arrays, a new job's row and Job: storage/schema/new_job.py) or from the
 client's dataclass (`client.Job.from_graphql`); the client-side selections chosen by hand
 (the worker's, the dashboard's and the bench's copy of it) are checked here against the
 schema, and each failure names the file to fix.
@@ -19,11 +19,20 @@ import dataclasses
 
 from graphql import GraphQLObjectType
 
-from queuelog import client, model
+from queuelog import model
 from queuelog.graphql_api import schema
+from queuelog.sdk import types as client
 from queuelog.storage.schema.tables import jobs
 
-INTERNAL_FIELDS = {"created_by", "delayed", "timeout_at", "dependency_count", "has_dependents", "revision"}
+INTERNAL_FIELDS = {
+    "created_by",
+    "delayed",
+    "timeout_at",
+    "dependency_count",
+    "has_dependents",
+    "revision",
+    "enqueued_as",
+}
 RELATIONS = {"events", "dependsOn", "attempts"}
 # Model fields exposed in another form: when cancellation was asked for, as a flag
 # (model.Job.cancel_requested).
@@ -92,12 +101,19 @@ def test_a_new_jobs_row_and_job_come_from_the_table() -> None:
     from queuelog.storage.schema.types import to_micros
 
     now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    item = model.NewJob("email", {"to": "a"}, '{"to":"a"}', model.Priority.HIGH, 3, "key-1", None)
+    item = model.NewJob("email", {"to": "a"}, model.Priority.HIGH, 3, "key-1", payload_json='{"to":"a"}')
     row = row_values(item, "producer", to_micros(now))
     assert list(row) == list(NEW_JOB_COLUMNS)
     assert row["payload"] == '{"to":"a"}' and row["priority"] == 20 and row["run_at"] == to_micros(now)
     job = new_job(7, item, "producer", now)
-    assert all(getattr(job, column) is None for column in LIFECYCLE_COLUMNS)
+    # NULL, or the default its row and the model share (snooze_count: 0)
+    defaults = {
+        f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(model.Job)
+    }
+    assert {column: getattr(job, column) for column in LIFECYCLE_COLUMNS} == {
+        c: defaults[c] for c in LIFECYCLE_COLUMNS
+    }
+    assert job.snooze_count == 0
     assert (job.id, job.idempotency_key, job.run_at, job.status) == (7, "key-1", now, model.JobStatus.PENDING)
 
 
@@ -129,13 +145,15 @@ def test_the_client_reads_every_field_of_its_job_from_its_graphql_name() -> None
 
 
 def test_the_worker_claims_the_fields_of_its_job_context_and_the_lease() -> None:
-    from queuelog import worker
+    from queuelog.sdk.worker.job import JobContext
+    from queuelog.sdk.worker.producer import CLAIM_FIELDS
 
-    claimed = worker.CLAIM_FIELDS.split()
-    context = [client._graphql_name(f.name) for f in dataclasses.fields(worker.JobContext)]
-    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], "queuelog/worker.py CLAIM_FIELDS"
-    assert set(claimed) <= set(graphql_job_fields().values()), "queuelog/worker.py CLAIM_FIELDS"
-    worker.JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
+    claimed = CLAIM_FIELDS.split()
+    context = [client.graphql_name(f.name) for f in dataclasses.fields(JobContext)]
+    where = "queuelog/sdk/worker/producer.py CLAIM_FIELDS"
+    assert claimed == [*context, "claimedAt", "leaseExpiresAt"], where
+    assert set(claimed) <= set(graphql_job_fields().values()), where
+    JobContext.from_graphql({name: 1 for name in claimed})  # reads nothing else
 
 
 def _javascript_string(source: str, name: str) -> str:

@@ -610,13 +610,16 @@ def test_cancel_pending_job(server: Server, producer: Key, who: str) -> None:
     assert admin_job(server, job["id"])["status"] == "CANCELLED"
 
 
-@pytest.mark.parametrize("state", ["RUNNING", "COMPLETED", "CANCELLED"])
-def test_cancel_of_a_job_that_is_not_pending_conflicts(idle: Server, worker: Key, state: str) -> None:
+@pytest.mark.parametrize("state", ["COMPLETED", "FAILED", "CANCELLED"])
+def test_cancel_of_a_finished_job_conflicts(idle: Server, worker: Key, state: str) -> None:
+    """A RUNNING job's cancel is a request (test_cancel_running.py)."""
     job = enqueue(idle, type="noop")
-    if state in ("RUNNING", "COMPLETED"):
+    if state in ("COMPLETED", "FAILED"):
         assert claim(idle, worker) is not None
     if state == "COMPLETED":
         complete(idle, worker, job["id"]).ok()
+    if state == "FAILED":
+        fail(idle, worker, job["id"], retryable=False).ok()
     if state == "CANCELLED":
         idle.gql(CANCEL, {"id": job["id"]}).ok()
     before = admin_job(idle, job["id"])

@@ -4,10 +4,10 @@ forwards everything, except that it reads one chosen answer whole from the serve
 server has committed it) and then closes or resets the worker's connection instead of
 passing it on, or holds it until the worker gives up on it.
 
-The rule (queuelog.client.PlainHTTP, queuelog.worker): a claim is never sent again; the
-worker takes over what a claim with a lost answer claimed before it claims again (or, when
-stopping, runs it within the grace period). A completion may be sent again: its repeat is
-rejected and the worker finds the jobs COMPLETED at its attempt.
+The rule (queuelog.sdk.plain_http.PlainHTTP, queuelog.sdk.worker.producer): a claim is never
+sent again; the worker takes over what a claim with a lost answer claimed before it claims
+again (or, when stopping, runs it within the grace period). A completion may be sent again:
+its repeat is rejected and the worker finds the jobs COMPLETED at its attempt.
 
 Proven, on SQLite and PostgreSQL, with leases far longer than each test (a lease expiry
 cannot be what saves a job): every job of a lost first claim, and of a lost later claim,

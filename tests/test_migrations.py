@@ -1,4 +1,4 @@
-"""The Alembic migrations build exactly the schema that queuelog/storage/tables.py describes.
+"""The Alembic migrations build exactly the schema that queuelog/storage/schema/tables.py describes.
 
 Attacked and proven, on a fresh SQLite file and, when one is reachable, a fresh PostgreSQL
 database (QUEUELOG_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/test; a

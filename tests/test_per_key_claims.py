@@ -29,7 +29,7 @@ TYPE = "email"
 
 
 def keyed(key: str | None, priority: Priority = Priority.MEDIUM) -> NewJob:
-    return NewJob(TYPE, {}, "{}", priority, 0, None, None, concurrency_key=key)
+    return NewJob(TYPE, {}, priority, 0, None, None, payload_json="{}", concurrency_key=key)
 
 
 @contextlib.contextmanager

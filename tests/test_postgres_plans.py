@@ -21,10 +21,9 @@ import pytest
 from conftest import POSTGRES, Databases, postgres_admin, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.schema.codec import NEW_JOB_COLUMNS
-from queuelog.storage.statements import per_type_params
+from queuelog.storage.statements import BulkWalk, per_type_params
 
 FILL = """
 INSERT INTO jobs (type, payload, priority, status, retry_count, max_retries, attempt, run_at,
@@ -213,7 +212,6 @@ def test_a_callers_own_pages_walk_the_callers_index(
     sql = PostgresStatements.scope_page(by_worker, statuses, has_type)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
         shown = plan(callers_shaped, sql, name="w" if by_worker else "p", type="noop", after=2**62, limit=26)
     finally:
@@ -311,7 +309,6 @@ def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
     )
     if generic:
         queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    assert PostgresStatements.PROMOTE_PENDING is not None
     now = int(time.time() * 1_000_000)
     shown = plan(queue_shaped, PostgresStatements.PROMOTE_PENDING, now=now)
     assert re.search(r"ix_jobs_delayed on jobs\s.*\n\s+Index Cond: \(\(\(type\)::text = ", shown), shown
@@ -327,7 +324,7 @@ BY_ID = [
     "EXPIRE_RUNNING",
     "REPORT_PROGRESS",
 ]
-BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED"]
+BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED", "REQUEST_CANCEL"]
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
@@ -347,8 +344,8 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     params = {
         "id": 30000, "worker": "w", "attempt": 1, "result": "{}", "now": now, "lease": now,
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
-        "finished_at": now, "error": None, "delayed": 0, "progress": 0.5, "message": None, "at": now,
-        "late": False,
+        "finished_at": now, "error": None, "delayed": 0, "deadline": now, "progress": 0.5, "message": None,
+        "at": now, "late": False,
     }  # fmt: skip
     shown = plan(running_burst, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
@@ -394,7 +391,6 @@ def test_completing_many_jobs_at_once_looks_them_up_by_id_even_when_statistics_a
     now = int(time.time() * 1_000_000)
     ids = [30000 + i for i in range(100)]
     parameters = {"id": ids, "attempt": [1] * 100, "result": ["{}"] * 100, "worker": "w", "now": now}
-    assert PostgresStatements.COMPLETE_MANY is not None
     shown = plan(running_burst, PostgresStatements.COMPLETE_MANY, **parameters)
     assert re.search(r"Index Cond: \(id = ANY", shown), shown
     assert "jobs_pkey" in shown, shown
@@ -411,6 +407,7 @@ BY_IDS = [
     (PostgresStatements, "CLAIM_IDS"),
     (PostgresStatements, "CANCEL_IDS"),
     (PostgresStatements, "RETRY_IDS"),
+    (PostgresStatements, "REQUEST_CANCEL_IDS"),
     (PostgresStatements, "MARK_DEPENDED_ON"),
     (PostgresStatements, "JOB_STATES"),
     (PostgresStatements, "BULK_STATES"),
@@ -439,7 +436,7 @@ def test_jobs_of_a_list_of_ids_are_looked_up_by_key_in_the_plan_a_server_runs(
         if analyzed:
             connection.execute("ANALYZE jobs")
         connection.execute("SET plan_cache_mode = force_generic_plan")
-        params = {"ids": "[5000, 5001, 5002]", "now": 0, "worker": "w", "lease": 0}
+        params = {"ids": "[5000, 5001, 5002]", "now": 0, "worker": "w", "lease": 0, "deadline": 0}
         shown = plan(connection, getattr(statements, name), **params)
     assert "Seq Scan" not in shown and "Hash" not in shown, shown
     by_key = r"(using jobs_pkey on jobs|Index Scan on jobs_pkey)\s.*\n\s+Index Cond: \(id = ANY"
@@ -518,7 +515,7 @@ def test_releasing_dependents_reads_both_tables_by_key(databases: Databases, ana
 def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
     databases: Databases, analyzed: bool, statement: str
 ) -> None:
-    """A chunk of a settlement (storage/settlements.py) of a job with 50,000 dependents, far
+    """A chunk of a settlement (storage/operations/settlements.py) of a job with 50,000 dependents, far
     into them, reads its next edges from ix_job_dependencies_on in order and stops at its
     limit: a bitmap scan and a sort (the plan a table not analyzed yet invited) read every
     edge left, each chunk."""
@@ -547,19 +544,32 @@ def test_a_settlement_walks_one_jobs_dependents_in_order_and_stops(
     ), shown
 
 
+# (walk, its index, unrequested: the walk of RUNNING jobs by cancelJobs(includeRunning))
 BULK_WALKS = [
-    (BulkWalk.STATUS, "ix_jobs_status"),
-    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status"),
-    (BulkWalk.CREATOR, "ix_jobs_creator_status"),
+    (BulkWalk.STATUS, "ix_jobs_status", False),
+    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status", False),
+    (BulkWalk.CREATOR, "ix_jobs_creator_status", False),
+    (BulkWalk.STATUS, "ix_jobs_status", True),
+    (BulkWalk.TYPE_STATUS, "ix_jobs_type_status", True),
 ]
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-@pytest.mark.parametrize(("walk", "index"), BULK_WALKS, ids=[walk.name for walk, _ in BULK_WALKS])
+@pytest.mark.parametrize(
+    ("walk", "index", "unrequested"),
+    BULK_WALKS,
+    ids=[walk.name + ("-unrequested" if unrequested else "") for walk, _, unrequested in BULK_WALKS],
+)
 @pytest.mark.parametrize("statistics", ["analyzed", "never analyzed"])
 @pytest.mark.parametrize("generic", [False, True])
 def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics(
-    backend: str, request: pytest.FixtureRequest, walk: BulkWalk, index: str, statistics: str, generic: bool
+    backend: str,
+    request: pytest.FixtureRequest,
+    walk: BulkWalk,
+    index: str,
+    unrequested: bool,
+    statistics: str,
+    generic: bool,
 ) -> None:
     """A bulk chunk's read (bulk.matching) walks its index from `after`, in order, and stops
     after `scan` rows, however few of them match (a concurrency key, createdBefore): never a
@@ -570,9 +580,8 @@ def test_a_bulk_chunk_walks_its_index_in_order_and_stops_whatever_the_statistics
     try:
         if generic:
             connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
-        sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True)
+        sql = PostgresStatements.match_jobs(walk, walk is BulkWalk.CREATOR, True, True, True, unrequested)
         # plan_bulk walks a type's index for a type that is few among its status: none here
         params = {"status": "pending", "type": "report", "name": "p", "key": "k", "before": 0}
         shown = plan(connection, sql, **params, after=25000, scan=10000, limit=100)
@@ -595,7 +604,6 @@ def test_a_workers_page_of_schedule_jobs_walks_the_index_it_was_planned_on(
     sql = PostgresStatements.held_schedule_jobs(by_worker, False)
     callers_shaped.execute("BEGIN")
     try:
-        assert PostgresStatements.WALK_IN_INDEX_ORDER is not None
         callers_shaped.execute(PostgresStatements.WALK_IN_INDEX_ORDER)  # as reads.py runs it
         shown = plan(
             callers_shaped, sql, worker="w", schedule="nightly", status=None, type=None, after=2**62, limit=21

@@ -310,7 +310,7 @@ def test_a_server_forgets_the_windows_of_jobs_that_stopped_reporting(tmp_path: P
         repository = Repository(migrate(f"sqlite:///{tmp_path / 'q.db'}"), RetryPolicy(10, 3600), "local")
         await repository.open()
         try:
-            items = [NewJob("report", {}, "{}", Priority.LOW, 0, None, None) for _ in range(51)]
+            items = [NewJob("report", {}, Priority.LOW, 0, None, None, payload_json="{}") for _ in range(51)]
             await repository.enqueue(items, "producer")
             jobs = (await repository.claim("worker", ["report"], 51, 60)).jobs
             windows = ProgressWindows(repository, lease_seconds=60)

@@ -1,4 +1,4 @@
-"""A rate window is counted by seeks, not row by row (API.md section 9, storage/flow.py).
+"""A rate window is counted by seeks, not row by row (API.md section 9, storage/operations/flow.py).
 
 Every claim of a rate-limited type reads its window under the lock that every server's
 counted claims share; a limit of 100,000 a day used to mean counting up to 100,000 rows of

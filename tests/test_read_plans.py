@@ -1,12 +1,11 @@
 """Which walk `jobs(...)` and `oldestPendingSeconds` choose, from the counters alone
-(storage/read_plans.py). The shapes are those of tests/test_scoped_pages.py, which checks
+(storage/operations/read_plans.py). The shapes are those of tests/test_scoped_pages.py, which checks
 that each walk gives the same exact pages."""
 
 from __future__ import annotations
 
 from queuelog.model import JobStatus
 from queuelog.storage.operations.read_plans import (
-    BulkWalk,
     ListPlan,
     OldestPending,
     Walk,
@@ -15,6 +14,7 @@ from queuelog.storage.operations.read_plans import (
     plan_list,
     plan_oldest_pending,
 )
+from queuelog.storage.statements import BulkWalk
 
 PENDING, RUNNING, COMPLETED, CANCELLED = (
     JobStatus.PENDING,

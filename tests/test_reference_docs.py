@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import difflib
+import importlib
 import inspect
 import json
 import os
+import pkgutil
 import queue
 import re
 import shutil
@@ -44,6 +46,7 @@ from graphql import (
 from graphql import build_schema as parse_sdl
 from websockets.asyncio.client import connect
 
+import queuelog.sdk
 from queuelog import client as sdk
 from queuelog import errors, settings
 from queuelog import worker as worker_sdk
@@ -192,12 +195,16 @@ def test_python_md_names_every_public_method_of_the_clients_and_the_worker() -> 
 
 
 def test_python_md_names_every_exception_a_user_may_catch() -> None:
-    """Every exception class of the client, the worker and queuelog.errors, and every code
+    """Every exception class of the SDK (queuelog/sdk/) and of queuelog.errors, and every code
     they carry (KeyRefused's are the refusal's: UNAUTHENTICATED, FORBIDDEN)."""
     text = (DOCS / "python.md").read_text()
+    modules = [errors] + [
+        importlib.import_module(found.name)
+        for found in pkgutil.walk_packages(queuelog.sdk.__path__, "queuelog.sdk.")
+    ]
     classes = {
         value
-        for module in (sdk, worker_sdk, errors)
+        for module in modules
         for name, value in vars(module).items()
         if inspect.isclass(value)
         and issubclass(value, BaseException)

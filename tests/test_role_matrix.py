@@ -9,7 +9,8 @@ role. Proven:
   `workerId` is its name, ADMIN and VIEWER everything (`job(id)`, `jobs`, `totalCount`,
   `queueStats`);
 - `cancelJob` / `retryJob` state rules (NOT_FOUND for invisible jobs, CONFLICT for wrong
-  states), `Job.error` ADMIN only, `me` with its default `maxPriority`.
+  states; a RUNNING job's cancel is a request, the job stays RUNNING), `Job.error` ADMIN only,
+  `me` with its default `maxPriority`.
 
 Discipline for the shared server: no test leaves a *due* PENDING job behind (jobs that
 must stay PENDING are dated far in the future), so every claim takes exactly the job the
@@ -583,7 +584,7 @@ def test_worker_operations_succeed(
 
 # --- cancelJob -----------------------------------------------------------------------------
 
-CANCEL = "mutation($id: ID!) { cancelJob(id: $id) { id status finishedAt } }"
+CANCEL = "mutation($id: ID!) { cancelJob(id: $id) { id status finishedAt cancelRequested } }"
 
 
 @pytest.mark.parametrize(
@@ -595,11 +596,11 @@ CANCEL = "mutation($id: ID!) { cancelJob(id: $id) { id status finishedAt } }"
         pytest.param(PRODUCER, "p2", "running", "NOT_FOUND", id="producer-others-running"),
         pytest.param(PRODUCER, "p1", "missing", "NOT_FOUND", id="producer-missing"),
         pytest.param(ADMIN, "p1", "missing", "NOT_FOUND", id="admin-missing"),
-        pytest.param(ADMIN, "p1", "running", "CONFLICT", id="admin-running"),
+        pytest.param(ADMIN, "p1", "running", None, id="admin-running"),
         pytest.param(ADMIN, "p1", "completed", "CONFLICT", id="admin-completed"),
         pytest.param(ADMIN, "p1", "failed", "CONFLICT", id="admin-failed"),
         pytest.param(ADMIN, "p1", "cancelled", "CONFLICT", id="admin-cancelled"),
-        pytest.param(PRODUCER, "p1", "running", "CONFLICT", id="producer-own-running"),
+        pytest.param(PRODUCER, "p1", "running", None, id="producer-own-running"),
         pytest.param(PRODUCER, "p1", "completed", "CONFLICT", id="producer-own-completed"),
         pytest.param(PRODUCER, "p1", "failed", "CONFLICT", id="producer-own-failed"),
         pytest.param(PRODUCER, "p1", "cancelled", "CONFLICT", id="producer-own-cancelled"),
@@ -628,8 +629,13 @@ def test_cancel_job(
         assert snapshot(server, job_id) == before, "a refused cancel changed the queue"
         return
     cancelled = response.ok()["cancelJob"]
+    if state == "running":  # a request: the holder is told, the job stays RUNNING (API.md 12)
+        assert cancelled["id"] == job_id and cancelled["status"] == "RUNNING"
+        assert cancelled["cancelRequested"] is True and cancelled["finishedAt"] is None
+        assert job_state(server, job_id)["status"] == "RUNNING"  # type: ignore[index]
+        return
     assert cancelled["id"] == job_id and cancelled["status"] == "CANCELLED"
-    assert cancelled["finishedAt"] is not None
+    assert cancelled["finishedAt"] is not None and cancelled["cancelRequested"] is False
     assert job_state(server, job_id)["status"] == "CANCELLED"  # type: ignore[index]
 
 

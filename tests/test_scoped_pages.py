@@ -1,7 +1,7 @@
 """Pages of a caller who sees only some jobs (a producer's own, a worker's own), filtered.
 
 list_jobs answers them by walking either the caller's index or the filter's, whichever the
-counters say holds fewer rows (storage/read_plans.py). Both walks must give the same exact
+counters say holds fewer rows (storage/operations/read_plans.py). Both walks must give the same exact
 pages and totals; these tests make each walk happen and check the pages against what the
 test itself enqueued. Each asserts first, through the planner and the counts its server
 holds, that the walk it names is the one list_jobs takes (tests/test_read_plans.py tests

@@ -26,11 +26,10 @@ import pytest
 from conftest import POSTGRES, migrate, require_backend
 from prepared_plans import explain_prepared
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.statements import PostgresStatements
 from queuelog.storage.schema.types import to_micros
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.statements import LAST_ID, Statements
+from queuelog.storage.statements import LAST_ID, BulkWalk, Statements
 
 TYPES = ("noop", "email", "report", "resize")
 NOW = datetime.now(UTC)
@@ -131,7 +130,7 @@ def _postgres(analyzed: bool, generic: bool) -> Iterator[Shaped]:
                 connection.execute("BEGIN")
                 try:
                     if walk:
-                        connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER or "")  # type: ignore[arg-type]
+                        connection.execute(PostgresStatements.WALK_IN_INDEX_ORDER)
                     if generic:
                         connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")
                     return explain_analyze(connection, sql, params)

@@ -1,4 +1,4 @@
-"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite.py).
+"""SQLite checkpoints run off the writer's path (queuelog/storage/sqlite/database.py).
 
 On a real SQLite file, through the Repository: the writer never checkpoints
 (wal_autocheckpoint=0), so a COMMIT on the event loop never waits for one; the database's
@@ -28,7 +28,7 @@ JOBS = 6000
 def test_the_checkpointer_not_the_writer_copies_the_log_into_the_database(tmp_path: Path) -> None:
     path = tmp_path / "queuelog.db"
     payload = {"text": "x" * 300}
-    job = NewJob("email", payload, f'{{"text":"{"x" * 300}"}}', Priority.MEDIUM, 0, None, None)
+    job = NewJob("email", payload, Priority.MEDIUM, 0, None, None, payload_json=f'{{"text":"{"x" * 300}"}}')
 
     async def scenario() -> tuple[int, int, int, bool]:
         repository = Repository(migrate(f"sqlite:///{path}"), RetryPolicy(10, 3600))

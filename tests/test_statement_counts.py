@@ -28,7 +28,7 @@ How statements are counted
 - Every authenticated request reads the keys generation (one data statement, on the reader,
   outside any transaction); principals are cached, so a key's lookup shows only on its first
   request (see "me (a key's first request)"). Counts include that read.
-- Background loops (lease expiry, pruning, the schedule ticker) are given an hour-long
+- Background loops (lease expiry, job expiry, pruning, the schedule ticker) are given an hour-long
   interval, the event tail is off (QUEUELOG_EVENT_FEED=local; with it, each commit also
   reads sqlite_sequence twice to learn its event ids) and the writer is idle before each
   measured request, so nothing else runs while one is recorded.
@@ -189,12 +189,17 @@ EXPECTED: dict[str, tuple[int, int]] = {
     "cancelJob": (4, 5),
     # gen; refuse: SELECT jobs by id -> CONFLICT
     "cancelJob (not pending)": (5, 2),
+    # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; the event (no counter moves)
+    "cancelJob (running)": (4, 4),
+    # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects (CANCELLED: no finish)
+    "failJob (cancel requested)": (4, 5),
     # gen; write: SELECT jobs by id, UPDATE jobs ... RETURNING; effects
     "retryJob": (4, 5),
-    # no key; read: queueStats's (SELECT job_counts, type_controls, each type's head run_at);
-    # read: typeControls (SELECT type_controls, job_counts) for the per-type samples;
-    # read: SELECT schedules (queuelog_schedules_broken)
-    "GET /metrics": (6, 6),
+    # no key, so gen (has a type been added or removed?); read: queueStats's (SELECT
+    # job_counts, type_controls, each type's head run_at); read: typeControls (SELECT
+    # type_controls, job_counts) for the per-type samples; read: SELECT schedules
+    # (queuelog_schedules_broken)
+    "GET /metrics": (6, 7),
 }
 
 # --- counting ------------------------------------------------------------------------------------------
@@ -627,6 +632,12 @@ async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
     pending = await api.enqueue("producer", 1, "email")
     await api.measure("cancelJob", "producer", CANCEL, {"id": pending[0]})
     await api.measure("cancelJob (not pending)", "admin", CANCEL, {"id": held["id"]}, code="CONFLICT")
+    asked = (await api.claim(1))[0]
+    data = await api.measure("cancelJob (running)", "admin", CANCEL, {"id": asked["id"]})
+    assert data["cancelJob"]["status"] == "RUNNING"
+    variables = {"id": asked["id"], "retryable": True}
+    data = await api.measure("failJob (cancel requested)", "worker", FAIL, variables)
+    assert data["failJob"]["status"] == "CANCELLED"
     data = await api.measure("retryJob", "admin", RETRY, {"id": final["id"]})
     assert data["retryJob"]["status"] == "PENDING"
     await api.measure_get("GET /metrics", "/metrics")
@@ -659,6 +670,7 @@ async def measure_everything(directory: Path) -> dict[str, dict[str, Measured]]:
             database_url=url,
             job_types=JOB_TYPES,
             lease_check_seconds=HOUR,
+            expiry_check_seconds=HOUR,
             prune_interval_seconds=HOUR,
             # No event tail: its polls (every 50 ms) would land among a request's statements.
             event_feed="local",

@@ -1,5 +1,6 @@
 """Each database defines every statement of statements.py, under the same names, taking the
-same parameters: operations.py asks for a statement by name and passes one set of values."""
+same parameters: an operation asks for a statement by name and passes one set of values. The
+statements only some databases have are those their capabilities name."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ import re
 
 import pytest
 
-from queuelog.storage.operations.read_plans import BulkWalk
+from queuelog.storage.postgres.connection import POSTGRES
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.postgres.statements.sending import AT_ONCE
+from queuelog.storage.sqlite.connection import SQLITE
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.statements import STATUS_VALUES_IN_ORDER, Statements, statement_names
+from queuelog.storage.statements import (
+    ONLY_WHERE,
+    STATUS_VALUES_IN_ORDER,
+    BulkWalk,
+    Statements,
+    statement_names,
+)
 
 DATABASES = [SqliteStatements, PostgresStatements, PostgresWriterStatements]
+CAPABILITIES = {SqliteStatements: SQLITE, PostgresStatements: POSTGRES, PostgresWriterStatements: POSTGRES}
 SQLITE_PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 POSTGRES_PARAMETER = re.compile(r"%\((\w+)\)s")
 # list_jobs: (by_creator, by_worker, the statuses of its parts, job_type, after)
@@ -29,7 +38,7 @@ SCOPE_SHAPES = [
     for by_worker, job_type in itertools.product((False, True), repeat=2)
     for statuses in (("pending",), ("completed",), ("running", "completed", "failed"), STATUS_VALUES_IN_ORDER)
 ]
-MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=4)]
+MATCH_SHAPES = [(walk, *flags) for walk in BulkWalk for flags in itertools.product((False, True), repeat=5)]
 HELD_SHAPES = list(itertools.product((False, True), repeat=2))
 # Per-type statements: (number of types) -> SQL. SQLite names each type's parameters
 # (`type0`, `quota0`, `key0`, ...), PostgreSQL takes them as arrays (`types`, `quotas`, `keys`).
@@ -53,6 +62,8 @@ def _sqlite_parameters(sql: str) -> set[str]:
 @pytest.mark.parametrize("database", DATABASES, ids=lambda d: d.__name__)
 def test_every_name_is_defined(database: type[Statements]) -> None:
     for name in statement_names():
+        if name in ONLY_WHERE and not hasattr(database, name):
+            continue  # test_only_a_database_with_the_capability_has_the_statement
         statement = getattr(database, name)
         if name == "list_jobs":
             assert all(statement(*shape).startswith("SELECT") for shape in LIST_SHAPES)
@@ -64,12 +75,6 @@ def test_every_name_is_defined(database: type[Statements]) -> None:
             assert all(statement(*shape).startswith("SELECT") for shape in HELD_SHAPES)
         elif name in PER_TYPE:
             assert all(statement(n).strip() for n in (1, 2, 5)), name
-        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES", "TYPE_INDEX"):
-            assert isinstance(statement, bool)
-        elif name in ("PROMOTE_PENDING", "WALK_IN_INDEX_ORDER", "COMPLETE_MANY"):  # optional
-            assert statement is None or statement.strip(), name
-        elif name == "EVENT_HORIZON":  # where event ids may commit out of order
-            assert (statement is None) is (database is SqliteStatements), name
         else:
             assert isinstance(statement, str) and statement.strip(), name
 
@@ -95,11 +100,8 @@ def test_both_databases_take_the_same_parameters() -> None:
             pairs = [
                 (getattr(SqliteStatements, name)(n), getattr(PostgresStatements, name)(n)) for n in (1, 3)
             ]
-        elif name in ("PROMOTE_READS_CONTROLS", "RELEASE_NEXT_RETURNS_EDGES", "TYPE_INDEX"):
-            continue
         elif name == "COMPLETE_MANY":  # PostgreSQL's only: SQLite reads, then COMPLETE_CHECKED
-            assert SqliteStatements.COMPLETE_MANY is None
-            assert set(POSTGRES_PARAMETER.findall(PostgresStatements.COMPLETE_MANY or "")) == {
+            assert set(POSTGRES_PARAMETER.findall(PostgresStatements.COMPLETE_MANY)) == {
                 "id",
                 "attempt",
                 "result",
@@ -107,23 +109,24 @@ def test_both_databases_take_the_same_parameters() -> None:
                 "now",
             }
             continue
-        elif name == "WALK_IN_INDEX_ORDER":  # PostgreSQL's takes no parameter
-            assert SqliteStatements.WALK_IN_INDEX_ORDER is None
-            assert not POSTGRES_PARAMETER.findall(PostgresStatements.WALK_IN_INDEX_ORDER or "")
+        elif name in ("WALK_IN_INDEX_ORDER", "EVENT_HORIZON", "LOCK_CONTROLLED_CLAIMS"):
+            assert not POSTGRES_PARAMETER.findall(getattr(PostgresStatements, name))  # PostgreSQL's only
             continue
-        elif name == "PROMOTE_PENDING":  # SQLite has none; PostgreSQL's takes promote_due's `now`
-            assert SqliteStatements.PROMOTE_PENDING is None
-            assert PostgresStatements.PROMOTE_PENDING is not None
+        elif name == "PROMOTE_PENDING":  # PostgreSQL's only: it takes promote_due's `now`
             assert set(POSTGRES_PARAMETER.findall(PostgresStatements.PROMOTE_PENDING)) == {"now"}
-            continue
-        elif name == "EVENT_HORIZON":  # PostgreSQL's only, and it takes none
-            assert PostgresStatements.EVENT_HORIZON is not None
-            assert not POSTGRES_PARAMETER.findall(PostgresStatements.EVENT_HORIZON)
             continue
         else:
             pairs = [(getattr(SqliteStatements, name), getattr(PostgresStatements, name))]
         for sqlite, postgres in pairs:
             assert _sqlite_parameters(sqlite) == set(POSTGRES_PARAMETER.findall(postgres)), name
+
+
+@pytest.mark.parametrize("database", DATABASES, ids=lambda d: d.__name__)
+def test_only_a_database_with_the_capability_has_the_statement(database: type[Statements]) -> None:
+    can = CAPABILITIES[database]
+    for name, capability in ONLY_WHERE.items():
+        assert hasattr(database, name) is getattr(can, capability), name
+    assert not SQLITE.concurrent_writes and POSTGRES.concurrent_writes
 
 
 def test_a_database_without_a_statement_fails_when_it_is_defined() -> None:
@@ -144,7 +147,7 @@ def _texts(database: type[Statements]) -> list[tuple[str, str]]:
     """(name, SQL) of every statement of `database`, in each of its shapes."""
     texts = []
     for name in statement_names():
-        statement = getattr(database, name)
+        statement = getattr(database, name, None)
         if name == "list_jobs":
             texts += [(name, statement(*shape)) for shape in LIST_SHAPES]
         elif name == "match_jobs":

@@ -1,6 +1,6 @@
 """Where autovacuum does not run, a PostgreSQL server vacuums queuelog's tables itself.
 
-storage/vacuum.py decides by autovacuum's own formula and settings (the table's, else the
+storage/postgres/vacuum.py decides by autovacuum's own formula and settings (the table's, else the
 server's) and does nothing where autovacuum runs; these tests check the decision on its
 own, and on the real PostgreSQL (whose test cluster runs with autovacuum = off) that the
 step vacuums a table with dead rows over its threshold and nothing else, that one server at

@@ -76,7 +76,7 @@ def test_waiting_claims_on_a_paused_type_share_their_reads_and_wake_on_resume(da
             assert not finished, finished[:3]
 
             await repository.enqueue(
-                [NewJob("email", {}, "{}", Priority.MEDIUM, 0, None, None)] * WAITERS, "producer"
+                [NewJob("email", {}, Priority.MEDIUM, 0, None, None, payload_json="{}")] * WAITERS, "producer"
             )
             await repository.update_type_control("email", paused=False)
             done = await asyncio.wait_for(asyncio.gather(*claims), timeout=10)

@@ -33,7 +33,9 @@ WORKER = "worker-1"
 
 
 def new_job(key: str | None = None) -> NewJob:
-    return NewJob("email", {"to": "ü@example.org"}, '{"to":"ü@example.org"}', Priority.MEDIUM, 0, key, None)
+    return NewJob(
+        "email", {"to": "ü@example.org"}, Priority.MEDIUM, 0, key, None, payload_json='{"to":"ü@example.org"}'
+    )
 
 
 class Failed(Exception):
@@ -155,7 +157,7 @@ def test_controlled_claims_in_one_batch_count_what_the_batch_did_before_them(
         batches.append(id(tx))
 
     def typed(job_type: str) -> NewJob:
-        return NewJob(job_type, {}, "{}", Priority.MEDIUM, 0, None, None)
+        return NewJob(job_type, {}, Priority.MEDIUM, 0, None, None, payload_json="{}")
 
     async def scenario() -> None:
         repository = Repository(url, RetryPolicy(10, 3600))

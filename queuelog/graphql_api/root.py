@@ -101,7 +101,13 @@ class Mutation:
         ),
     )
     cancel_job = strawberry.mutation(
-        resolver=mutations.cancel_job, graphql_type=Job, extensions=allowed(Action.CANCEL)
+        resolver=mutations.cancel_job,
+        graphql_type=Job,
+        extensions=allowed(Action.CANCEL),
+        description=(
+            "PENDING: CANCELLED at once. RUNNING: sets cancelRequested and returns the job, still RUNNING;"
+            " the holder is told within a second and the job ends CANCELLED (API.md 12)."
+        ),
     )
     retry_job = strawberry.mutation(
         resolver=mutations.retry_job, graphql_type=Job, extensions=allowed(Action.RETRY)
@@ -111,8 +117,8 @@ class Mutation:
         graphql_type=BulkPayload,
         extensions=allowed(Action.CANCEL),
         description=(
-            "Cancel PENDING jobs matching the filter that the caller may cancel, oldest first, "
-            "at most limit (1..10000)."
+            "Cancel PENDING jobs matching the filter that the caller may cancel (ADMIN: any), oldest first, "
+            "at most limit (1..10000); includeRunning also requests the cancellation of RUNNING ones."
         ),
     )
     retry_jobs = strawberry.mutation(
@@ -144,6 +150,32 @@ class Mutation:
             "ADMIN: replaces the type's limits (a null field clears that limit); pausing is separate."
         ),
     )
+    # Steering (API.md section 12).
+    snooze_job = strawberry.mutation(
+        resolver=mutations.snooze_job,
+        graphql_type=Job,
+        extensions=allowed(Action.WORK),
+        description=(
+            "The holder: back to PENDING, runAt = now + seconds (1..86400), no retry used, snoozeCount + 1."
+        ),
+    )
+    update_job = strawberry.mutation(
+        resolver=mutations.update_job,
+        graphql_type=Job,
+        extensions=allowed(Action.EDIT),
+        description=(
+            "ADMIN, or the PRODUCER that enqueued it (priority within its maxPriority): only while PENDING,"
+            " else CONFLICT."
+        ),
+    )
+    run_job_now = strawberry.mutation(
+        resolver=mutations.run_job_now,
+        graphql_type=Job,
+        extensions=allowed(Action.EDIT),
+        description=(
+            "As updateJob with runAt = now: due at once (still subject to dependencies, pauses and limits)."
+        ),
+    )
     put_schedule = strawberry.mutation(
         resolver=schedules.put_schedule,
         graphql_type=Schedule,
@@ -166,6 +198,34 @@ class Mutation:
         graphql_type=Schedule,
         extensions=allowed(Action.SCHEDULE),
         description="ADMIN: ticks go on from the next one; those missed while paused are not enqueued.",
+    )
+    # Section 12: a schedule's job now, and job types added at runtime.
+    run_schedule_now = strawberry.mutation(
+        resolver=schedules.run_schedule_now,
+        graphql_type=Job,
+        extensions=allowed(Action.SCHEDULE),
+        description=(
+            "ADMIN: enqueue the schedule's job now, outside its ticks (idempotency key "
+            "`<name>@manual-<unique>`), even while it is paused and whatever its overlap; its "
+            "ticks, lastRunAt and nextRunAt are unaffected."
+        ),
+    )
+    add_job_type = strawberry.mutation(
+        resolver=flow_control.add_job_type,
+        graphql_type=TypeControl,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: add a type to the allowlist at runtime (1..100 of A-Z a-z 0-9 _ . : -); "
+            "every server obeys it within a second."
+        ),
+    )
+    remove_job_type = strawberry.mutation(
+        resolver=flow_control.remove_job_type,
+        extensions=allowed(Action.CONTROL),
+        description=(
+            "ADMIN: remove a type added with addJobType (not one from QUEUELOG_JOB_TYPES): new "
+            "enqueues are refused; its jobs stay. false when it was not added."
+        ),
     )
 
 

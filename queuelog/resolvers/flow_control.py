@@ -29,8 +29,18 @@ async def set_type_control(info: Ctx, input: TypeControlInput) -> TypeControl:
     return await queue(info).set_type_control(caller(info), input.to_model())
 
 
-async def cancel_jobs(info: Ctx, filter: JobFilter, limit: int = 1000) -> BulkOutcome:
-    return await queue(info).cancel_jobs(caller(info), filter.to_model(), limit)
+async def add_job_type(info: Ctx, type: str) -> TypeControl:
+    return await queue(info).add_job_type(caller(info), type)
+
+
+async def remove_job_type(info: Ctx, type: str) -> bool:
+    return await queue(info).remove_job_type(caller(info), type)
+
+
+async def cancel_jobs(
+    info: Ctx, filter: JobFilter, limit: int = 1000, include_running: bool = False
+) -> BulkOutcome:
+    return await queue(info).cancel_jobs(caller(info), filter.to_model(), limit, include_running)
 
 
 async def retry_jobs(info: Ctx, filter: JobFilter, limit: int = 1000) -> BulkOutcome:

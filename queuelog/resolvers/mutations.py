@@ -1,37 +1,42 @@
-"""Mutation resolvers: enqueue, claim, report, cancel and retry."""
+"""Mutation resolvers: enqueue, claim, report, cancel and retry, snooze and edit."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from queuelog.model import CompleteAndClaimOutcome, Completion, CompletionOutcome, EnqueueOutcome, Job
+from queuelog.model import (
+    CompleteAndClaimOutcome,
+    Completion,
+    CompletionOutcome,
+    EnqueueOutcome,
+    Job,
+    JobRequest,
+)
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
-from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput
+from queuelog.schema.inputs import CompleteJobInput, EnqueueJobInput, UpdateJobInput
 
 Ctx = Info[RequestContext, None]
 
 
-def _enqueue_fields(item: EnqueueJobInput) -> dict[str, Any]:
+def _enqueue_request(item: EnqueueJobInput) -> JobRequest:
     # Both paths (Strawberry's and queuelog.compiled) hand over EnqueueJobInput objects,
-    # whose attributes are exactly its dataclass fields: read them all at once.
+    # whose attributes are exactly its dataclass fields, EnqueueRequest's: read them at once.
     fields = vars(item)
     if item.depends_on:
         fields = {**fields, "depends_on": [parse_job_id(i, "dependsOn") for i in item.depends_on]}
-    return fields
+    return JobRequest(**fields)
 
 
 async def enqueue_job(info: Ctx, input: EnqueueJobInput) -> EnqueueOutcome:
-    (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_fields(input)])
+    (outcome,) = await queue(info).enqueue(caller(info), [_enqueue_request(input)])
     return outcome
 
 
 async def enqueue_jobs(info: Ctx, inputs: list[EnqueueJobInput]) -> list[EnqueueOutcome]:
-    return await queue(info).enqueue(caller(info), [_enqueue_fields(i) for i in inputs])
+    return await queue(info).enqueue(caller(info), [_enqueue_request(i) for i in inputs])
 
 
 async def _claim(
@@ -124,6 +129,22 @@ async def cancel_job(info: Ctx, id: strawberry.ID) -> Job:
 
 async def retry_job(info: Ctx, id: strawberry.ID) -> Job:
     return await queue(info).retry(parse_job_id(id))
+
+
+# --- steering (API.md section 12) -----------------------------------------------------------
+
+
+async def snooze_job(info: Ctx, id: strawberry.ID, attempt: int, seconds: int) -> Job:
+    return await queue(info).snooze(caller(info), parse_job_id(id), attempt, seconds)
+
+
+async def update_job(info: Ctx, id: strawberry.ID, input: UpdateJobInput) -> Job:
+    job_id = parse_job_id(id)
+    return await queue(info).update_job(caller(info), job_id, input.to_model())
+
+
+async def run_job_now(info: Ctx, id: strawberry.ID) -> Job:
+    return await queue(info).run_job_now(caller(info), parse_job_id(id))
 
 
 async def report_progress(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from strawberry.types import Info
 
-from queuelog.model import Schedule
+from queuelog.model import Job, Schedule
 from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.schedules import ScheduleInput
 
@@ -30,3 +30,7 @@ async def pause_schedule(info: Ctx, name: str) -> Schedule:
 
 async def resume_schedule(info: Ctx, name: str) -> Schedule:
     return await queue(info).pause_schedule(caller(info), name, paused=False)
+
+
+async def run_schedule_now(info: Ctx, name: str) -> Job:
+    return await queue(info).run_schedule_now(caller(info), name)

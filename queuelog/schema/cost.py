@@ -18,7 +18,8 @@ extensions never see. So the rule is written once here and used by both paths.
 
 A list no argument bounds counts by the rule's `unsized_list` (`byType`: one per allowed
 job type), except the lists of REAL_SIZE_LISTS, whose rows nothing bounds (an ADMIN may
-create any number of schedules): those count by their real size, read before the check
+create any number of schedules, and add any number of job types at runtime): those count
+by their real size, read before the check
 (CostLimit in extensions.py); a check that meets one without its size raises SizeNotKnown,
 and the compiled planner leaves such documents to the general path.
 """
@@ -62,7 +63,7 @@ SIZE_BOUNDS = {
     "items": queue.MAX_COMPLETE_BATCH,
 }
 # "Type.field" of the lists that count by how many items they hold now.
-REAL_SIZE_LISTS = frozenset({"Query.schedules"})
+REAL_SIZE_LISTS = frozenset({"Query.schedules", "Query.typeControls"})
 UNSET = object()  # a variable whose value is not known (planning), counted at the bound
 ABSENT = object()  # a variable the request did not send: the argument's default applies
 

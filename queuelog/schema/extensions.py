@@ -165,6 +165,7 @@ def cost_rule(settings: Settings) -> CostRule:
 # How to read the real size of each list of cost.REAL_SIZE_LISTS.
 REAL_SIZES: dict[str, Callable[[RequestContext], Awaitable[int]]] = {
     "Query.schedules": lambda context: context.queue.schedule_count(),
+    "Query.typeControls": lambda context: context.queue.allowed_type_count(),
 }
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import strawberry
 from strawberry.scalars import JSON
 
+from queuelog.errors import BadInput
+from queuelog.model import JobEdit
 from queuelog.schema.types import JobPriority
 
 
@@ -38,6 +41,9 @@ class EnqueueJobInput:
             "also waits for."
         ),
     )
+    expires_at: datetime | None = strawberry.field(
+        default=None, description="Must be later than runAt (and than now). Null: never expires."
+    )
 
 
 @strawberry.input
@@ -45,3 +51,36 @@ class CompleteJobInput:
     id: strawberry.ID
     result: JSON | None = None
     attempt: int | None = None
+
+
+@strawberry.input(
+    description=(
+        "Fields left out stay as they are; expiresAt: null clears the expiry (the others cannot be null)."
+    )
+)
+class UpdateJobInput:
+    run_at: datetime | None = strawberry.UNSET
+    priority: JobPriority | None = strawberry.UNSET
+    max_retries: int | None = strawberry.field(default=strawberry.UNSET, description="0..25")
+    expires_at: datetime | None = strawberry.UNSET
+
+    def to_model(self) -> JobEdit:
+        """The edit, once no field but expiresAt is null (BAD_USER_INPUT naming it)."""
+        for name, value in (
+            ("runAt", self.run_at),
+            ("priority", self.priority),
+            ("maxRetries", self.max_retries),
+        ):
+            if value is None:
+                raise BadInput(f"{name} cannot be null; leave it out to keep it")
+
+        def given(value: Any) -> Any:
+            return None if value is strawberry.UNSET else value
+
+        return JobEdit(
+            priority=given(self.priority),
+            max_retries=given(self.max_retries),
+            run_at=given(self.run_at),
+            expires_at=given(self.expires_at),
+            clear_expiry=self.expires_at is None,
+        )

@@ -38,7 +38,10 @@ strawberry.enum(
 strawberry.enum(Role)
 
 
-EVENT_KINDS = "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED"
+EVENT_KINDS = (
+    "ENQUEUED, CLAIMED, COMPLETED, RETRYING, FAILED, CANCELLED, LEASE_EXPIRED, RETRIED,"
+    " SNOOZED, UPDATED, EXPIRED"
+)
 
 
 @strawberry.type(description="One recorded transition of a job.")
@@ -83,7 +86,7 @@ class Job:
     worker_id: str | None = strawberry.field(
         description=(
             "The authenticated name of the worker that holds the job (RUNNING) or finished it "
-            "(COMPLETED, FAILED); null otherwise."
+            "(COMPLETED, FAILED, or CANCELLED while running); null otherwise."
         )
     )
     claimed_at: datetime | None

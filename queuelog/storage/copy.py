@@ -19,7 +19,7 @@ lease and timeout only while it is RUNNING: RUNNING_ONLY), streamed (a large que
 held in memory) into PostgreSQL's binary COPY, SQLAlchemy Core having no COPY:
 JSON documents go as the text the server stored, byte for byte, and timestamps as integers,
 exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds since 2000
-(postgres.py reads it the same way). The tables in NOT_COPIED are derived or the target's
+(postgres/connection.py reads it the same way). The tables in NOT_COPIED are derived or the target's
 own: job_counts is recounted from the copied jobs with the server's own definition
 (counters.count_keys). Each id sequence restarts past the highest id the source ever gave
 out (AUTOINCREMENT remembers the ids of pruned jobs too), so a new job never takes the id of

@@ -13,7 +13,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from queuelog.errors import DatabaseUnavailable, echo
-from queuelog.storage.sqlite.write_lock import WriteLock
+from queuelog.storage.write_lock import WriteLock
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 OWNER_ONLY = 0o600
@@ -99,7 +99,7 @@ def create_sqlite_engine(url: str) -> Engine:
     the write lock that running servers queue on (write_lock.py).
 
     pysqlite's own transaction handling is switched off so that we issue BEGIN ourselves
-    (the SQLAlchemy-documented recipe). Servers do not use this engine: see sqlite.py.
+    (the SQLAlchemy-documented recipe). Servers do not use this engine: see sqlite/database.py.
     """
     engine = create_engine(
         url,

@@ -7,12 +7,16 @@ answers every caller, then publishes the events, and looks for the next batch. A
 acknowledged write has therefore always been committed.
 
 Backends say when a batch runs (`_schedule`) and whether one is under way (`_working`).
+Besides its operations' own statements, a batch runs what its `steps` say (BatchSteps: the
+queue's are in operations/batch.py, handed in by the repository): each operation through
+`steps.run`, in its savepoint, and `steps.write_side_effects` before COMMIT.
 
-Claims expected to take the controlled-claim lock (flow.py) may go in the controlled lane
-(`write(lane=True)`): a backend that runs several batches at once (PostgreSQL) runs at most
-one batch of the lane at a time, so that the claims arriving meanwhile share the next one,
-and its one wait for the lock, instead of each transaction queueing for it on its own. A
-backend that runs one batch at a time (SQLite) treats the lane as `last`.
+Claims expected to take the controlled-claim lock (operations/flow.py) may go in the
+controlled lane (`write(lane=True)`): a backend that runs several batches at once
+(PostgreSQL) runs at most one batch of the lane at a time, so that the claims arriving
+meanwhile share the next one, and its one wait for the lock, instead of each transaction
+queueing for it on its own. A backend that runs one batch at a time (SQLite) treats the lane
+as `last`.
 
 A waiting claim may park (`park`): every batch with a write that may make jobs ready to
 claim (`write(makes_ready=True)`: a completion, which may release dependents) then runs it
@@ -27,19 +31,32 @@ a producer is not to pay for a worker's claim.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from queuelog.clock import DatabaseClock
 from queuelog.model import JobEvent
-from queuelog.storage.operations import bulk, settlements
 from queuelog.storage.transaction import WriteTx
 
 T = TypeVar("T")
 Operation = Callable[[WriteTx], Any]
 Outcome = tuple["asyncio.Future[Any]", Any, BaseException | None]
 Batch = list[tuple[Operation, "asyncio.Future[Any]"]]
+
+
+class BatchSteps(Protocol):
+    """What a write batch runs besides its operations' own statements."""
+
+    def run(self, operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
+        """One operation of the batch, in its savepoint, with whatever must follow it there."""
+        ...
+
+    def write_side_effects(self, tx: WriteTx) -> None:
+        """Before COMMIT: what the operations that were kept changed besides their rows."""
+        ...
 
 
 def all_failed(batch: Batch, exc: BaseException) -> list[Outcome]:
@@ -83,9 +100,63 @@ class ParkedClaim(Generic[T]):
             self.claimed.set_result(value)
 
 
+class OwnEvents:
+    """The ids of the events this process wrote, as (first, last) runs, oldest first.
+
+    The writer threads (SQLite's one, PostgreSQL's up to four) add ids while the tail, on
+    the event loop's thread, looks them up and forgets old runs: every method holds the lock
+    (iterating a deque that another thread appends to raises RuntimeError, and the tail
+    would lose that read's events).
+    """
+
+    def __init__(self) -> None:
+        self._runs: deque[tuple[int, int]] = deque()
+        self._lock = threading.Lock()
+        self._highest = 0  # runs may arrive out of order: PostgreSQL's writers commit in parallel
+
+    def add(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            self._add(ids)
+
+    def _add(self, ids: Sequence[int]) -> None:
+        for event_id in ids:
+            self._highest = max(self._highest, event_id)
+            if self._runs and self._runs[-1][1] == event_id - 1:
+                self._runs[-1] = (self._runs[-1][0], event_id)
+            else:
+                self._runs.append((event_id, event_id))
+
+    def withdraw(self, ids: Sequence[int]) -> None:
+        """Ids of a transaction that did not commit (SQLite would hand them out again)."""
+        gone = set(ids)
+        with self._lock:
+            kept = [i for first, last in self._runs for i in range(first, last + 1) if i not in gone]
+            self._runs.clear()
+            self._highest = 0
+            self._add(kept)
+
+    @property
+    def last(self) -> int:
+        """The highest id held (0 when none)."""
+        with self._lock:
+            return self._highest if self._runs else 0
+
+    def __contains__(self, event_id: int) -> bool:
+        with self._lock:
+            return any(first <= event_id <= last for first, last in self._runs)
+
+    def forget_through(self, event_id: int) -> None:
+        """Drop the runs wholly at or below this id (the tail has passed them for good)."""
+        with self._lock:
+            while self._runs and self._runs[0][1] <= event_id:
+                self._runs.popleft()
+
+
 class GroupCommit:
-    def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
+    def __init__(self, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
         self._on_commit = on_commit
+        self._run_operation = steps.run
+        self._write_side_effects = steps.write_side_effects
         self._queue: Batch = []
         self._last: Batch = []  # run after the others (write(last=True))
         self._lane: Batch = []  # the controlled lane (write(lane=True)), where a backend has one
@@ -98,16 +169,14 @@ class GroupCommit:
         # dependents to settle later; the loop then sets `settlements_left` for the sweeper.
         self._wrote_settlements = False
         self.settlements_left = asyncio.Event()
+        # Set when an event tail runs (feeds/tail.py): the ids of the events this process writes.
+        self.own_events: OwnEvents | None = None
 
     def now(self) -> datetime:
         """The time by the clock this database's writes use (queuelog/clock.py)."""
         return self.db_clock.now()
 
     has_lane = False  # whether the backend keeps the controlled lane apart
-    bulk_chunk_seconds = bulk.CHUNK_SECONDS  # what a bulk action's chunk aims at (bulk.py)
-    bulk_pause_ratio = bulk.PAUSE_RATIO  # a bulk action's pause after a chunk, per its time
-    bulk_scan_rows = bulk.SCAN_ROWS  # the rows of each walk a bulk action's chunk passes at most
-    settle_chunk_seconds = settlements.CHUNK_SECONDS  # what a sweeper's chunk aims at (settlements.py)
 
     async def write(
         self,

@@ -17,7 +17,7 @@ MIGRATION_LOCK = 0x71756575  # "queu": the advisory lock that serialises migrati
 MIGRATION_LOCK_POLL_SECONDS = 0.1
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest migration's revision (tests/test_migrations.py checks it is alembic's head).
-HEAD_REVISION = "0015"
+HEAD_REVISION = "0017"
 
 
 def alembic_config() -> Config:

@@ -1,11 +1,12 @@
 """The repository: the async interface the rest of queuelog uses to reach the database.
 
-It runs the storage modules' functions — `operations` (enqueue and the holder's reports),
-`claims`, `bulk` (cancel and retry by filter), `controls` (type controls), `flow` (limits
-inside a claim), `schedules`, `dependencies` and `settlements` (a finished job's dependents)
-— through the group-commit writer, and those of `reads` on a reading connection; once a
-write has committed, it hands its events to the listeners (subscriptions, metrics, the
-claim wake-up).
+It opens the database its URL names (a `Database`: sqlite/ or postgres/), hands it the
+queue's batch steps (operations/batch.py), and runs the operations through its group-commit
+writer: enqueue, claims (with flow and controls), running (the holder's reports, expiry),
+actions (cancel, retry), bulk, schedules, dependencies and settlements, pruning; and those of
+`reads` on a reading connection. Once a write has committed, it hands its events to the
+listeners (subscriptions, metrics, the claim wake-up), and through a feed (feeds/) those of
+other server processes too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import (
@@ -28,6 +29,7 @@ from queuelog.model import (
     EnqueueOutcome,
     EventKind,
     Job,
+    JobEdit,
     JobEvent,
     JobFilter,
     JobScope,
@@ -44,10 +46,12 @@ from queuelog.model import (
     TypeControl,
 )
 from queuelog.retry_policy import RetryPolicy
+from queuelog.storage.database import Database
 from queuelog.storage.engine import dialect_of, require_postgres_driver
+from queuelog.storage.feeds.notify import NotifyFeed
 from queuelog.storage.feeds.progress_watch import ProgressWatch
-from queuelog.storage.feeds.tail import EventTail, OwnEvents
-from queuelog.storage.group_commit import ParkedClaim
+from queuelog.storage.feeds.tail import EventTail
+from queuelog.storage.group_commit import OwnEvents, ParkedClaim
 from queuelog.storage.operations import (
     actions,
     attempts,
@@ -58,24 +62,24 @@ from queuelog.storage.operations import (
     dependencies,
     enqueue,
     flow,
+    job_types,
+    pacing,
     progress,
     pruning,
     reads,
+    rescheduling,
     running,
     schedules,
     settlements,
 )
 from queuelog.storage.operations.bulk import Part as BulkPart
 from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
+from queuelog.storage.operations.pacing import Pacing
 from queuelog.storage.operations.schedules import Fired
 from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.sqlite.database import SqliteDatabase
-from queuelog.storage.statements import PRUNE_BATCH
+from queuelog.storage.statements import EXPIRE_BATCH, PRUNE_BATCH
 from queuelog.storage.transaction import WriteTx
-
-if TYPE_CHECKING:
-    from queuelog.storage.postgres.database import PostgresDatabase
-    from queuelog.storage.postgres.listener import PostgresListener
 
 EventListener = Callable[[Sequence[JobEvent]], None]
 
@@ -86,20 +90,24 @@ class ClaimAbandoned(Exception):
 
 class Repository:
     def __init__(self, url: str, policy: RetryPolicy, event_feed: str = "auto") -> None:
-        self._db: SqliteDatabase | PostgresDatabase
+        self._db: Database
+        self._pacing: Pacing
         if dialect_of(url) == "postgresql":
             require_postgres_driver()
             from queuelog.storage.postgres.database import PostgresDatabase
 
-            self._db = PostgresDatabase(url, self._publish)
+            self._db = PostgresDatabase(url, self._publish, batch)
+            self._pacing = pacing.POSTGRES
         else:
-            self._db = SqliteDatabase(url, self._publish)
+            self._db = SqliteDatabase(url, self._publish, batch)
+            self._pacing = pacing.SQLITE
         self._generation = 0
+        self._types_generation = 0
         self._delay = policy.retry_delay
         self._listeners: list[EventListener] = []
         self._remote_listeners: list[EventListener] = []
         self._event_feed = event_feed
-        self._feed: PostgresListener | EventTail | None = None
+        self._feed: NotifyFeed | EventTail | None = None
         # The controls the latest claims went by: a claim they bind goes in the controlled
         # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
         # controls in its transaction all the same.
@@ -121,25 +129,20 @@ class Repository:
         LISTEN/NOTIFY), `poll` (read job_events forward: any processes on one SQLite file,
         or PostgreSQL behind PgBouncer in transaction mode) or `local` (hear nobody: one
         process alone on a SQLite file, sure to stay so)."""
-        sqlite = isinstance(self._db, SqliteDatabase)
+        notifies = self._db.can.notifies
         feed = self._event_feed
         if feed == "auto":
-            feed = "poll" if sqlite else "notify"
-        if feed == "notify" and sqlite:
+            feed = "notify" if notifies else "poll"
+        if feed == "notify" and not notifies:
             raise DatabaseUnavailable("QUEUELOG_EVENT_FEED=notify needs PostgreSQL; use poll on SQLite")
         if feed == "notify":
-            from queuelog.storage.postgres.listener import PostgresListener
-
-            listener = PostgresListener(self._db, self._publish_remote, self.refresh_key_generation)  # type: ignore[arg-type]
+            listener = NotifyFeed(self._db, self._publish_remote, self.refresh_key_generation)
             self._feed = listener
             await asyncio.get_running_loop().run_in_executor(None, listener.wait_listening, 5.0)
         elif feed == "poll":
-            self._db.own_events = OwnEvents()
-            # On SQLite the tail reads rows only once another process has committed.
-            others_wrote = self._db.others_wrote if isinstance(self._db, SqliteDatabase) else None
-            tail = EventTail(
-                self._db, self._db.own_events, self._publish_remote, self.refresh_key_generation, others_wrote
-            )
+            own = self._db.own_events = OwnEvents()
+            refresh = self.refresh_key_generation
+            tail = EventTail(self._db, own, self._publish_remote, refresh, self._db.others_wrote)
             self._feed = tail
             await tail.start()
 
@@ -320,12 +323,18 @@ class Repository:
         return await self._db.write(lambda tx: controls.update(tx, job_type, **changes))
 
     async def bulk(
-        self, action: EventKind, job_filter: JobFilter, created_by: str | None, limit: int
+        self,
+        action: EventKind,
+        job_filter: JobFilter,
+        created_by: str | None,
+        limit: int,
+        running_grace: int | None = None,
     ) -> BulkOutcome:
         """Cancel (action CANCELLED) or retry (RETRIED) up to `limit` matching jobs, oldest
         first, one short transaction per chunk, with a pause after each where the database
-        needs one (bulk.py)."""
-        parts = await self._db.read(bulk.plan, action, job_filter, created_by)
+        needs one (bulk.py). `running_grace`: a cancel asks matching RUNNING jobs to stop too,
+        with that grace (cancel_requests.py)."""
+        parts = await self._db.read(bulk.plan, action, job_filter, created_by, running_grace is not None)
         done, after, size = 0, 0, bulk.FIRST_CHUNK
         while parts and done < limit:
             found = await self._db.read(
@@ -335,18 +344,19 @@ class Repository:
                 created_by,
                 after,
                 min(size, limit - done),
-                self._db.bulk_scan_rows,
+                self._pacing.bulk_scan_rows,
             )
             after = found.last
             if found.rows:
-                chunk = functools.partial(bulk.apply, action=action, ids=[row[0] for row in found.rows])
+                ids = [row[0] for row in found.rows]
+                chunk = functools.partial(bulk.apply, action=action, ids=ids, running_grace=running_grace)
                 started = time.perf_counter()
                 changed = await self._db.write(chunk)
                 took = time.perf_counter() - started
-                size = bulk.next_chunk_size(size, took, self._db.bulk_chunk_seconds)
+                size = bulk.next_chunk_size(size, took, self._pacing.bulk_chunk_seconds)
                 done += changed
                 if changed and done < limit and not found.exhausted:
-                    await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+                    await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
             if found.exhausted:
                 return BulkOutcome(done, more=False)
             await asyncio.sleep(0)  # a SQLite read runs on the loop: let what waits run
@@ -373,8 +383,8 @@ class Repository:
                 on_ready(swept.ready_types)
             if not swept.found:
                 return passed
-            size = settlements.next_chunk_size(size, took, self._db.settle_chunk_seconds)
-            await asyncio.sleep(bulk.pause_after(took, self._db.bulk_pause_ratio))
+            size = settlements.next_chunk_size(size, took, self._pacing.settle_chunk_seconds)
+            await asyncio.sleep(bulk.pause_after(took, self._pacing.bulk_pause_ratio))
 
     async def settlements_left(self, timeout: float) -> None:
         """Until a transaction of this server left dependents to settle, or `timeout` seconds."""
@@ -388,7 +398,7 @@ class Repository:
     ) -> bool:
         """Whether a job after id `after` matches, read as a bulk call reads its chunks."""
         while True:
-            scan = self._db.bulk_scan_rows
+            scan = self._pacing.bulk_scan_rows
             found = await self._db.read(bulk.matching, job_filter, parts, created_by, after, 1, scan)
             if found.rows or found.exhausted:
                 return bool(found.rows)
@@ -411,6 +421,12 @@ class Repository:
 
     async def set_schedule_paused(self, name: str, paused: bool) -> Schedule | None:
         return await self._db.write(lambda tx: schedules.set_paused(tx, name, paused))
+
+    async def schedule(self, name: str) -> Schedule | None:
+        return await self._db.read(schedules.by_name, name)
+
+    async def run_schedule_now(self, name: str) -> Job | None:
+        return await self._db.write(lambda tx: schedules.run_now(tx, name))
 
     async def next_schedule_due(self) -> datetime | None:
         return await self._db.read(schedules.next_due)
@@ -461,11 +477,31 @@ class Repository:
             lambda tx: running.fail(tx, worker, job_id, error, retryable, retry_in, attempt, self._delay)
         )
 
-    async def cancel(self, job_id: int, scope: JobScope) -> Job:
-        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope))
+    async def cancel(self, job_id: int, scope: JobScope, grace_seconds: int) -> Job:
+        return await self._db.write(lambda tx: actions.cancel(tx, job_id, scope, grace_seconds))
 
     async def retry(self, job_id: int) -> Job:
         return await self._db.write(lambda tx: actions.retry(tx, job_id))
+
+    # --- steering (API.md section 12) --------------------------------------------------------
+
+    async def expire_due(self) -> int:
+        """Cancel the PENDING jobs whose expiry has come, one batch a transaction."""
+        total = 0
+        while True:
+            expired = await self._db.write(rescheduling.expire_due)
+            total += expired
+            if expired < EXPIRE_BATCH:
+                return total
+
+    async def next_expiry(self) -> datetime | None:
+        return await self._db.read(rescheduling.next_expiry)
+
+    async def snooze(self, worker: str, job_id: int, attempt: int, seconds: int) -> Job:
+        return await self._db.write(lambda tx: rescheduling.snooze(tx, worker, job_id, attempt, seconds))
+
+    async def update_job(self, job_id: int, scope: JobScope, edit: JobEdit) -> Job:
+        return await self._db.write(lambda tx: rescheduling.update_pending(tx, job_id, scope, edit))
 
     # --- progress and attempts (API.md section 12) ---------------------------------------------
 
@@ -497,14 +533,12 @@ class Repository:
     @property
     def vacuums(self) -> bool:
         """Whether maintenance should look for tables to vacuum (PostgreSQL: vacuum.py)."""
-        return not isinstance(self._db, SqliteDatabase)
+        return self._db.can.vacuums
 
     async def vacuum_where_due(self) -> list[str]:
         """VACUUM and ANALYZE what autovacuum would have, where it does not run; the
         statements run (none on SQLite, or where autovacuum runs)."""
-        if isinstance(self._db, SqliteDatabase):
-            return []
-        return [work.statement for work in await self._db.vacuum_where_due()]
+        return await self._db.vacuum_where_due()
 
     async def ping(self) -> None:
         await self._db.read_one(self._db.sql.PING)
@@ -530,17 +564,38 @@ class Repository:
     def key_generation(self) -> int:
         """Goes up whenever any key is revoked or changed, by any process.
 
-        Read now on SQLite (a local read costs microseconds); on PostgreSQL, the value the
-        last `refresh_key_generation` read (every request, and every open websocket's watch).
+        Read now where reads run on the event loop (SQLite: a local read costs microseconds);
+        elsewhere, the value the last `refresh_key_generation` read (every request, and every
+        open websocket's watch).
         """
-        if isinstance(self._db, SqliteDatabase):
-            row = self._db.read_one_now(self._db.sql.KEY_GENERATION)
-            self._generation = row[0] if row is not None else 0
+        if self._db.can.runs_on_the_loop:
+            self._saw_generations(self._db.read_one_now(self._db.sql.KEY_GENERATION))
         return self._generation
 
     async def refresh_key_generation(self) -> int:
-        if isinstance(self._db, SqliteDatabase):
+        if self._db.can.runs_on_the_loop:
             return self.key_generation()
-        row = await self._db.read_one(self._db.sql.KEY_GENERATION)
-        self._generation = row[0] if row is not None else 0
+        self._saw_generations(await self._db.read_one(self._db.sql.KEY_GENERATION))
         return self._generation
+
+    def _saw_generations(self, row: Any) -> None:
+        self._generation, self._types_generation = (row[0], row[1]) if row is not None else (0, 0)
+
+    # --- job types added at runtime (API.md section 12) -------------------------------------
+
+    def types_generation(self) -> int:
+        """Goes up whenever a job type is added or removed, by any process: as of the last
+        read of the keys generation (SQLite: of `key_generation`), which every request makes."""
+        return self._types_generation
+
+    async def added_job_types(self) -> tuple[int, list[str]]:
+        """The types generation, read now, and the added types as of it or later."""
+        generation, names = await self._db.read(job_types.added)
+        self._types_generation = max(self._types_generation, generation)
+        return generation, names
+
+    async def add_job_type(self, name: str, added_by: str) -> bool:
+        return await self._db.write(lambda tx: job_types.add(tx, name, added_by))
+
+    async def remove_job_type(self, name: str) -> bool:
+        return await self._db.write(lambda tx: job_types.remove(tx, name))

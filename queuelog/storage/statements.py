@@ -1,19 +1,23 @@
-"""The names of the statements queuelog runs, and the constants both databases share.
+"""The names of the statements queuelog runs, what else differs between the databases, and the
+constants both share.
 
 Each database has one class holding its SQL under these names: `SqliteStatements`
-(sqlite_statements.py) and `PostgresStatements` (postgres_statements.py). A connection
-carries its database's class as `.sql`, so operations.py (like claims.py and reads.py) asks
-for `tx.sql.INSERT_JOB_ONCE` and never sees the text. A class that lacks a name, or adds one not
-declared here, fails when it is defined: at import.
+(sqlite/statements/) and `PostgresStatements` (postgres/statements/). A connection carries its
+database's class as `.sql`, so the operations (operations/) ask for `tx.sql.INSERT_JOB_ONCE`
+and never see the text. A class that lacks a name, or adds one not declared here, fails when
+it is defined: at import. What a database does differently beyond its text, the operations
+learn from its `Capabilities`, which a connection carries as `.can`; a few statements exist
+only where a capability says so (ONLY_WHERE).
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from queuelog.model import EventKind, Job, JobStatus
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.schema import counters
 from queuelog.storage.schema.codec import COLUMN_INDEX
 from queuelog.storage.schema.tables import schedules
@@ -27,6 +31,8 @@ RUNNING = JobStatus.RUNNING.value
 TERMINAL_SQL = "('completed', 'failed', 'cancelled')"
 LEASE_EXPIRED_ERROR = "lease expired"
 TIMED_OUT_ERROR = "timed out"
+CANCELLED_WHILE_RUNNING_ERROR = "cancelled while running"
+EXPIRED_ERROR = "expired"
 EXPIRE_BATCH = 500
 PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
@@ -82,6 +88,15 @@ def status_literal(value: str) -> str:
 STATUS_VALUES_IN_ORDER = tuple(status.value for status in JobStatus)
 STATUS_VALUES = frozenset(STATUS_VALUES_IN_ORDER)
 
+
+class BulkWalk(enum.Enum):
+    """The index a bulk action's chunks walk for one status, in id order."""
+
+    STATUS = enum.auto()  # ix_jobs_status: every job of the status, testing the filter
+    TYPE_STATUS = enum.auto()  # ix_jobs_type_status: the type's jobs of the status
+    CREATOR = enum.auto()  # ix_jobs_creator_status: the creator's PENDING jobs, testing the type
+
+
 # `delay(job, retryable, retry_in)`: seconds until the next attempt, None when final.
 RetryDecision = Callable[[Job, bool, "float | None"], "float | None"]
 
@@ -107,8 +122,52 @@ COL_RESULT, COL_FINISHED, COL_LEASE, COL_TIMEOUT, COL_UPDATED, COL_REVISION = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a database does differently, beyond the text of its statements."""
+
+    # Other transactions commit while one runs (PostgreSQL: every server's writers). Without
+    # (SQLite), the write lock keeps every other writer out from BEGIN to COMMIT: the rows and
+    # controls a transaction read stay as read, event ids commit in order (no EVENT_HORIZON),
+    # and controlled claims take turns without a lock of their own (no LOCK_CONTROLLED_CLAIMS).
+    concurrent_writes: bool
+    # promote_due answers TYPE_CONTROLS's rows in the same statement, and PROMOTE_PENDING
+    # promotes the types with PENDING jobs, read in the statement: a claim's preamble in one
+    # round trip (PostgreSQL).
+    promotion_reads_controls: bool
+    # completeJobs checks and completes in one statement (COMPLETE_MANY), with no read before.
+    completes_at_once: bool
+    # RELEASE_NEXT answers NEXT_EDGES's rows too: one round trip, one snapshot.
+    release_returns_edges: bool
+    # jobs has ix_jobs_type, the index of a type's jobs in id order (schema/tables.py):
+    # without it `jobs(type:)` reads ix_jobs_type_status once per status (read_plans).
+    type_index: bool
+    # The planner picks indexes by their statistics: a read that must walk one in its order
+    # and stop at its LIMIT sets WALK_IN_INDEX_ORDER first (PostgreSQL). SQLite's statements
+    # name their indexes (INDEXED BY).
+    plans_by_statistics: bool
+    # Reads and writes run on the event loop's thread, each in microseconds (SQLite): a read
+    # costs nothing to run when asked, and a long write holds up every request.
+    runs_on_the_loop: bool
+    # Other servers' commits can be heard as they happen (LISTEN/NOTIFY: Database.listen).
+    notifies: bool
+    # A maintenance loop VACUUMs and ANALYZEs the busiest tables where autovacuum does not
+    # run (postgres/vacuum.py).
+    vacuums: bool
+
+
+# The statements a database has only where its capabilities say so, by the field that does.
+ONLY_WHERE = {
+    "PROMOTE_PENDING": "promotion_reads_controls",
+    "COMPLETE_MANY": "completes_at_once",
+    "WALK_IN_INDEX_ORDER": "plans_by_statistics",
+    "EVENT_HORIZON": "concurrent_writes",
+    "LOCK_CONTROLLED_CLAIMS": "concurrent_writes",
+}
+
+
 class Statements:
-    """Every statement operations.py and the repository run, by name. Subclass it once per
+    """Every statement the operations and the repository run, by name. Subclass it once per
     database, defining each name as a class attribute (never instantiated)."""
 
     # jobs: enqueue
@@ -116,9 +175,6 @@ class Statements:
     INSERT_JOB_ONCE: ClassVar[str]
     JOB_BY_IDEMPOTENCY_KEY: ClassVar[str]
     JOBS_BY_IDEMPOTENCY_KEYS: ClassVar[str]
-    # Whether jobs has ix_jobs_type, the index of a type's jobs in id order (tables.py):
-    # without it `jobs(type:)` reads ix_jobs_type_status once per status (read_plans).
-    TYPE_INDEX: ClassVar[bool]
     # jobs: by id
     JOB_BY_ID: ClassVar[str]
     JOBS_BY_IDS: ClassVar[str]
@@ -128,16 +184,16 @@ class Statements:
     # `claim_jobs(n)`: up to `limit` ready jobs of n types, in claim order.
     claim_jobs: ClassVar[Callable[[int], str]]
     # `promote_due(n)`: make delayed jobs of n types that are due (run_at <= now) ready;
-    # where PROMOTE_READS_CONTROLS, the same statement answers TYPE_CONTROLS's rows (one
+    # where `promotion_reads_controls`, the same statement answers TYPE_CONTROLS's rows (one
     # round trip less per claim on PostgreSQL).
     promote_due: ClassVar[Callable[[int], str]]
-    PROMOTE_READS_CONTROLS: ClassVar[bool]
-    # Where not None: promote_due of the types with PENDING jobs (PENDING_TYPES, read in the
-    # statement), for a claim of any type to send with PENDING_TYPES in one round trip.
-    PROMOTE_PENDING: ClassVar[str | None]
-    # Claims of controlled types (flow.py): `claim_within_quotas(n)` claims the first `limit`
-    # of each type's first `quota{i}` ready jobs in claim order, in one statement, when no
-    # type is limited per key; otherwise candidates first, then CLAIM_IDS.
+    # Only where `promotion_reads_controls`: promote_due of the types with PENDING jobs
+    # (PENDING_TYPES, read in the statement), for a claim of any type to send with
+    # PENDING_TYPES in one round trip.
+    PROMOTE_PENDING: ClassVar[str]
+    # Claims of controlled types (operations/flow.py): `claim_within_quotas(n)` claims the
+    # first `limit` of each type's first `quota{i}` ready jobs in claim order, in one
+    # statement, when no type is limited per key; otherwise candidates first, then CLAIM_IDS.
     claim_within_quotas: ClassVar[Callable[[int], str]]
     # `ready_heads(n)`: each type's first ready jobs, `quota{i}` without a key and `kquota{i}`
     # with one; `key_heads(n)`: the first `quota{i}` ready jobs of (type{i}, key{i}).
@@ -148,17 +204,36 @@ class Statements:
     HEARTBEAT: ClassVar[str]
     COMPLETE_HELD: ClassVar[str]
     COMPLETE_CHECKED: ClassVar[str]
-    # Where not None: completeJobs in one statement that checks each job against its item
-    # (RUNNING, held by `worker`, the item's attempt if it has one) and returns the rows it
-    # completed: arrays `id`, `attempt` (None: any) and `result`, `worker` and `now`. None:
-    # the rows are read first, then COMPLETE_CHECKED (SQLite: the write lock keeps them as read).
-    COMPLETE_MANY: ClassVar[str | None]
+    # Only where `completes_at_once`: completeJobs in one statement that checks each job
+    # against its item (RUNNING, held by `worker`, the item's attempt if it has one) and
+    # returns the rows it completed: arrays `id`, `attempt` (None: any) and `result`, `worker`
+    # and `now`. Elsewhere the rows are read first, then COMPLETE_CHECKED (SQLite: the write
+    # lock keeps them as read).
+    COMPLETE_MANY: ClassVar[str]
     FAIL_RUNNING: ClassVar[str]
     EXPIRE_RUNNING: ClassVar[str]
     OVERDUE: ClassVar[str]
     # jobs: producer and admin actions
     CANCEL_PENDING: ClassVar[str]
     RETRY_FINISHED: ClassVar[str]
+    # Cancelling RUNNING jobs (API.md section 12, cancel_requests.py): REQUEST_CANCEL stamps
+    # `cancel_requested_at` on job `id` if it is RUNNING with no request yet, and brings its
+    # `timeout_at` forward to `deadline` (microseconds) unless it is sooner already, so that
+    # the timeout sweep (OVERDUE) ends it when the grace is up; the row back.
+    # REQUEST_CANCEL_IDS does the same for the jobs `ids` (a JSON array), their rows back.
+    REQUEST_CANCEL: ClassVar[str]
+    REQUEST_CANCEL_IDS: ClassVar[str]
+    # Steering (API.md section 12; rescheduling.py of each database). EXPIRE_DUE: up to
+    # EXPIRE_BATCH PENDING jobs whose expires_at is not after `now` CANCELLED with error
+    # EXPIRED_ERROR, found through ix_jobs_expiry (PostgreSQL: skipping those locked), the
+    # rows returned; NEXT_EXPIRY: the earliest expires_at of a PENDING job (NULL: none).
+    # SNOOZE_RUNNING: the RUNNING job `id` at `attempt` back to PENDING at `run_at`
+    # (`delayed`), worker and lease cleared, snooze_count + 1. UPDATE_PENDING: the PENDING
+    # job `id`'s priority, max_retries, run_at, delayed, expires_at and enqueued_as set.
+    EXPIRE_DUE: ClassVar[str]
+    NEXT_EXPIRY: ClassVar[str]
+    SNOOZE_RUNNING: ClassVar[str]
+    UPDATE_PENDING: ClassVar[str]
     # Pruning: PRUNABLE reads (and on PostgreSQL locks) the ids of up to PRUNE_BATCH jobs
     # finished before `cutoff` that nothing waits for; PRUNE deletes those of `ids` that
     # still nothing waits for, returning (id, type, status, created_by, worker_id).
@@ -174,17 +249,18 @@ class Statements:
     oldest_due_of: ClassVar[Callable[[int], str]]
     # The same through the creator's own jobs (`types`: a JSON list of the types counted).
     OLDEST_DUE_AMONG_OWN: ClassVar[str]
-    # Bulk actions (bulk.py): `match_jobs(walk, by_creator, job_type, key, before)` passes
-    # at most `scan` rows of one `status`'s walk (read_plans.BulkWalk) after id `after`, in
-    # id order, and reads (id, status, worker_id) of the first `limit` that match; and one
-    # row (id, NULL, NULL) when the walk goes on: the id of the last row it may pass, where
-    # the next chunk starts. BULK_STATES: (id, status, worker_id) of the jobs `ids` that a
-    # chunk is about to change, locked (PostgreSQL); *_IDS change them.
-    match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool], str]]
-    # Where not None: run in a read's transaction before match_jobs, scope_page and
-    # list_jobs, so that their walks go in index order and stop at their LIMIT (see
-    # postgres_statements.py).
-    WALK_IN_INDEX_ORDER: ClassVar[str | None]
+    # Bulk actions (operations/bulk.py): `match_jobs(walk, by_creator, job_type, key, before,
+    # unrequested)` passes at most `scan` rows of one `status`'s walk (BulkWalk) after id
+    # `after`, in id order, and reads (id, status, worker_id) of the first `limit` that match
+    # (`unrequested`: only jobs with no cancel request); and one row (id, NULL, NULL) when the
+    # walk goes on: the id of the last row it may pass, where the next chunk starts.
+    # BULK_STATES: (id, status, worker_id) of the jobs `ids` that a chunk is about to change,
+    # locked (PostgreSQL); *_IDS change them.
+    match_jobs: ClassVar[Callable[[BulkWalk, bool, bool, bool, bool, bool], str]]
+    # Only where `plans_by_statistics`: run in a read's transaction before match_jobs,
+    # scope_page and list_jobs, so that their walks go in index order and stop at their LIMIT
+    # (see postgres/statements/reads.py).
+    WALK_IN_INDEX_ORDER: ClassVar[str]
     BULK_STATES: ClassVar[str]
     CANCEL_IDS: ClassVar[str]
     RETRY_IDS: ClassVar[str]
@@ -201,11 +277,12 @@ class Statements:
     INSERT_EVENT: ClassVar[str]
     DELETE_EVENTS_OF: ClassVar[str]
     MAX_EVENT_ID: ClassVar[str]
-    # Where ids may commit out of order (PostgreSQL; None elsewhere): the read's snapshot's
-    # oldest transaction still running and the next to start (xmin, xmax). An event id not
-    # seen in a snapshot belongs to a transaction below its xmax, or will never commit; once
-    # a later snapshot's xmin has passed that xmax, a read of it settles it for good.
-    EVENT_HORIZON: ClassVar[str | None]
+    # Only where `concurrent_writes` (event ids may commit out of order): the read's
+    # snapshot's oldest transaction still running and the next to start (xmin, xmax). An
+    # event id not seen in a snapshot belongs to a transaction below its xmax, or will never
+    # commit; once a later snapshot's xmin has passed that xmax, a read of it settles it for
+    # good.
+    EVENT_HORIZON: ClassVar[str]
     EVENTS_WITH_IDS: ClassVar[str]
     EVENTS_AFTER: ClassVar[str]
     EVENTS_OF_JOBS: ClassVar[str]
@@ -227,6 +304,8 @@ class Statements:
     PRUNE_MINUTES: ClassVar[str]
     # type_controls and rate_claims (flow control)
     TYPE_CONTROLS: ClassVar[str]
+    # Only where `concurrent_writes`: the lock every server's controlled claims take in turn
+    # (operations/flow.py), answering the clock once it is held.
     LOCK_CONTROLLED_CLAIMS: ClassVar[str]
     RUNNING_PER_KEY: ClassVar[str]
     # A per-key type's ready keyed jobs in claim order, those of the `full` keys (a JSON list)
@@ -244,26 +323,25 @@ class Statements:
     # of `schedule` that `worker` holds (of `status` and `type` where not NULL), newest first
     # below id `after` (`count`: how many), walking ix_jobs_worker_status (`by_worker`: each
     # status's part, merged) or ix_jobs_schedule. Other callers read a schedule's jobs as its
-    # creator's (reads.py).
+    # creator's (operations/reads.py).
     held_schedule_jobs: ClassVar[Callable[[bool, bool], str]]
-    # job_dependencies (dependencies.py). MARK_DEPENDED_ON: has_dependents at least 1 on `ids`,
-    # their (id, status, created_by, worker_id) back, the rows locked against a concurrent
-    # finish.
+    # job_dependencies (operations/dependencies.py). MARK_DEPENDED_ON: has_dependents at least
+    # 1 on `ids`, their (id, status, created_by, worker_id) back, the rows locked against a
+    # concurrent finish.
     MARK_DEPENDED_ON: ClassVar[str]
     INSERT_DEPENDENCY: ClassVar[str]
     DEPENDENCIES_OF_JOBS: ClassVar[str]
-    # Settling finished jobs' dependents (settlements.py). NEXT_EDGES: (depends_on, job_id,
-    # spared_by) of the first `limit` edges to the jobs `ids` whose job_id is in (`passed`,
-    # `reaches`], in that order. RELEASE_NEXT: the PENDING jobs of those edges that wait
-    # count one dependency done per edge; those at 0 become ready (or delayed). It returns
-    # (type, delayed) of each; where RELEASE_NEXT_RETURNS_EDGES (one round trip, one
-    # snapshot: PostgreSQL), NEXT_EDGES's rows too: rows (depends_on, job_id, spared_by, NULL,
-    # NULL) of the edges, then (NULL, NULL, NULL, type, delayed) of the jobs released.
-    # CANCEL_DEPENDENTS: the PENDING jobs `ids` CANCELLED with `error`, but those whose edge
-    # to one of `parents` spares them (spared_by at least `settlement`).
+    # Settling finished jobs' dependents (operations/settlements.py). NEXT_EDGES: (depends_on,
+    # job_id, spared_by) of the first `limit` edges to the jobs `ids` whose job_id is in
+    # (`passed`, `reaches`], in that order. RELEASE_NEXT: the PENDING jobs of those edges that
+    # wait count one dependency done per edge; those at 0 become ready (or delayed). It returns
+    # (type, delayed) of each; where `release_returns_edges` (PostgreSQL), NEXT_EDGES's rows
+    # too: rows (depends_on, job_id, spared_by, NULL, NULL) of the edges, then (NULL, NULL,
+    # NULL, type, delayed) of the jobs released. CANCEL_DEPENDENTS: the PENDING jobs `ids`
+    # CANCELLED with `error`, but those whose edge to one of `parents` spares them (spared_by
+    # at least `settlement`).
     NEXT_EDGES: ClassVar[str]
     RELEASE_NEXT: ClassVar[str]
-    RELEASE_NEXT_RETURNS_EDGES: ClassVar[bool]
     CANCEL_DEPENDENTS: ClassVar[str]
     # dependency_settlements: the highest job id there is (a settlement's `reaches`); the
     # jobs among `ids` that have a settlement; INSERT, PASS (to `passed`), DELETE (`ids`);
@@ -291,7 +369,7 @@ class Statements:
     # A row when job `id` is a dependency of a RUNNING job held by `worker`.
     DEPENDENCY_OF_HELD: ClassVar[str]
     DELETE_DEPENDENCIES_OF: ClassVar[str]
-    # schedules and schedule_clock (schedules.py)
+    # schedules and schedule_clock (operations/schedules.py)
     SCHEDULES: ClassVar[str]
     # How many SCHEDULES answers: what `schedules` costs (schema/cost.py).
     SCHEDULE_COUNT: ClassVar[str]
@@ -312,10 +390,17 @@ class Statements:
     SCHEDULE_CLOCK: ClassVar[str]
     LOCK_SCHEDULE_CLOCK: ClassVar[str]
     MARK_SCHEDULE_CLOCK: ClassVar[str]
-    # api_keys and key_state: every request's key checks
+    # api_keys and key_state: every request's key checks. KEY_GENERATION: (generation,
+    # types_generation), the second moved by every change of job_types.
     ACTIVE_KEY: ClassVar[str]
     KEY_IS_ACTIVE: ClassVar[str]
     KEY_GENERATION: ClassVar[str]
+    # job_types (types added at runtime, job_types.py): JOB_TYPE_NAMES every name;
+    # INSERT_JOB_TYPE a row for `name` (`added_by`, `now`) unless there is one, returning it when
+    # new; DELETE_JOB_TYPE `name`'s row, returning it when there was one.
+    JOB_TYPE_NAMES: ClassVar[str]
+    INSERT_JOB_TYPE: ClassVar[str]
+    DELETE_JOB_TYPE: ClassVar[str]
     PING: ClassVar[str]
 
     def __init_subclass__(cls, part: bool = False, **kwargs: Any) -> None:
@@ -328,7 +413,7 @@ class Statements:
         own = [vars(klass) for klass in cls.__mro__ if not issubclass(Statements, klass)]
         defined = {name for names in own for name in names if name.isupper() or name in declared}
         inherited = {name for name in declared if hasattr(cls, name)}
-        missing = sorted(declared - inherited)
+        missing = sorted(declared - inherited - set(ONLY_WHERE))
         unknown = sorted(name for name in defined - declared if not name.startswith("_"))
         if missing or unknown:
             raise TypeError(f"{cls.__name__}: missing statements {missing}, undeclared {unknown}")

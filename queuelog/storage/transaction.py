@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from queuelog.model import TERMINAL_STATUSES, EventKind, Job, JobEvent, TypeControl
 from queuelog.storage.schema.counters import STATUS_TEXT, Move
 from queuelog.storage.schema.types import to_micros
-from queuelog.storage.statements import Statements
+from queuelog.storage.statements import Capabilities, Statements
 
 FINISHED = TERMINAL_STATUSES
 
@@ -28,7 +28,8 @@ class RunAgain(Exception):
 
 
 class Cursor(Protocol):
-    # Read-only, as sqlite3.Cursor has them; postgres.Result's plain attributes match too.
+    # Read-only, as sqlite3.Cursor has them; postgres/connection.py's Result's plain attributes
+    # match too.
     @property
     def rowcount(self) -> int: ...
     @property
@@ -39,12 +40,14 @@ class Cursor(Protocol):
 
 
 class Connection(Protocol):
-    """What a read needs of a database's connection (sqlite.SqliteConnection,
-    postgres.PgConnection), or of a WriteTx when the read runs inside a write: the
-    database's statements as `sql`, and `execute`."""
+    """What a read needs of a database's connection (SqliteConnection, PgConnection: each
+    backend's connection.py), or of a WriteTx when the read runs inside a write: the
+    database's statements as `sql`, its capabilities as `can`, and `execute`."""
 
     @property
     def sql(self) -> type[Statements]: ...
+    @property
+    def can(self) -> Capabilities: ...
 
     def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
 
@@ -96,11 +99,12 @@ class WriteTx:
         # for and read (a controlled claim); None where the batch's `now` already is (SQLite
         # takes it once it holds the write lock).
         self.read_clock = read_clock
-        # Which job_counts / job_minutes rows this transaction adds to (tables.py).
+        # Which job_counts / job_minutes rows this transaction adds to (schema/tables.py).
         self.counter_shard = 0
         self.sql = connection.sql
+        self.can = connection.can
         # The ids of the events this transaction writes, collected only when an event tail
-        # (event_tail.py) must tell this process's events from other processes'.
+        # (feeds/tail.py) must tell this process's events from other processes'.
         self.event_ids: list[int] | None = None
         self.now = now
         self.now_us = to_micros(now)
@@ -110,14 +114,14 @@ class WriteTx:
         # (type, created_by, old status, old worker, new status, new worker) per transition;
         # turned into counter changes once per transaction, for each distinct move.
         self.moves: list[Move] = []
-        # rate_claims rows of this transaction's rate-limited claims (flow.py), written with
-        # the events.
+        # rate_claims rows of this transaction's rate-limited claims (operations/flow.py),
+        # written with the events.
         self.rate_claims: list[dict[str, Any]] = []
         # Jobs with dependents that the running operation finished: settlements.settle
         # releases or cancels their dependents right after it, in its savepoint.
         self.parents: list[Job] = []
-        # Set when this transaction wrote down dependents to settle later (settlements.py):
-        # once it commits, the server's sweeper looks at once.
+        # Set when this transaction wrote down dependents to settle later
+        # (operations/settlements.py): once it commits, the server's sweeper looks at once.
         self.settlements_left = False
         # The types of the jobs this transaction made ready to claim now (released by a
         # completion): the batch's parked claims run only for these (group_commit.py).

@@ -169,7 +169,9 @@ class Worker(Client):
     """Claims (one or up to 8 at once, often more than a limit allows; any types or some;
     now and then with a 1 s lease and then abandons the jobs), holds jobs for a few steps,
     heartbeats them, and answers by the fate in each payload: complete (one or several at
-    once), fail for good, fail as retryable, or never (the job times out)."""
+    once), fail for good, fail as retryable, or never (the job times out). A heartbeat
+    answered with cancelRequested mostly makes it fail the job at its next answer, as
+    retryable (the job ends CANCELLED all the same), and now and then it goes on regardless."""
 
     def __init__(self, caller: Caller, rng: random.Random) -> None:
         super().__init__(caller, rng)
@@ -219,6 +221,9 @@ class Worker(Client):
         held.beat = time.monotonic()
         if not op.ok and held in self.held:
             self.held.remove(held)
+        elif op.data and op.data.get("cancelRequested") and held.fate != "hang" and self.rng.random() < 0.7:
+            held.fate = "stopped"  # told to stop: fails (the job ends CANCELLED), else goes on
+            held.due = 0
 
     def act(self) -> None:
         held = self.rng.choice(self.held)
@@ -251,7 +256,7 @@ class Worker(Client):
         variables = {
             "id": str(held.id),
             "attempt": held.attempt,
-            "retryable": fate == "retry",
+            "retryable": fate in ("retry", "stopped"),
             "error": "boom",
         }
         self.call("failJob", doc.FAIL, variables)

@@ -27,7 +27,7 @@ from queuelog.model import Role
 from queuelog.storage.postgres.statements import PostgresStatements
 from queuelog.storage.postgres.statements.server import LISTEN
 
-# The two statements a PostgreSQL listener's connection runs (storage/listener.py): its
+# The two statements a PostgreSQL listener's connection runs (storage/postgres/notifications.py): its
 # backend is the one whose last query is either of them.
 LISTENER_QUERIES = (LISTEN, PostgresStatements.MAX_EVENT_ID)
 SETTINGS: dict[str, Any] = {

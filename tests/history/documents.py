@@ -21,7 +21,7 @@ FAIL = f"""mutation($id: ID!, $attempt: Int, $retryable: Boolean!, $error: Strin
   failJob(id: $id, attempt: $attempt, error: $error, retryable: $retryable, retryInSeconds: 0) {{
     {JOB} }} }}"""
 HEARTBEAT = f"""mutation($id: ID!, $attempt: Int, $lease: Int) {{
-  heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {JOB} }} }}"""
+  heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {JOB} cancelRequested }} }}"""
 CANCEL = f"mutation($id: ID!) {{ cancelJob(id: $id) {{ {JOB} }} }}"
 RETRY = f"mutation($id: ID!) {{ retryJob(id: $id) {{ {JOB} }} }}"
 CANCEL_MANY = """mutation($filter: JobFilter!, $limit: Int!) {

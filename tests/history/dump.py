@@ -49,7 +49,7 @@ def counter_key(scope: str, name: str, job_type: str, status: str) -> str:
 
 def expected_counters(rows: list[tuple[Any, ...]]) -> dict[str, int]:
     """What job_counts should hold, from the jobs table grouped by type, status, creator and
-    worker (storage/counters.py: scopes '*', 'p', 'w', and 's' for jobs a name made and works)."""
+    worker (storage/schema/counters.py: scopes '*', 'p', 'w', and 's' for jobs a name made and works)."""
     counts: Counter[str] = Counter()
     for job_type, status, created_by, worker_id, n in rows:
         counts[counter_key("*", "", job_type, status)] += n

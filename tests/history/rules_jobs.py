@@ -16,6 +16,10 @@ LEGAL: dict[tuple[str, str], frozenset[str]] = {
     ("running", "RETRYING"): frozenset({"pending"}),
     ("running", "FAILED"): frozenset({"failed"}),
     ("running", "LEASE_EXPIRED"): frozenset({"pending", "failed"}),
+    # A cancelJob on a RUNNING job: a request, then the attempt ends CANCELLED (or COMPLETED)
+    # (API.md section 12).
+    ("running", "CANCEL_REQUESTED"): frozenset({"running"}),
+    ("running", "CANCELLED"): frozenset({"cancelled"}),
     ("failed", "RETRIED"): frozenset({"pending"}),
     ("cancelled", "RETRIED"): frozenset({"pending"}),
 }
@@ -31,8 +35,14 @@ def replay(job: JobRow, events: list[EventRow]) -> tuple[bool, int, int]:
     first = events[0]
     legal = first.kind == "ENQUEUED" and first.status == "pending"
     attempt = retries = 0
+    requested = False  # the current attempt's cancellation was requested
     for before, event in zip(events, events[1:], strict=False):
         legal = legal and event.status in LEGAL.get((before.status, event.kind), frozenset())
+        if requested and event.kind not in ("COMPLETED", "CANCELLED"):
+            legal = False  # after a request, the attempt ends COMPLETED or CANCELLED, nothing else
+        if before.status == "running" and event.kind == "CANCELLED" and not requested:
+            legal = False  # a RUNNING job is cancelled only once asked to stop
+        requested = event.kind == "CANCEL_REQUESTED" or (requested and event.status == "running")
         if event.kind == "CLAIMED":
             attempt += 1
         elif event.kind == "RETRIED":
@@ -48,8 +58,9 @@ def replay(job: JobRow, events: list[EventRow]) -> tuple[bool, int, int]:
 def check_event_order(facts: Facts, out: Findings) -> None:
     """Every job in exactly one state; its events start with ENQUEUED and each follows from
     the state before; a failure goes back to PENDING only while retries are left, and a
-    lease expiry ends the job FAILED only when none are; the row's status, attempt and
-    retryCount are what its events say."""
+    lease expiry ends the job FAILED only when none are; once a RUNNING job's cancellation is
+    requested its attempt ends COMPLETED or CANCELLED, never retried; the row's status,
+    attempt and retryCount are what its events say."""
     for job_id, job in facts.jobs.items():
         events = facts.events.get(job_id, [])
         if not out.check("one-state", job.status in STATUSES and bool(events)):

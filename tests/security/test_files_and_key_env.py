@@ -2,7 +2,7 @@
 
 Attacked: a SQLite database, its -wal and -shm (and the write lock beside them) as `queuelog
 serve` creates them under umask 022 and 000; the same files as the app's own connection
-(storage/sqlite.py) and the CLI's engine (storage/engine.py) create them, from relative and
+(storage/sqlite/database.py) and the CLI's engine (storage/engine.py) create them, from relative and
 absolute URLs; a database an older version left 0644 (with its -wal and -shm), opened by
 `queuelog migrate`, by the app's connection and by `queuelog copy-database` as its source; a
 `queuelog worker` started with its key in QUEUELOG_API_KEY; the example producer and worker
@@ -60,7 +60,7 @@ def double(job):
 
 HANDLERS = {"keyenv": double}
 """
-# Opens a database the way the app does (storage/sqlite.py) or the CLI does (engine.py),
+# Opens a database the way the app does (storage/sqlite/database.py) or the CLI does (engine.py),
 # writes to it and, with the connection still open (so the -wal and -shm exist), prints the
 # mode of every file beside it as JSON.
 OPEN_AND_WRITE = """

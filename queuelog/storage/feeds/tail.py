@@ -8,11 +8,11 @@ read), skips this process's own (their ids are collected at commit: `OwnEvents`)
 other events' jobs back in one statement and delivers them: each job as it is now, with its
 status as of the event.
 
-On SQLite it first asks whether any other connection has committed since it last looked
-(`others_wrote`: PRAGMA data_version, microseconds). When none has and its last read
-reached the end, every event after the last one seen is this process's own, so it moves
-past them without reading: a server alone on its file pays a few microseconds per poll,
-whatever its write rate.
+It first asks the database whether any other connection has committed since it last looked
+(`others_wrote`: on SQLite PRAGMA data_version, microseconds; PostgreSQL always says yes).
+When none has and its last read reached the end, every event after the last one seen is
+this process's own, so it moves past them without reading: a server alone on its SQLite file
+pays a few microseconds per poll, whatever its write rate.
 
 On SQLite, ids are committed in order (one writer at a time holds the write lock). On
 PostgreSQL a lower id may commit after a higher one, however long after: ids skipped over
@@ -34,30 +34,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from queuelog.model import EventKind, Job, JobEvent, JobStatus
+from queuelog.model import Job, JobEvent
+from queuelog.storage.database import SETTLE_POLL_SECONDS, STARTUP_SETTLE_SECONDS, Database
+from queuelog.storage.group_commit import OwnEvents
 from queuelog.storage.operations import reads
 from queuelog.storage.operations.reads import Horizon
+from queuelog.storage.schema.codec import RemoteEvent, remote_event
 from queuelog.storage.statements import EVENT_TAIL_BATCH
 
 log = logging.getLogger("queuelog.storage")
-KINDS = {kind.value: kind for kind in EventKind}
-STATUSES = {status.value: status for status in JobStatus}
-# An event of another process, as (kind, job id, the job's status as of the event).
-RemoteEvent = tuple[EventKind, int, JobStatus]
-
-
-def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
-    """An event as stored or notified (text), or None for a kind or status this version
-    does not know (a newer server's)."""
-    if kind in KINDS and status in STATUSES:
-        return (KINDS[kind], job_id, STATUSES[status])
-    return None
 
 
 def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobEvent]:
@@ -81,8 +70,6 @@ def events_as_of(items: Sequence[RemoteEvent], jobs: Sequence[Job]) -> list[JobE
 
 EVENT_POLL_SECONDS = 0.05
 HOLE_SECONDS = 30.0
-STARTUP_SETTLE_SECONDS = 2.0
-SETTLE_POLL_SECONDS = 0.01
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,7 +88,7 @@ class Hole:
         return horizon[0] >= self.xmax
 
 
-async def settle_running_transactions(db: Any) -> None:
+async def settle_running_transactions(db: Database) -> None:
     """Until every transaction running now has ended (PostgreSQL; at most
     STARTUP_SETTLE_SECONDS): a feed that starts after that has seen every event id below
     the newest one that will ever commit."""
@@ -116,62 +103,10 @@ async def settle_running_transactions(db: Any) -> None:
             return
 
 
-class OwnEvents:
-    """The ids of the events this process wrote, as (first, last) runs, oldest first.
-
-    The writer threads (SQLite's one, PostgreSQL's up to four) add ids while the tail, on
-    the event loop's thread, looks them up and forgets old runs: every method holds the lock
-    (iterating a deque that another thread appends to raises RuntimeError, and the tail
-    would lose that read's events).
-    """
-
-    def __init__(self) -> None:
-        self._runs: deque[tuple[int, int]] = deque()
-        self._lock = threading.Lock()
-        self._highest = 0  # runs may arrive out of order: PostgreSQL's writers commit in parallel
-
-    def add(self, ids: Sequence[int]) -> None:
-        with self._lock:
-            self._add(ids)
-
-    def _add(self, ids: Sequence[int]) -> None:
-        for event_id in ids:
-            self._highest = max(self._highest, event_id)
-            if self._runs and self._runs[-1][1] == event_id - 1:
-                self._runs[-1] = (self._runs[-1][0], event_id)
-            else:
-                self._runs.append((event_id, event_id))
-
-    def withdraw(self, ids: Sequence[int]) -> None:
-        """Ids of a transaction that did not commit (SQLite would hand them out again)."""
-        gone = set(ids)
-        with self._lock:
-            kept = [i for first, last in self._runs for i in range(first, last + 1) if i not in gone]
-            self._runs.clear()
-            self._highest = 0
-            self._add(kept)
-
-    @property
-    def last(self) -> int:
-        """The highest id held (0 when none)."""
-        with self._lock:
-            return self._highest if self._runs else 0
-
-    def __contains__(self, event_id: int) -> bool:
-        with self._lock:
-            return any(first <= event_id <= last for first, last in self._runs)
-
-    def forget_through(self, event_id: int) -> None:
-        """Drop the runs wholly at or below this id (the tail has passed them for good)."""
-        with self._lock:
-            while self._runs and self._runs[0][1] <= event_id:
-                self._runs.popleft()
-
-
 class EventTail:
     def __init__(
         self,
-        db: Any,
+        db: Database,
         own: OwnEvents,
         deliver: Callable[[Sequence[JobEvent]], None],
         before_delivery: Callable[[], Awaitable[Any]] | None = None,
@@ -180,9 +115,9 @@ class EventTail:
         self._db = db
         self._own = own
         self._deliver = deliver
-        self._before_delivery = before_delivery  # as in listener.py: the keys generation
-        # SQLite only: False means no other connection committed since the last call, and
-        # every id this process added to `own` has committed (or been withdrawn).
+        self._before_delivery = before_delivery  # as in notify.py: the keys generation
+        # False means no other connection committed since the last call, and every id this
+        # process added to `own` has committed (or been withdrawn); only SQLite ever says so.
         self._others_wrote = others_wrote
         self._high = 0  # the highest event id handled
         self._behind = False  # the last read failed or took a whole batch: more may wait

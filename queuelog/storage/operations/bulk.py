@@ -31,6 +31,9 @@ SQLite's writer. A read that found jobs is followed by the chunk's write transac
 locks them, keeps those still in a status the action changes (no other column of the filter
 ever changes), changes them with one UPDATE and records each job's event and counter move
 like the single-job mutations. A read that found none writes nothing and waits for nothing.
+`cancelJobs(includeRunning: true)` reads the RUNNING jobs too, as one more status, and asks
+each one that has no cancel request yet to stop (API.md section 12): those asked already do
+not match, so that `more` ends while they still run.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuelog.model import ALL_JOBS, EventKind, Job, JobFilter, JobScope, JobStatus
-from queuelog.storage.operations import dependencies, reads
-from queuelog.storage.operations.read_plans import BulkWalk, plan_bulk
+from queuelog.storage.operations import cancel_requests, dependencies, reads
+from queuelog.storage.operations.read_plans import plan_bulk
 from queuelog.storage.schema.codec import decode_job
 from queuelog.storage.schema.types import ids_json, to_micros
+from queuelog.storage.statements import BulkWalk
 from queuelog.storage.transaction import Connection, WriteTx
 
 FIRST_CHUNK = 50
@@ -84,20 +88,32 @@ def pause_after(chunk_seconds: float, ratio: float) -> float:
     return max(0.0, chunk_seconds * ratio)
 
 
-def statuses(action: EventKind, job_filter: JobFilter) -> list[JobStatus]:
+def changes(action: EventKind, include_running: bool = False) -> tuple[JobStatus, ...]:
+    """The statuses a bulk action changes; `include_running`: a cancel requests the
+    cancellation of RUNNING jobs too (cancelJobs(includeRunning: true))."""
+    if action is not EventKind.CANCELLED:
+        return RETRIABLE
+    return (*CANCELLABLE, JobStatus.RUNNING) if include_running else CANCELLABLE
+
+
+def statuses(action: EventKind, job_filter: JobFilter, include_running: bool = False) -> list[JobStatus]:
     """The statuses a bulk action reads: those it may change that the filter admits."""
-    allowed = CANCELLABLE if action is EventKind.CANCELLED else RETRIABLE
+    allowed = changes(action, include_running)
     return [s for s in allowed if job_filter.status is None or job_filter.status is s]
 
 
 def plan(
-    conn: Connection, action: EventKind, job_filter: JobFilter, created_by: str | None
+    conn: Connection,
+    action: EventKind,
+    job_filter: JobFilter,
+    created_by: str | None,
+    include_running: bool = False,
 ) -> tuple[Part, ...]:
     """The statuses a call reads and the walk of each, from the counters (one read): none
     where no job of the caller's has the status and the type."""
     scope = ALL_JOBS if created_by is None else JobScope(everything=False, created_by=created_by)
     mine, everyones = reads.counts_and_everyones(conn, scope)
-    wanted = statuses(action, job_filter)
+    wanted = statuses(action, job_filter, include_running)
     return plan_bulk(mine, everyones, created_by is not None, wanted, job_filter.type)
 
 
@@ -132,7 +148,10 @@ def matching(
     rows: list[tuple[int, str, str | None]] = []
     reach: int | None = None  # every walk has passed up to this id; None: to its end
     for status, walk in parts:
-        read = conn.execute(conn.sql.match_jobs(walk, *flags), {**params, "status": status.value}).fetchall()
+        # RUNNING jobs are read by cancelJobs(includeRunning): those asked to stop already
+        # are not its to count, and must not keep `more` true until they end.
+        sql = conn.sql.match_jobs(walk, *flags, status is JobStatus.RUNNING)
+        read = conn.execute(sql, {**params, "status": status.value}).fetchall()
         hits = sorted((row[0], row[1], row[2]) for row in read if row[1] is not None)
         edge = next((row[0] for row in read if row[1] is None), None)
         end = hits[-1][0] if len(hits) == limit else edge
@@ -147,14 +166,20 @@ def matching(
     return Found(rows, reach, exhausted=False)
 
 
-def apply(tx: WriteTx, action: EventKind, ids: Sequence[int]) -> int:
+def apply(tx: WriteTx, action: EventKind, ids: Sequence[int], running_grace: int | None = None) -> int:
     """One chunk: cancel or retry the jobs `ids` that a read found matching, those still in
-    a status the action changes (the filter's other columns never change); how many."""
-    allowed = {s.value for s in (CANCELLABLE if action is EventKind.CANCELLED else RETRIABLE)}
+    a status the action changes (the filter's other columns never change); how many. With
+    `running_grace` (cancelJobs(includeRunning: true)), the RUNNING ones with no cancel
+    request yet have their cancellation requested, with that grace (cancel_requests.py)."""
+    allowed = {s.value for s in changes(action, running_grace is not None)}
     states = tx.execute(tx.sql.BULK_STATES, {"ids": ids_json(ids)}).fetchall()
     before = {job_id: (status, worker) for job_id, status, worker in states if status in allowed}
+    running = [job_id for job_id, (status, _) in before.items() if status == JobStatus.RUNNING.value]
+    for job_id in running:
+        del before[job_id]
+    requested = cancel_requests.request_many(tx, running, running_grace) if running_grace is not None else []
     if not before:
-        return 0
+        return len(requested)
     sql = tx.sql.CANCEL_IDS if action is EventKind.CANCELLED else tx.sql.RETRY_IDS
     rows = tx.execute(sql, {"ids": ids_json(list(before)), "now": tx.now_us}).fetchall()
     changed: list[Job] = [decode_job(row) for row in rows]
@@ -165,4 +190,4 @@ def apply(tx: WriteTx, action: EventKind, ids: Sequence[int]) -> int:
     for job in changed:
         old_status, old_worker = before[job.id]
         tx.record_from(action, old_status, old_worker, job)
-    return len(changed)
+    return len(changed) + len(requested)

@@ -1,9 +1,10 @@
 """The claim: ready jobs of some types, in claim order, within their types' controls.
 
 Before it claims, a transaction handles what is overdue (expired leases, timeouts: see
-operations.expire_overdue) and makes due delayed jobs ready ("promotion"), each once per
-transaction; flow.py decides what the controls allow. Like operations.py, SQL and nothing
-else: the rules arrive as values.
+running.expire_overdue) and makes due delayed jobs ready ("promotion"), each once per
+transaction; flow.py decides what the controls allow. Where other servers write at once
+(`can.concurrent_writes`), the controls a claim went by may change before it commits: it
+checks them again with its own statement, and runs again (RunAgain) where they did.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def _controls_recheck(tx: WriteTx) -> list[tuple[str, Any]]:
     """TYPE_CONTROLS, to send beside a claim that went by controls an earlier claim of the
     transaction read (PostgreSQL: other servers may have changed them since); none when the
     claim's own promotion read them, or where the write lock keeps other writers out."""
-    if tx.sql.PROMOTE_READS_CONTROLS and not tx.claim_preamble.controls_fresh:
+    if tx.can.concurrent_writes and not tx.claim_preamble.controls_fresh:
         return [(tx.sql.TYPE_CONTROLS, {})]
     return []
 
@@ -195,11 +196,12 @@ def expire_read_pending_types_and_promote(
 ) -> tuple[list[str], dict[str, TypeControl]]:
     """What a claim of any type does first: expire_and_read_pending_types, then promote_due
     of those types. Where the database can read the types inside the promotion
-    (PROMOTE_PENDING), the first claim of a transaction sends all three in one round trip.
+    (PROMOTE_PENDING: `promotion_reads_controls`), the first claim of a transaction sends all
+    three in one round trip.
     Types that only this transaction's moves made PENDING need no promotion: a job made
     PENDING and due at once is written ready."""
     preamble = tx.claim_preamble
-    if tx.sql.PROMOTE_PENDING is None or preamble.pending is not None:
+    if not tx.can.promotion_reads_controls or preamble.pending is not None:
         types = expire_and_read_pending_types(tx, delay)
         return types, promote_due(tx, types) if types else _controls(tx)
     reads = [(tx.sql.PENDING_TYPES, {}), (tx.sql.PROMOTE_PENDING, {"now": tx.now_us})]
@@ -252,7 +254,7 @@ def _not_promoted(tx: WriteTx, types: Sequence[str]) -> list[str]:
     `claim_planned`), and runs again should they have changed."""
     preamble = tx.claim_preamble
     preamble.controls_fresh = False
-    if tx.sql.PROMOTE_READS_CONTROLS:
+    if tx.can.promotion_reads_controls:
         if preamble.controls is None or not preamble.promoted.issuperset(types):
             return list(types)
         if flow.any_binds(preamble.controls, types, tx.now) and not flow.windows_known(
@@ -268,7 +270,7 @@ def _promoted(tx: WriteTx, types: Sequence[str], rows: list[Any]) -> dict[str, T
     this transaction read them last."""
     preamble = tx.claim_preamble
     preamble.promoted.update(types)
-    if tx.sql.PROMOTE_READS_CONTROLS:
+    if tx.can.promotion_reads_controls:
         preamble.controls = flow.read_controls(tx, rows)
         preamble.controls_fresh = True
     return _controls(tx)

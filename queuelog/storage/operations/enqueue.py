@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from queuelog import jsonutil
-from queuelog.errors import Conflict
-from queuelog.model import ALL_JOBS, EnqueueOutcome, EventKind, Job, JobScope, NewJob
+from queuelog.enqueue_request import REPLAY_MAY_CHANGE, REQUEST_FIELDS
+from queuelog.errors import BadInput, Conflict
+from queuelog.model import ALL_JOBS, EnqueueOutcome, EventKind, Job, JobScope, NewJob, Priority
 from queuelog.storage.operations import dependencies
-from queuelog.storage.schema.codec import decode_job
+from queuelog.storage.schema.codec import decode_job, micros_to_datetime
 from queuelog.storage.schema.new_job import new_job, row_values
 from queuelog.storage.transaction import Cursor, WriteTx
 
@@ -21,13 +23,24 @@ def same_json(a: Any, b: Any) -> bool:
     return jsonutil.canonical(a) == jsonutil.canonical(b)
 
 
+# What a replay of an idempotency key must repeat, field by field (enqueue_request.py); the
+# payload compares as JSON and the dependencies as sets, below.
+_SAME_FIELDS = tuple(
+    name
+    for name in REQUEST_FIELDS
+    if name not in REPLAY_MAY_CHANGE and name not in ("payload", "depends_on", "depends_on_items")
+)
+
+
 def _same_request(job: Job | NewJob, item: NewJob) -> bool:
+    """Whether `item` asks for what `job` was enqueued as: for a job edited since
+    (updateJob), the values its first edit kept (Job.enqueued_as)."""
+    original: dict[str, Any] = {}
+    if isinstance(job, Job) and job.enqueued_as is not None:
+        priority, max_retries, expires_at = enqueued_values(job.enqueued_as)
+        original = {"priority": priority, "max_retries": max_retries, "expires_at": expires_at}
     return (
-        job.type == item.type
-        and job.priority == item.priority
-        and job.max_retries == item.max_retries
-        and job.concurrency_key == item.concurrency_key
-        and job.timeout_seconds == item.timeout_seconds
+        all(original.get(name, getattr(job, name)) == getattr(item, name) for name in _SAME_FIELDS)
         and same_json(job.payload, item.payload)
         and (
             set(job.depends_on) == set(item.depends_on)
@@ -38,15 +51,35 @@ def _same_request(job: Job | NewJob, item: NewJob) -> bool:
     )
 
 
+def enqueued_values(enqueued_as: dict[str, Any]) -> tuple[Priority, int, datetime | None]:
+    """(priority, max_retries, expires_at) of a job as enqueued, from Job.enqueued_as."""
+    expires_at = enqueued_as["expires_at"]
+    return (
+        Priority(enqueued_as["priority"]),
+        enqueued_as["max_retries"],
+        None if expires_at is None else micros_to_datetime(expires_at),
+    )
+
+
+def check_unexpired(tx: WriteTx, items: Sequence[NewJob]) -> None:
+    """A job is not created already expired: its expiresAt must be later than now."""
+    for item in items:
+        if item.expires_at is not None and item.expires_at <= tx.now:
+            raise BadInput("expiresAt must be in the future")
+
+
 def _enqueue_once(tx: WriteTx, item: NewJob, created_by: str) -> EnqueueOutcome:
     # ON CONFLICT DO NOTHING lets the unique constraint settle races between processes.
-    cursor = tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
-    if cursor.rowcount == 1:
+    expired = item.expires_at is not None and item.expires_at <= tx.now
+    cursor = None if expired else tx.execute(tx.sql.INSERT_JOB_ONCE, row_values(item, created_by, tx.now_us))
+    if cursor is not None and cursor.rowcount == 1:
         job = new_job(_inserted_id(cursor), item, created_by, tx.now)
         tx.record(EventKind.ENQUEUED, None, job)
         return EnqueueOutcome(job=job, created=True)
     key = {"created_by": created_by, "key": item.idempotency_key}
     row = tx.execute(tx.sql.JOB_BY_IDEMPOTENCY_KEY, key).fetchone()
+    if row is None and expired:  # no job to replay: this one would be created expired
+        check_unexpired(tx, [item])
     if row is None:  # pruned between the two statements: try again
         return _enqueue_once(tx, item, created_by)
     existing = decode_job(row)
@@ -99,6 +132,7 @@ def enqueue(
     if with_dependencies:
         fresh = _with_dependencies(tx, items, outcomes, new, same_as, scope)
     if new:
+        check_unexpired(tx, fresh)
         ids = _insert_new(tx, [row_values(item, created_by, tx.now_us) for item in fresh])
         if with_dependencies:
             dependencies.write_edges(tx, fresh, ids)

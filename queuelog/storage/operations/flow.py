@@ -179,7 +179,10 @@ def lock_and_plan(
     live = {t: c for t in types if (c := controls.get(t)) is not None and not c.paused_at(now)}
     if windows_known(tx, controls, types):
         return _plan_on_known_windows(tx, types, limit, controls, also)
-    reads: list[tuple[str, Any]] = [(tx.sql.LOCK_CONTROLLED_CLAIMS, {})]
+    # Where the write lock keeps other writers out (SQLite), it is the lock already, and the
+    # batch took its time once it held it.
+    locks = tx.can.concurrent_writes
+    reads: list[tuple[str, Any]] = [(tx.sql.LOCK_CONTROLLED_CLAIMS, {})] if locks else []
     counts_running = any(c.max_running is not None for c in live.values())
     if counts_running:
         reads.append((tx.sql.COUNTS_OF_SCOPES, RUNNING_COUNTS))
@@ -194,8 +197,8 @@ def lock_and_plan(
             reads.append((tx.sql.RUNNING_PER_KEY, {"type": job_type}))
     answered = tx.execute_together([*reads, *also])
     answers = iter(answered[: len(reads)])
-    (granted,) = next(answers)[0]
-    if granted is not None:
+    if locks:
+        (granted,) = next(answers)[0]
         tx.move_clock_to(micros_to_datetime(granted))
     running = running_counts(tx, next(answers)) if counts_running else None
     read: dict[str, dict[str, Any]] = {}

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from queuelog.model import JobStatus
+from queuelog.storage.statements import BulkWalk
 
 # type -> status value -> jobs, as counters.by_type gives them.
 Counts = dict[str, dict[str, int]]
@@ -128,14 +129,6 @@ def plan_held_of_creator(
     if matching(created, status, job_type) == 0 or matching(held, status, job_type) == 0:
         return Walk.NOTHING
     return Walk.SCOPE if matching(held, None, None) < matching(created, None, None) else Walk.FILTER
-
-
-class BulkWalk(enum.Enum):
-    """The index a bulk action's chunks walk for one status, in id order."""
-
-    STATUS = enum.auto()  # ix_jobs_status: every job of the status, testing the filter
-    TYPE_STATUS = enum.auto()  # ix_jobs_type_status: the type's jobs of the status
-    CREATOR = enum.auto()  # ix_jobs_creator_status: the creator's PENDING jobs, testing the type
 
 
 def plan_bulk(

@@ -67,10 +67,9 @@ Horizon = tuple[int, int]
 
 
 def event_horizon(conn: Connection) -> Horizon | None:
-    sql = conn.sql.EVENT_HORIZON
-    if sql is None:
-        return None
-    xmin, xmax = conn.execute(sql).fetchone()
+    if not conn.can.concurrent_writes:
+        return None  # ids commit in order
+    xmin, xmax = conn.execute(conn.sql.EVENT_HORIZON).fetchone()
     return int(xmin), int(xmax)
 
 
@@ -131,7 +130,7 @@ def _scopes_json(terms: list[tuple[str, str, int]]) -> str:
 def walk_in_index_order(conn: Connection) -> None:
     """Where the database has one (PostgreSQL), set the read's transaction to walk indexes
     in their order and stop at a LIMIT (Statements.WALK_IN_INDEX_ORDER)."""
-    if conn.sql.WALK_IN_INDEX_ORDER is not None:
+    if conn.can.plans_by_statistics:
         conn.execute(conn.sql.WALK_IN_INDEX_ORDER).fetchall()
 
 
@@ -153,7 +152,7 @@ def list_jobs(
     mine, everyones = counts_and_everyones(conn, scope)
     by_creator = not scope.everything and scope.created_by is not None
     by_worker = not scope.everything and scope.worker_id is not None
-    plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type, conn.sql.TYPE_INDEX)
+    plan = plan_list(mine, everyones, by_creator, by_worker, status, job_type, conn.can.type_index)
     if plan.walk is Walk.NOTHING:
         return [], False, 0
     params = {

@@ -10,10 +10,12 @@ from typing import Any
 
 from queuelog.errors import Conflict, NotFound, job_not_found
 from queuelog.model import Completion, CompletionOutcome, EventKind, Job, JobStatus
+from queuelog.storage.operations.cancel_requests import ends_cancelled
 from queuelog.storage.operations.reads import fetch_job
 from queuelog.storage.schema.codec import STATUS_BY_VALUE, decode_job, micros_to_datetime
 from queuelog.storage.schema.types import compact_json, ids_json, to_micros
 from queuelog.storage.statements import (
+    CANCELLED_WHILE_RUNNING_ERROR,
     COL_ATTEMPT,
     COL_FINISHED,
     COL_ID,
@@ -97,8 +99,8 @@ def complete_many(tx: WriteTx, worker: str, items: Sequence[Completion]) -> Comp
     write. Rows are checked as read and decoded once, in their completed form. Where the
     database checks and completes in one statement (COMPLETE_MANY), it does that instead.
     """
-    if tx.sql.COMPLETE_MANY is not None:
-        return _complete_many_at_once(tx, tx.sql.COMPLETE_MANY, worker, items)
+    if tx.can.completes_at_once:
+        return _complete_many_at_once(tx, worker, items)
     rows = tx.execute(tx.sql.JOBS_BY_IDS, {"ids": ids_json([item.id for item in items])}).fetchall()
     current = {row[COL_ID]: row for row in rows}
     accepted: list[tuple[Any, Completion]] = []
@@ -147,9 +149,7 @@ def _result_text(item: Completion) -> str | None:
     return item.result_json if item.result_json is not None else compact_json(item.result)
 
 
-def _complete_many_at_once(
-    tx: WriteTx, sql: str, worker: str, items: Sequence[Completion]
-) -> CompletionOutcome:
+def _complete_many_at_once(tx: WriteTx, worker: str, items: Sequence[Completion]) -> CompletionOutcome:
     """complete_many as one UPDATE that checks each row and returns those it completed: the
     same outcome as checking the rows as read (an id given twice: its later items rejected),
     with no read and no row lock before it."""
@@ -164,7 +164,7 @@ def _complete_many_at_once(
         "worker": worker,
         "now": tx.now_us,
     }
-    done = {row[COL_ID]: row for row in tx.execute(sql, params).fetchall()}
+    done = {row[COL_ID]: row for row in tx.execute(tx.sql.COMPLETE_MANY, params).fetchall()}
     completed: list[Job] = []
     rejected: list[int] = []
     for item in items:
@@ -178,9 +178,42 @@ def _complete_many_at_once(
     return CompletionOutcome(completed=completed, rejected=rejected)
 
 
-def _failure_params(job: Job, now: datetime, error: str, delay: float | None) -> dict[str, Any]:
+def _end_params(
+    job: Job,
+    now: datetime,
+    error: str,
+    delay: RetryDecision,
+    retryable: bool = True,
+    retry_in: float | None = None,
+) -> dict[str, Any]:
+    """The values of an attempt's end other than a completion: a failure (a retry, or FAILED),
+    or CANCELLED once the job's cancellation was requested (cancel_requests.py)."""
+    if ends_cancelled(job):
+        return _failure_params(job, now, CANCELLED_WHILE_RUNNING_ERROR, None, JobStatus.CANCELLED)
+    return _failure_params(job, now, error, delay(job, retryable, retry_in))
+
+
+_END_KINDS = {
+    JobStatus.PENDING: EventKind.RETRYING,
+    JobStatus.FAILED: EventKind.FAILED,
+    JobStatus.CANCELLED: EventKind.CANCELLED,
+}
+
+
+def _end_kind(after: Job, lease_expired: bool = False) -> EventKind:
+    """The event of an attempt's end other than a completion, by the status it left: an
+    expired lease's is LEASE_EXPIRED (retried or FAILED), a cancel request's CANCELLED."""
+    if lease_expired and after.status is not JobStatus.CANCELLED:
+        return EventKind.LEASE_EXPIRED
+    return _END_KINDS[after.status]
+
+
+def _failure_params(
+    job: Job, now: datetime, error: str, delay: float | None, final: JobStatus = JobStatus.FAILED
+) -> dict[str, Any]:
     """The failure's values for a job read under its row's lock: stamped at `now`, or at the
-    job's own last stamp when that is later (as the statements do)."""
+    job's own last stamp when that is later (as the statements do); `final` is its status
+    when there is no retry (`delay` None)."""
     now = max(now, job.updated_at)
     now_us = to_micros(now)
     if delay is not None:
@@ -197,7 +230,7 @@ def _failure_params(job: Job, now: datetime, error: str, delay: float | None) ->
             "attempt": job.attempt,
         }
     return {
-        "status": JobStatus.FAILED.value,
+        "status": final.value,
         "retry_count": job.retry_count,
         "worker_id": job.worker_id,
         "run_at": to_micros(job.run_at),
@@ -221,12 +254,12 @@ def fail(
     delay: RetryDecision,
 ) -> Job:
     held = check_holder(fetch_job(tx, job_id), job_id, worker, attempt)
-    params = _failure_params(held, tx.now, error, delay(held, retryable, retry_in))
+    params = _end_params(held, tx.now, error, delay, retryable, retry_in)
     row = tx.execute(tx.sql.FAIL_RUNNING, params).fetchone()
     if row is None:  # pragma: no cover - the write lock keeps the row as read
         raise Conflict(f"job {job_id} changed while being updated")
     job = decode_job(row)
-    tx.record(EventKind.RETRYING if job.status is JobStatus.PENDING else EventKind.FAILED, held, job)
+    tx.record(_end_kind(job), held, job)
     return job
 
 
@@ -250,19 +283,19 @@ def expire_overdue(tx: WriteTx, rows: Sequence[Any], delay: RetryDecision) -> in
     stale = [job for job, why in overdue.values() if why == "lease"]
     late = [job for job, why in overdue.values() if why == "timeout"]
     if stale:
-        params = [_failure_params(job, tx.now, LEASE_EXPIRED_ERROR, delay(job, True, None)) for job in stale]
+        params = [_end_params(job, tx.now, LEASE_EXPIRED_ERROR, delay) for job in stale]
         if tx.executemany(tx.sql.EXPIRE_RUNNING, params).rowcount != len(stale):  # pragma: no cover
             raise Conflict("leases changed while being expired; nothing was applied")
         for job, values in zip(stale, params, strict=True):
-            tx.record(EventKind.LEASE_EXPIRED, job, _after_failure(job, values))
+            after = _after_failure(job, values)
+            tx.record(_end_kind(after, lease_expired=True), job, after)
     if late:
-        params = [_failure_params(job, tx.now, TIMED_OUT_ERROR, delay(job, True, None)) for job in late]
+        params = [_end_params(job, tx.now, TIMED_OUT_ERROR, delay) for job in late]
         if tx.executemany(tx.sql.TIME_OUT_RUNNING, params).rowcount != len(late):  # pragma: no cover
             raise Conflict("timeouts changed while being applied; nothing was applied")
         for job, values in zip(late, params, strict=True):
             after = _after_failure(job, values)
-            kind = EventKind.RETRYING if after.status is JobStatus.PENDING else EventKind.FAILED
-            tx.record(kind, job, after)
+            tx.record(_end_kind(after), job, after)
     return len(stale) + len(late)
 
 

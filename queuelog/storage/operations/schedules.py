@@ -24,6 +24,7 @@ the stopped ones. Put again (or paused and resumed once it parses), it runs agai
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -31,7 +32,17 @@ from typing import Any
 
 from queuelog import cron, jsonutil
 from queuelog.errors import Conflict, echo
-from queuelog.model import EventKind, JobStatus, Misfire, NewJob, Overlap, Priority, Schedule, ScheduleSpec
+from queuelog.model import (
+    EventKind,
+    Job,
+    JobStatus,
+    Misfire,
+    NewJob,
+    Overlap,
+    Priority,
+    Schedule,
+    ScheduleSpec,
+)
 from queuelog.storage.schema.codec import micros_to_datetime
 from queuelog.storage.schema.new_job import new_job, row_values
 from queuelog.storage.schema.types import compact_json, ids_json, to_micros
@@ -86,6 +97,11 @@ def decode(row: Sequence[Any]) -> Schedule:
 
 def list_all(conn: Connection) -> list[Schedule]:
     return [decode(row) for row in conn.execute(conn.sql.SCHEDULES).fetchall()]
+
+
+def by_name(conn: Connection, name: str) -> Schedule | None:
+    row = conn.execute(conn.sql.SCHEDULE_BY_NAME, {"name": name}).fetchone()
+    return None if row is None else decode(row)
 
 
 def count(conn: Connection) -> int:
@@ -280,13 +296,40 @@ def _enqueue_ticks(
 
 
 def _tick_job(schedule: Schedule, tick: datetime) -> NewJob:
+    return _schedule_job(schedule, idempotency_key(schedule.name, tick))
+
+
+def _schedule_job(schedule: Schedule, key: str) -> NewJob:
     return NewJob(
         type=schedule.type,
         payload=schedule.payload,
         payload_json=compact_json(schedule.payload),
         priority=schedule.priority,
         max_retries=schedule.max_retries,
-        idempotency_key=idempotency_key(schedule.name, tick),
+        idempotency_key=key,
         run_at=None,
         schedule_name=schedule.name,
     )
+
+
+# --- run now (API.md section 12) ---------------------------------------------------------
+
+
+def manual_idempotency_key(name: str) -> str:
+    """`<name>@manual-<unique>`: never a tick's key, and never another run's."""
+    return f"{name}@manual-{uuid.uuid4().hex}"
+
+
+def run_now(tx: WriteTx, name: str) -> Job | None:
+    """Enqueue the schedule's job now, outside its ticks, paused or not and whatever its
+    overlap; None if there is no such schedule. The schedule row is left as it is: its next
+    tick, last run and last job (which overlap SKIP looks at) stay those of its ticks."""
+    row = tx.execute(tx.sql.SCHEDULE_BY_NAME, {"name": name}).fetchone()
+    if row is None:
+        return None
+    schedule = decode(row)
+    item = _schedule_job(schedule, manual_idempotency_key(name))
+    (job_id,) = tx.connection.insert_ids(tx.sql.INSERT_JOB, [row_values(item, creator(name), tx.now_us)])
+    job = new_job(job_id, item, creator(name), tx.now)
+    tx.record(EventKind.ENQUEUED, None, job)
+    return job

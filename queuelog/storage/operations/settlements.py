@@ -4,7 +4,7 @@ When a job that others depend on (`has_dependents`) finishes, its dependents are
 COMPLETED counts it done for each of them (one at 0 becomes claimable at once); FAILED or
 CANCELLED cancels each PENDING one with error `dependency <id> <STATUS>`, and on downstream
 from every job so cancelled. The transaction that finished the job settles the first
-IN_TRANSACTION of them itself, right after the operation (`settle`, from operations.run): all
+IN_TRANSACTION of them itself, right after the operation (`settle`, from batch.run): all
 of them, in the common case of a few. What is left is written down in that same
 transaction, as rows of dependency_settlements, so that it outlives the server: every
 server's sweeper (`sweep`, run by maintenance.py through the repository) takes them in
@@ -212,7 +212,7 @@ def _step(tx: WriteTx, group: list[Settlement], limit: int) -> tuple[list[tuple[
 def _release(tx: WriteTx, params: dict[str, object]) -> list[tuple[int, int]]:
     """The next edges of a release, each counted done for its waiting dependent; the types
     of the jobs that became ready go to `tx.ready_types` (the batch's parked claims)."""
-    if tx.sql.RELEASE_NEXT_RETURNS_EDGES:
+    if tx.can.release_returns_edges:
         rows = tx.execute(tx.sql.RELEASE_NEXT, params).fetchall()
         edges = sorted((row[0], row[1]) for row in rows if row[0] is not None)
         released = [(row[3], row[4]) for row in rows if row[0] is None]

@@ -16,14 +16,26 @@ from queuelog.errors import DatabaseUnavailable
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.postgres.statements.plans import DEFAULT_PLANS, FORCE_GENERIC_PLANS, GENERIC_PLANS
 from queuelog.storage.postgres.statements.sending import AT_ONCE, INT8_ARRAYS, RETURNING_ID
+from queuelog.storage.statements import Capabilities
 
+POSTGRES = Capabilities(
+    concurrent_writes=True,
+    promotion_reads_controls=True,
+    completes_at_once=True,
+    release_returns_edges=True,
+    type_index=False,  # migration 0014
+    plans_by_statistics=True,
+    runs_on_the_loop=False,
+    notifies=True,
+    vacuums=True,
+)
 CONNECT_TIMEOUT_SECONDS = 5
 _PG_EPOCH_US = 946_684_800 * 1_000_000  # 2000-01-01, PostgreSQL's epoch, in Unix microseconds
 
 
 class MicrosLoader(Loader):
     """timestamptz, read in binary (microseconds since 2000-01-01), as Unix microseconds:
-    the integer form operations.py and the codec use on both backends."""
+    the integer form the operations and the codec use on both backends."""
 
     format = Format.BINARY
 
@@ -49,7 +61,7 @@ def connect(url: str, *, autocommit: bool) -> psycopg.Connection[Any]:
 
 
 class Result:
-    """What operations.py reads of a cursor: rows, rowcount, and the id an INSERT returned."""
+    """What an operation reads of a cursor: rows, rowcount, and the id an INSERT returned."""
 
     __slots__ = ("rows", "rowcount", "lastrowid", "_next")
 
@@ -71,7 +83,7 @@ class Result:
 
 
 class PgConnection:
-    """A psycopg connection, carrying PostgreSQL's statements (`sql`): on a writer
+    """A psycopg connection, carrying PostgreSQL's statements (`sql`) and capabilities (`can`): on a writer
     (`locking`), the reads of rows it is about to update take them FOR UPDATE.
 
     `defer` holds statements that need no answer (a batch's SAVEPOINT and RELEASE) until the
@@ -81,6 +93,8 @@ class PgConnection:
     Statements of GENERIC_PLANS run with plan_cache_mode set to force_generic_plan, for the
     transaction; the others with the server's setting. The switch is deferred likewise, and
     sent only when the next statement needs the other mode."""
+
+    can = POSTGRES
 
     def __init__(
         self,
@@ -184,7 +198,7 @@ class PgConnection:
 
 
 def _as_int8_arrays(parameters: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
-    """`parameters` with the integer lists `names` sent as bigint[] (postgres_statements.INT8_ARRAYS)."""
+    """`parameters` with the integer lists `names` sent as bigint[] (statements/sending.py)."""
     return parameters | {name: [None if v is None else Int8(v) for v in parameters[name]] for name in names}
 
 

@@ -1,4 +1,5 @@
-"""PostgreSQL through psycopg 3, with the group commit of sqlite.py and events across servers.
+"""PostgreSQL through psycopg 3: the group commit (group_commit.py), reads, and events across
+servers.
 
 Writes are grouped as on SQLite: operations queued meanwhile are run in one transaction,
 each in its own SAVEPOINT, and answered after COMMIT. Up to WRITE_CONNECTIONS batches run at
@@ -9,7 +10,7 @@ in the order the COMMITs began, so a job's events reach subscribers in the order
 happened.
 
 Many server processes write at once; PostgreSQL's row locks, `FOR UPDATE SKIP LOCKED`
-claims and unique constraints keep them apart (postgres_statements.py), as they keep this
+claims and unique constraints keep them apart (statements/), as they keep this
 server's own concurrent batches apart. A batch that PostgreSQL aborts as a deadlock or
 serialization failure is run again from the start; nothing of it was kept.
 
@@ -21,7 +22,7 @@ differ by milliseconds: a job enqueued on one was not yet due for a claim on ano
 Events cross processes with LISTEN/NOTIFY: each commit notifies `queuelog_events` with a
 small payload (this server's id, then `kind:job_id:status` items) in the same transaction, so it
 is delivered exactly when the rows are visible. Every other server reads those jobs back
-and hands them to its subscriptions and waiting claims (listener.py).
+and hands them to its subscriptions and waiting claims (notifications.py, feeds/notify.py).
 
 Reads run on a small pool of connections, on threads, each in one read-only REPEATABLE READ
 transaction: all its statements see one snapshot, as a read on SQLite does.
@@ -47,12 +48,11 @@ from psycopg import errors as pg_errors
 from queuelog import clock
 from queuelog.errors import DatabaseUnavailable
 from queuelog.model import JobEvent
-from queuelog.storage.feeds.tail import OwnEvents
-from queuelog.storage.group_commit import Batch, GroupCommit, Operation, Outcome, all_failed
-from queuelog.storage.operations import batch as steps
-from queuelog.storage.operations import bulk
+from queuelog.storage.database import Heard, Missed
+from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Operation, Outcome, all_failed
 from queuelog.storage.postgres import vacuum
-from queuelog.storage.postgres.connection import PgConnection, close_quietly, connect
+from queuelog.storage.postgres.connection import POSTGRES, PgConnection, close_quietly, connect
+from queuelog.storage.postgres.notifications import Notifications
 from queuelog.storage.postgres.statements import PostgresStatements
 from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
 from queuelog.storage.postgres.statements.server import DB_NOW, EVENTS_CHANNEL, NOTIFY
@@ -69,8 +69,8 @@ NOTIFY_PAYLOAD_MAX = 7000  # PostgreSQL's limit is 8000 bytes
 READ_CONNECTIONS = 4
 WRITE_CONNECTIONS = 4
 BATCH_ATTEMPTS = 5
-# Counter shards a write batch picks from at random (tables.py, job_counts): two concurrent
-# batches, of any servers, add to the same counter rows once in this many.
+# Counter shards a write batch picks from at random (schema/tables.py, job_counts): two
+# concurrent batches, of any servers, add to the same counter rows once in this many.
 COUNTER_SHARDS = 16
 RETRIED_ERRORS = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure)
 # An operation that meets a unique violation runs again, at most this many times in all. Only
@@ -103,9 +103,10 @@ def notify_payloads(origin: str, events: Sequence[JobEvent]) -> list[str]:
 
 class PostgresDatabase(GroupCommit):
     sql = PostgresStatements
+    can = POSTGRES
 
-    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
-        super().__init__(on_commit)
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
+        super().__init__(on_commit, steps)
         self.url = url
         self.origin = uuid.uuid4().hex[:12]  # tells this server's notifications from others'
         # Writer connections not in use; the first is opened now, so that a server whose
@@ -124,16 +125,10 @@ class PostgresDatabase(GroupCommit):
         self._readers = threading.local()
         self._all_readers: list[psycopg.Connection[Any]] = []
         self._readers_lock = threading.Lock()
-        # Set when the polling event feed runs instead of LISTEN: this process's event ids.
-        self.own_events: OwnEvents | None = None
 
     # --- writes ------------------------------------------------------------------------------
 
     has_lane = True
-    bulk_chunk_seconds = bulk.PG_CHUNK_SECONDS
-    bulk_pause_ratio = bulk.PG_PAUSE_RATIO
-    bulk_scan_rows = bulk.PG_SCAN_ROWS
-    settle_chunk_seconds = bulk.PG_CHUNK_SECONDS
 
     def _schedule(self) -> None:
         # Up to WRITE_CONNECTIONS batches at once: while one waits for its COMMIT to reach the
@@ -266,7 +261,7 @@ class PostgresDatabase(GroupCommit):
         else:
             ((operation, future),) = batch
             try:
-                outcomes.append((future, steps.run(operation, tx), None))
+                outcomes.append((future, self._run_operation(operation, tx), None))
             except (pg_errors.UniqueViolation, RunAgain):
                 raw.rollback()
                 return self._commit_once(raw, batch, tickets, savepoints=True)
@@ -280,7 +275,7 @@ class PostgresDatabase(GroupCommit):
         # only ends the failed transaction (nothing of it is stored). Always NOTIFY, even
         # where this server polls: replicas that LISTEN hear it too.
         with raw.pipeline():
-            steps.write_side_effects(tx)
+            self._write_side_effects(tx)
             for payload in notify_payloads(self.origin, tx.stored_events()):
                 raw.execute(NOTIFY, (EVENTS_CHANNEL, payload))
             if self.own_events is not None:
@@ -294,10 +289,11 @@ class PostgresDatabase(GroupCommit):
     def _run_one(self, connection: PgConnection, tx: WriteTx, operation: Operation) -> tuple[Any, Any]:
         """One operation in its savepoint (taken by the deferred SAVEPOINT that goes with its
         first statement): (value, None) or (None, the exception)."""
+        run = self._run_operation
         for attempt in range(1, UNIQUE_VIOLATION_ATTEMPTS + 1):
             mark = tx.mark()
             try:
-                value = steps.run(operation, tx)
+                value = run(operation, tx)
             except (pg_errors.UniqueViolation, RunAgain) as exc:
                 # Another server inserted one of its idempotency keys after this operation
                 # looked (a batch may meet several, one after the other), or changed the
@@ -384,12 +380,28 @@ class PostgresDatabase(GroupCommit):
             self._read_threads, self._run_read, _first_row, (sql, parameters), True
         )
 
+    def read_one_now(self, sql: str, parameters: Any = ()) -> Any:
+        """read_one on the caller's thread, which waits for the round trip."""
+        return self._run_read(_first_row, (sql, parameters), True)
+
+    # --- other servers -------------------------------------------------------------------
+
+    def others_wrote(self) -> bool:
+        """Whether another server may have committed since the last call: always."""
+        return True
+
+    def listen(self, heard: Heard, missed: Missed) -> Notifications:
+        """Hear other servers' events as they commit (notifications.py)."""
+        return Notifications(self.url, self.origin, heard, missed)
+
     # --- maintenance ---------------------------------------------------------------------
 
-    async def vacuum_where_due(self) -> list[vacuum.Work]:
+    async def vacuum_where_due(self) -> list[str]:
         """VACUUM and ANALYZE what autovacuum would have, where it does not run (vacuum.py),
-        on a connection of its own, closed after (its advisory lock goes with it)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self._vacuum_where_due)
+        on a connection of its own, closed after (its advisory lock goes with it); the
+        statements run."""
+        done = await asyncio.get_running_loop().run_in_executor(None, self._vacuum_where_due)
+        return [work.statement for work in done]
 
     def _vacuum_where_due(self) -> list[vacuum.Work]:
         try:

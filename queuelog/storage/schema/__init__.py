@@ -1,1 +1,2 @@
-"""The rows: column types, the tables, and how a job's row is read and written."""
+"""The rows: column types, the tables, a job's row read and written (codec, new_job), and the
+counters' keys."""

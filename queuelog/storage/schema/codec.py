@@ -2,7 +2,7 @@
 
 The decoder is generated from the table's columns, so the field list lives in two places
 only: `model.Job` and `tables.jobs` (whose column names must be the model's field names;
-checked at import). Timestamps are integer microseconds on SQLite (see storage/types.py),
+checked at import). Timestamps are integer microseconds on SQLite (see storage/schema/types.py),
 JSON columns are compact text there.
 """
 
@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 from queuelog import jsonutil
-from queuelog.model import Job, JobStatus, Priority
+from queuelog.model import EventKind, Job, JobStatus, Priority
 from queuelog.storage.schema.tables import jobs
 from queuelog.storage.schema.types import JsonDocument, UtcTimestamp
 
@@ -24,6 +24,7 @@ JOB_COLUMN_LIST = ", ".join(JOB_COLUMNS)
 LIFECYCLE_COLUMNS = frozenset(
     {"claimed_at", "worker_id", "lease_expires_at", "finished_at", "result", "error", "timeout_at"}
     | {"cancel_requested_at", "snooze_count", "progress", "progress_message", "progress_at"}
+    | {"enqueued_as"}
 )
 # The columns an enqueue writes, in the table's order (the id comes from the database).
 NEW_JOB_COLUMNS: tuple[str, ...] = tuple(c for c in JOB_COLUMNS if c != "id" and c not in LIFECYCLE_COLUMNS)
@@ -34,6 +35,17 @@ if set(JOB_COLUMNS) != {f.name for f in dataclasses.fields(Job)}:  # pragma: no 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PRIORITY_BY_VALUE = {p.value: p for p in Priority}
 STATUS_BY_VALUE = {s.value: s for s in JobStatus}
+KIND_BY_VALUE = {k.value: k for k in EventKind}
+# An event of another process, as (kind, job id, the job's status as of the event).
+RemoteEvent = tuple[EventKind, int, JobStatus]
+
+
+def remote_event(kind: str, job_id: int, status: str) -> RemoteEvent | None:
+    """An event as stored in job_events or notified (text), or None for a kind or status
+    this version does not know (a newer server's)."""
+    if kind in KIND_BY_VALUE and status in STATUS_BY_VALUE:
+        return (KIND_BY_VALUE[kind], job_id, STATUS_BY_VALUE[status])
+    return None
 
 
 _DATETIMES: dict[int, datetime] = {}

@@ -2,7 +2,8 @@
 
 Both are generated from `tables.jobs`, like the row decoder (codec.py): a column of
 NEW_JOB_COLUMNS takes the `NewJob` field of the same name, unless ENQUEUED below says
-otherwise; a lifecycle column (codec.LIFECYCLE_COLUMNS) starts NULL. A column that is
+otherwise; a lifecycle column (codec.LIFECYCLE_COLUMNS) is left to its default (NULL, or
+the server default the model repeats: snooze_count 0). A column that is
 neither fails at import, naming itself.
 """
 
@@ -30,7 +31,7 @@ ENQUEUED = {
         "now_us if item.run_at is None else to_micros(item.run_at)",
         "now if item.run_at is None else item.run_at",
     ),
-    "delayed": (  # 2: waiting for dependencies (storage/tables.py)
+    "delayed": (  # 2: waiting for dependencies (storage/schema/tables.py)
         "2 if item.waiting_for else int(item.run_at is not None and to_micros(item.run_at) > now_us)",
         "2 if item.waiting_for else int(item.run_at is not None and item.run_at > now)",
     ),
@@ -40,6 +41,7 @@ ENQUEUED = {
     "revision": ("0", "0"),
 }
 _NEW_JOB_FIELDS = {field.name for field in dataclasses.fields(NewJob)}
+_JOB_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Job)}
 RowValues = Callable[[NewJob, str, int], dict[str, Any]]
 NewJobOf = Callable[[int, NewJob, str, datetime], Job]
 
@@ -48,7 +50,7 @@ def _from_new_job(column: str) -> tuple[str, str]:
     if column not in _NEW_JOB_FIELDS:
         raise RuntimeError(
             f"jobs.{column}: model.NewJob has no field {column!r}; add one, or say how an enqueue"
-            " fills it (storage/new_job.py ENQUEUED, or codec.LIFECYCLE_COLUMNS for NULL)"
+            " fills it (storage/schema/new_job.py ENQUEUED, or codec.LIFECYCLE_COLUMNS for NULL)"
         )
     value = f"item.{column}"
     kind = jobs.c[column].type
@@ -62,9 +64,12 @@ def _from_new_job(column: str) -> tuple[str, str]:
 def _build() -> tuple[RowValues, NewJobOf]:
     sources = {column: ENQUEUED.get(column) or _from_new_job(column) for column in NEW_JOB_COLUMNS}
     row = ", ".join(f"{column!r}: {sources[column][0]}" for column in NEW_JOB_COLUMNS)
+    # A lifecycle column the model gives a default (snooze_count: 0) takes it, as the row's
+    # server default does; the others are None.
     fields = ", ".join(
         "id=job_id" if column == "id" else f"{column}={sources[column][1] if column in sources else None}"
         for column in JOB_COLUMNS
+        if column in sources or column == "id" or _JOB_DEFAULTS.get(column) is dataclasses.MISSING
     )
     assert set(JOB_COLUMNS) == {"id", *NEW_JOB_COLUMNS, *LIFECYCLE_COLUMNS}
     source = (

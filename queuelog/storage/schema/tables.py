@@ -84,6 +84,9 @@ jobs = Table(
     Column("progress", Float),
     Column("progress_message", String(200)),
     Column("progress_at", UtcTimestamp()),
+    # Internal: from a job's first edit (updateJob) on, its priority, max_retries and
+    # expires_at as enqueued (JSON), which a replayed enqueue is compared with (migration 0016).
+    Column("enqueued_as", JsonDocument()),
     # A producer's idempotency keys. On PostgreSQL a partial unique index over the jobs that
     # have one: a status change is never a HOT update, so every index a row is in gets a new
     # entry at each transition, and most jobs have no key (migration 0014). SQLite keeps its
@@ -392,9 +395,12 @@ rate_claims = Table(
 
 # One row; `generation` goes up whenever a key is revoked or changed (a trigger does it, so
 # every path that touches api_keys counts), and servers drop their cached principals.
+# `types_generation` goes up whenever job_types changes (a trigger too): servers read both in
+# one read per request, and read job_types again only when it has moved.
 key_state = Table(
     "key_state",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("generation", BigInteger, nullable=False),
+    Column("types_generation", BigInteger, nullable=False, server_default="0"),
 )

@@ -13,6 +13,7 @@ from queuelog.errors import DatabaseUnavailable
 from queuelog.storage.engine import SQLITE_BUSY_TIMEOUT_MS, protect_sqlite_file
 from queuelog.storage.sqlite.statements import SqliteStatements
 from queuelog.storage.sqlite.statements.inserted_ids import LAST_ID_AFTER
+from queuelog.storage.statements import Capabilities
 
 
 def database_path(url: str) -> str:
@@ -22,10 +23,26 @@ def database_path(url: str) -> str:
     return database
 
 
+SQLITE = Capabilities(
+    # one writer at a time (the write lock): rows stay as read, ids commit in order
+    concurrent_writes=False,
+    promotion_reads_controls=False,  # an UPDATE without RETURNING: TYPE_CONTROLS follows
+    completes_at_once=False,
+    release_returns_edges=False,
+    type_index=True,
+    plans_by_statistics=False,  # its statements name their indexes (INDEXED BY)
+    runs_on_the_loop=True,
+    notifies=False,
+    vacuums=False,
+)
+
+
 class SqliteConnection(sqlite3.Connection):
-    """sqlite3's connection, carrying SQLite's statements (`sql`) and allocating ids."""
+    """sqlite3's connection, carrying SQLite's statements (`sql`) and capabilities (`can`),
+    and allocating ids."""
 
     sql = SqliteStatements
+    can = SQLITE
 
     def execute_together(self, statements: Sequence[tuple[str, Any]]) -> list[list[Any]]:
         return [self.execute(sql, parameters).fetchall() for sql, parameters in statements]

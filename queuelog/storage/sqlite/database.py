@@ -38,13 +38,12 @@ from typing import Any, TypeVar
 
 from queuelog import clock
 from queuelog.model import JobEvent
-from queuelog.storage.feeds.tail import OwnEvents
-from queuelog.storage.group_commit import Batch, GroupCommit, Outcome, all_failed
-from queuelog.storage.operations import batch as steps
-from queuelog.storage.sqlite.connection import connect, database_path
+from queuelog.storage.database import Heard, Listening, Missed
+from queuelog.storage.group_commit import Batch, BatchSteps, GroupCommit, Outcome, all_failed
+from queuelog.storage.sqlite.connection import SQLITE, connect, database_path
 from queuelog.storage.sqlite.statements import SqliteStatements
-from queuelog.storage.sqlite.write_lock import WriteLock
 from queuelog.storage.transaction import WriteTx
+from queuelog.storage.write_lock import WriteLock
 
 T = TypeVar("T")
 log = logging.getLogger("queuelog.storage")
@@ -83,9 +82,10 @@ class Checkpointer:
 
 class SqliteDatabase(GroupCommit):
     sql = SqliteStatements
+    can = SQLITE
 
-    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None]) -> None:
-        super().__init__(on_commit)
+    def __init__(self, url: str, on_commit: Callable[[Sequence[JobEvent]], None], steps: BatchSteps) -> None:
+        super().__init__(on_commit, steps)
         path = database_path(url)
         self._writer = connect(path)
         self._writer.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's job
@@ -96,8 +96,6 @@ class SqliteDatabase(GroupCommit):
         self._flush_scheduled = False
         self._in_thread = False
         self._thread: ThreadPoolExecutor | None = None
-        # Set when an event tail runs (every SQLite feed but `local`): this process's event ids.
-        self.own_events: OwnEvents | None = None
         self._data_version: int | None = None
 
     # --- writes ------------------------------------------------------------------------------
@@ -145,6 +143,7 @@ class SqliteDatabase(GroupCommit):
         if self.own_events is not None:
             tx.event_ids = []
         outcomes: list[Outcome] = []
+        run = self._run_operation
         try:
             connection.execute("BEGIN IMMEDIATE")
             # Timed once the write lock is held: another process's commit that this batch
@@ -154,7 +153,7 @@ class SqliteDatabase(GroupCommit):
                 mark = tx.mark()
                 connection.execute("SAVEPOINT op")
                 try:
-                    value = steps.run(operation, tx)
+                    value = run(operation, tx)
                 except Exception as exc:
                     connection.execute("ROLLBACK TO op")
                     connection.execute("RELEASE op")
@@ -163,7 +162,7 @@ class SqliteDatabase(GroupCommit):
                 else:
                     connection.execute("RELEASE op")
                     outcomes.append((future, value, None))
-            steps.write_side_effects(tx)
+            self._write_side_effects(tx)
             if self.own_events is not None and tx.event_ids:
                 self.own_events.add(tx.event_ids)  # before COMMIT: the tail may read them at once
             connection.execute("COMMIT")
@@ -211,6 +210,12 @@ class SqliteDatabase(GroupCommit):
         changed = version != self._data_version
         self._data_version = version
         return changed
+
+    def listen(self, heard: Heard, missed: Missed) -> Listening:
+        raise NotImplementedError("SQLite has no LISTEN/NOTIFY (can.notifies)")
+
+    async def vacuum_where_due(self) -> list[str]:
+        return []  # SQLite has no autovacuum to stand in for
 
     async def close(self) -> None:
         await self._drained()

@@ -3,7 +3,7 @@
 A job that finishes with many dependents no longer releases or cancels them all in its own
 transaction: that one settles the first few, and writes down what is left as a row of
 dependency_settlements, which the servers' sweepers work through in short transactions of
-their own (storage/settlements.py). `spared_by` on an edge: the newest settlement of the
+their own (storage/operations/settlements.py). `spared_by` on an edge: the newest settlement of the
 dependency that the dependent was retried after, which passes it by.
 
 A new table and a nullable column: no row is rewritten, on PostgreSQL as on SQLite.

@@ -5,14 +5,14 @@ index. By (created_by, id) and (worker_id, id), a page of one status tested the 
 each row: a worker's page of COMPLETED jobs among its 500k was planned by PostgreSQL as all
 of them, sorted (410 ms at 1M jobs). By (scope, status, id) each status's page is a range of
 the index, read from its end down to the page's end; a page with no status filter merges
-each status's part (storage/reads.py). ix_jobs_creator_status also holds what
+each status's part (storage/operations/reads.py). ix_jobs_creator_status also holds what
 ix_jobs_pending_creator (migration 0011) held, a producer's PENDING jobs in id order, and
 replaces it and ix_jobs_created_by; ix_jobs_worker_status replaces ix_jobs_worker.
 
 On PostgreSQL the table's autovacuum thresholds become 2 % of its rows + 1,000 (the server's
 defaults: 20 % + 50 for dead rows, 20 % + 1,000 for inserts, 10 % + 50 for ANALYZE): dead
 index entries pile up at the head of the ready index behind every claim, and the next
-claims walk them until a VACUUM removes them (storage/vacuum.py does it where autovacuum is
+claims walk them until a VACUUM removes them (storage/postgres/vacuum.py does it where autovacuum is
 off).
 
 On PostgreSQL the indexes are built and the old ones dropped CONCURRENTLY, outside any

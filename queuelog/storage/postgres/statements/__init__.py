@@ -21,13 +21,16 @@ What differs from SQLite, and why:
 from __future__ import annotations
 
 from queuelog.storage.postgres.statements.bulk import BulkStatements
+from queuelog.storage.postgres.statements.cancel_requests import CancelRequestStatements
 from queuelog.storage.postgres.statements.claims import ClaimStatements
 from queuelog.storage.postgres.statements.dependencies import DependencyStatements
 from queuelog.storage.postgres.statements.events import EventStatements
 from queuelog.storage.postgres.statements.flow import FlowStatements
+from queuelog.storage.postgres.statements.job_types import JobTypeStatements
 from queuelog.storage.postgres.statements.jobs import JobStatements
 from queuelog.storage.postgres.statements.progress import ProgressStatements
 from queuelog.storage.postgres.statements.reads import ReadStatements
+from queuelog.storage.postgres.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.postgres.statements.schedules import ScheduleStatements
 
 
@@ -40,6 +43,9 @@ class PostgresStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    CancelRequestStatements,
+    ReschedulingStatements,
+    JobTypeStatements,
     ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""

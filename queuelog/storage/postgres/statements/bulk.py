@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.postgres.statements.fragments import (
     CANCELLED,
     IS_PENDING,
@@ -16,11 +15,12 @@ from queuelog.storage.postgres.statements.fragments import (
     ts,
 )
 from queuelog.storage.schema.codec import JOB_COLUMN_LIST
-from queuelog.storage.statements import Statements
+from queuelog.storage.statements import BulkWalk, Statements
 
-# Each bulk walk's terms and the order that only its index gives (bulk.py). PostgreSQL's
-# B-tree stops a walk only at a bound of its first column, or of a column after equalities:
-# the type is an equality, so that the walk of ix_jobs_type_status ends with the status.
+# Each bulk walk's terms and the order that only its index gives (operations/bulk.py).
+# PostgreSQL's B-tree stops a walk only at a bound of its first column, or of a column after
+# equalities: the type is an equality, so that the walk of ix_jobs_type_status ends with the
+# status.
 _BULK_WALKS = {
     BulkWalk.STATUS: ("status >= %(status)s AND status <= %(status)s", "status, id"),
     BulkWalk.TYPE_STATUS: ("type = %(type)s AND status >= %(status)s AND status <= %(status)s", "status, id"),
@@ -30,7 +30,9 @@ _BULK_WALKS = {
 
 
 @functools.cache
-def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+def match_statement(
+    walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool, unrequested: bool = False
+) -> str:
     """A bulk chunk's jobs of one status (Statements.match_jobs). The ORDER BY names the
     walk's columns before id (as list_statement does) so that only the walk's index gives
     the order. An upper bound on id would not end that walk (the status is a range, and the
@@ -46,6 +48,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
         filters.append(f"created_at < {ts('before')}")
     if by_creator and walk is not BulkWalk.CREATOR:
         filters.append("created_by = %(name)s")
+    if unrequested:
+        filters.append("cancel_requested_at IS NULL")
     matches = " AND ".join(filters) if filters else "TRUE"
     return f"""
         WITH edge AS (
@@ -53,7 +57,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
             LIMIT 1 OFFSET %(scan)s - 1)
         SELECT id, status, worker_id FROM (
             SELECT id, status, worker_id FROM (
-                SELECT id, status, worker_id, type, concurrency_key, created_at, created_by FROM jobs
+                SELECT id, status, worker_id, type, concurrency_key, created_at, created_by,
+                    cancel_requested_at FROM jobs
                 WHERE {walked} AND id > %(after)s ORDER BY {order} LIMIT %(scan)s) AS walked
             WHERE {matches} ORDER BY {order} LIMIT %(limit)s) AS hits
         UNION ALL SELECT id, NULL, NULL FROM edge"""

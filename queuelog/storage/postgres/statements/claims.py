@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from queuelog.storage.postgres.statements.fragments import (
+    CLAIMABLE,
     DELAYED,
     KEYED,
     NEXT_REVISION,
@@ -37,13 +38,16 @@ CLAIMED = f"""
 """
 
 
-def type_heads(columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock: bool) -> str:
-    """Each wanted type's first ready jobs without a key and with one (two LATERAL reads:
-    FOR UPDATE is not allowed under a UNION's branches, but is in their FROM)."""
+def type_heads(
+    columns: str, wanted: str, unkeyed_limit: str, keyed_limit: str, lock: bool, ready: str = READY
+) -> str:
+    """Each wanted type's first `ready` jobs without a key and with one (two LATERAL reads:
+    FOR UPDATE is not allowed under a UNION's branches, but is in their FROM). A claim's
+    reads take CLAIMABLE."""
     skip = " FOR UPDATE SKIP LOCKED" if lock else ""
     reads = [
         f"SELECT head.* FROM {wanted} CROSS JOIN LATERAL ("
-        f"SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {READY} AND {keyness}"
+        f"SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {ready} AND {keyness}"
         f" ORDER BY priority DESC, created_at, id LIMIT {limit}{skip}) AS head"
         for keyness, limit in ((UNKEYED, unkeyed_limit), (KEYED, keyed_limit))
     ]
@@ -61,7 +65,9 @@ def claim_heads(heads: str) -> str:
 """
 
 
-_CLAIM = claim_heads(type_heads("id, priority, created_at", WANTED, "%(limit)s", "%(limit)s", True))
+_CLAIM = claim_heads(
+    type_heads("id, priority, created_at", WANTED, "%(limit)s", "%(limit)s", True, CLAIMABLE)
+)
 
 
 def _promote(wanted: str) -> str:
@@ -88,5 +94,4 @@ class ClaimStatements(Statements, part=True):
     claim_jobs = staticmethod(same_text(_CLAIM))
     promote_due = staticmethod(same_text(_PROMOTE))
     PENDING_TYPES = PENDING_TYPES_SQL
-    PROMOTE_READS_CONTROLS = True
     PROMOTE_PENDING = _PROMOTE_PENDING

@@ -12,7 +12,7 @@ COLUMN_TYPES = (
 
 
 def lock_exclusive(tables: Sequence[str]) -> str:
-    """Lock `tables` (names from tables.py) against every other writer until the transaction ends."""
+    """Lock `tables` (names from schema/tables.py) against every other writer until the transaction ends."""
     return f"LOCK TABLE {', '.join(tables)} IN EXCLUSIVE MODE"
 
 

@@ -61,7 +61,6 @@ class DependencyStatements(Statements, part=True):
             RETURNING jobs.type, jobs.delayed)
         SELECT depends_on, job_id, spared_by, NULL AS type, NULL::smallint AS delayed FROM e
         UNION ALL SELECT NULL, NULL, NULL, type, delayed FROM released"""
-    RELEASE_NEXT_RETURNS_EDGES = True
     CANCEL_DEPENDENTS = f"""
         UPDATE jobs SET {CANCELLED}, error = %(error)s
         WHERE {among_ids("id", "ids")} AND {IS_PENDING}

@@ -6,10 +6,12 @@ from __future__ import annotations
 from queuelog.storage.postgres.statements.claims import CLAIMED, claim_heads, type_heads
 from queuelog.storage.postgres.statements.fragments import (
     CANDIDATE,
+    CLAIMABLE,
     IS_PENDING,
     KEYED,
     PER_KEY,
     READY,
+    UNEXPIRED,
     UNKEYED,
     WANTED_QUOTAS,
     among_ids,
@@ -25,7 +27,7 @@ def _within_quotas(columns: str) -> str:
     """Each wanted type's first `quota` ready jobs, keyed and unkeyed together: the quota is
     the type's, so it applies to the merge of its two index reads, not to each of them."""
     reads = [
-        f"SELECT * FROM (SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {READY}"
+        f"SELECT * FROM (SELECT {columns} FROM jobs WHERE jobs.type = wanted.type AND {CLAIMABLE}"
         f" AND {keyness} ORDER BY priority DESC, created_at, id LIMIT wanted.quota"
         f" FOR UPDATE SKIP LOCKED) AS {name}"
         for keyness, name in ((UNKEYED, "unkeyed"), (KEYED, "keyed"))
@@ -61,12 +63,16 @@ class FlowStatements(Statements, part=True):
     claim_within_quotas = staticmethod(same_text(_CLAIM_WITHIN_QUOTAS))
     ready_heads = staticmethod(same_text(_READY_HEADS))
     key_heads = staticmethod(same_text(_KEY_HEADS))
-    CLAIM_IDS = f"{CLAIMED} WHERE {among_ids('id', 'ids')} AND {IS_PENDING} RETURNING {JOB_COLUMN_LIST}"
+    # The candidates were read without the expiry term: it is checked here, on the row.
+    CLAIM_IDS = (
+        f"{CLAIMED} WHERE {among_ids('id', 'ids')} AND {IS_PENDING} AND {UNEXPIRED}"
+        f" RETURNING {JOB_COLUMN_LIST}"
+    )
     TYPE_CONTROLS = TYPE_CONTROLS_SQL
-    # Every server's claims of controlled types take turns (flow.py); the number is arbitrary
-    # but fixed: queuelog's only advisory lock. Answers the clock once the lock is held (the
-    # subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed after
-    # every controlled claim it waited for.
+    # Every server's claims of controlled types take turns (operations/flow.py); the number is
+    # arbitrary but fixed: queuelog's only advisory lock. Answers the clock once the lock is
+    # held (the subquery, kept apart by OFFSET 0, runs first), so what the claim plans is timed
+    # after every controlled claim it waited for.
     LOCK_CONTROLLED_CLAIMS = (
         "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
         " FROM (SELECT pg_advisory_xact_lock(7160419) OFFSET 0) AS locked"

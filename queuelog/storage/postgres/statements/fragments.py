@@ -49,7 +49,13 @@ STAMP = f"GREATEST({NOW}, jobs.updated_at)"
 # Every UPDATE of a job adds one: under the row's lock, so revisions grow in commit order.
 NEXT_REVISION = "revision = jobs.revision + 1"
 READY = "status = 'pending' AND delayed = 0"
-PER_KEY = "concurrency_key >= ''"  # ix_jobs_ready_key's mark (tables.py)
+# A ready job a claim may take: not past its expiry (API.md section 12). A job without one
+# passes on the first term, and the claim's head reads visit the row to lock it all the
+# same: their plans do not change (tests/test_expiry_plans.py). The sweep cancels expired
+# jobs within a second.
+UNEXPIRED = f"(expires_at IS NULL OR expires_at > {NOW})"
+CLAIMABLE = f"{READY} AND {UNEXPIRED}"
+PER_KEY = "concurrency_key >= ''"  # ix_jobs_ready_key's mark (schema/tables.py)
 DELAYED = "status = 'pending' AND delayed = 1"
 # One row per type asked for (the `types` array; `quotas`: at most that many of each). The
 # per-type statements read each type's own index range (LATERAL), so other types' rows and
@@ -90,7 +96,8 @@ IS_PENDING = state_guard("status = 'pending'")
 IS_RETRIABLE = state_guard("status IN ('failed', 'cancelled')")
 RETRIED = (
     f"status = 'pending', retry_count = 0, run_at = {STAMP}, delayed = 0, waiting_for = 0, worker_id = NULL,"
-    f" lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, updated_at = {STAMP}, {NEXT_REVISION}"
+    " lease_expires_at = NULL, timeout_at = NULL, finished_at = NULL, cancel_requested_at = NULL,"
+    f" updated_at = {STAMP}, {NEXT_REVISION}"
 )
 CANCELLED = f"status = 'cancelled', finished_at = {STAMP}, updated_at = {STAMP}, {NEXT_REVISION}"
 

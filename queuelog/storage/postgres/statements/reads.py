@@ -145,7 +145,6 @@ class ReadStatements(Statements, part=True):
     )
     list_jobs = staticmethod(list_statement)
     scope_page = staticmethod(scope_page_statement)
-    TYPE_INDEX = False  # migration 0014
     held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
     # Without statistics (a table just filled, not yet analyzed) the planner estimates a
     # handful of rows for any range of a status, and would read match_jobs's walk with a
@@ -166,5 +165,5 @@ class ReadStatements(Statements, part=True):
         " WHERE key_hash = %(key_hash)s AND revoked_at IS NULL"
     )
     KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = %(name)s AND revoked_at IS NULL"
-    KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
+    KEY_GENERATION = "SELECT generation, types_generation FROM key_state WHERE id = 1"
     PING = "SELECT 1"

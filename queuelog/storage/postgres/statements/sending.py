@@ -25,7 +25,7 @@ RETURNING_ID = frozenset(
 
 @dataclass(frozen=True)
 class SetForm:
-    """A statement that operations.py runs once per row (executemany), written for all the
+    """A statement that an operation runs once per row (executemany), written for all the
     rows at once: each parameter is sent as one array and `unnest` turns them back into rows,
     in order (`v.n`). One statement instead of a pipeline of as many: a fraction of the
     PostgreSQL and driver CPU per row."""
@@ -47,7 +47,7 @@ def _ts_of(column: str) -> str:
     return as_timestamp(f"v.{column}")
 
 
-# A job column's array element type, as operations.py sends its values: timestamps as integer
+# A job column's array element type, as the operations send its values: timestamps as integer
 # microseconds, JSON documents as text. Most specific first (Text is a String).
 _ELEMENT_TYPES = (
     (UtcTimestamp, "bigint"),

@@ -7,7 +7,7 @@ EVENTS_CHANNEL = "queuelog_events"
 DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 LISTEN = f"LISTEN {EVENTS_CHANNEL}"
-# The listener's checkpoint (listener.py): the newest event id committed and the snapshot's
+# The listener's checkpoint (notifications.py): the newest event id committed and the snapshot's
 # horizon (EVENT_HORIZON), from one statement, so from one snapshot.
 LISTENER_CHECKPOINT = (
     "SELECT (SELECT MAX(id) FROM job_events), pg_snapshot_xmin(s)::text::bigint,"

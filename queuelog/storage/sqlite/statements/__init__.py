@@ -10,13 +10,16 @@ row. Each concern's statements are in a module of their own, gathered here in on
 from __future__ import annotations
 
 from queuelog.storage.sqlite.statements.bulk import BulkStatements
+from queuelog.storage.sqlite.statements.cancel_requests import CancelRequestStatements
 from queuelog.storage.sqlite.statements.claims import ClaimStatements
 from queuelog.storage.sqlite.statements.dependencies import DependencyStatements
 from queuelog.storage.sqlite.statements.events import EventStatements
 from queuelog.storage.sqlite.statements.flow import FlowStatements
+from queuelog.storage.sqlite.statements.job_types import JobTypeStatements
 from queuelog.storage.sqlite.statements.jobs import JobStatements
 from queuelog.storage.sqlite.statements.progress import ProgressStatements
 from queuelog.storage.sqlite.statements.reads import ReadStatements
+from queuelog.storage.sqlite.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.sqlite.statements.schedules import ScheduleStatements
 
 
@@ -29,6 +32,9 @@ class SqliteStatements(
     EventStatements,
     DependencyStatements,
     ScheduleStatements,
+    CancelRequestStatements,
+    ReschedulingStatements,
+    JobTypeStatements,
     ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""

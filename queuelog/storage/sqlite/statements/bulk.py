@@ -7,7 +7,6 @@ import functools
 
 from sqlalchemy import literal_column, select, text, update
 
-from queuelog.storage.operations.read_plans import BulkWalk
 from queuelog.storage.schema.tables import jobs
 from queuelog.storage.sqlite.statements.fragments import (
     CANCELLED_VALUES,
@@ -16,9 +15,9 @@ from queuelog.storage.sqlite.statements.fragments import (
     lit,
     sql_of,
 )
-from queuelog.storage.statements import LAST_ID, Statements
+from queuelog.storage.statements import LAST_ID, BulkWalk, Statements
 
-# Each bulk walk's index, and the terms that walk it (bulk.py).
+# Each bulk walk's index, and the terms that walk it (operations/bulk.py).
 _BULK_WALKS = {
     BulkWalk.STATUS: ("ix_jobs_status", "status = :status"),
     BulkWalk.TYPE_STATUS: ("ix_jobs_type_status", "type = :type AND status = :status"),
@@ -27,7 +26,9 @@ _BULK_WALKS = {
 
 
 @functools.cache
-def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool) -> str:
+def match_statement(
+    walk: BulkWalk, by_creator: bool, job_type: bool, key: bool, before: bool, unrequested: bool = False
+) -> str:
     """A bulk chunk's jobs of one status (Statements.match_jobs): the walk's index from
     `after` up to its `scan`-th row (`edge`), a range of the index however few rows match."""
     index, walked = _BULK_WALKS[walk]
@@ -40,6 +41,8 @@ def match_statement(walk: BulkWalk, by_creator: bool, job_type: bool, key: bool,
         filters.append("created_at < :before")
     if by_creator and walk is not BulkWalk.CREATOR:
         filters.append("created_by = :name")
+    if unrequested:
+        filters.append("cancel_requested_at IS NULL")
     return (
         f"WITH edge AS (SELECT id FROM jobs INDEXED BY {index} WHERE {walked} AND id > :after"
         " ORDER BY id LIMIT 1 OFFSET :scan - 1)"

@@ -5,7 +5,13 @@ from __future__ import annotations
 import functools
 
 from queuelog.storage.schema.codec import JOB_COLUMN_LIST
-from queuelog.storage.sqlite.statements.fragments import DELAYED, NEXT_REVISION_SQL, READY, each_type
+from queuelog.storage.sqlite.statements.fragments import (
+    CLAIMABLE,
+    DELAYED,
+    NEXT_REVISION_SQL,
+    READY,
+    each_type,
+)
 from queuelog.storage.statements import PENDING_TYPES_SQL, PROGRESS_RESET, PROMOTE_BATCH, Statements
 
 # A type's ready jobs in claim order: those without a key (ix_jobs_ready), or with one
@@ -32,9 +38,13 @@ CLAIMED = f"""
 """
 
 
-def type_heads(type_count: int, columns: str, unkeyed_limit: str, keyed_limit: str) -> str:
-    unkeyed = UNKEYED_HEAD.format(columns=columns, ready=READY, limit=unkeyed_limit)
-    keyed = KEYED_HEAD.format(columns=columns, ready=READY, limit=keyed_limit)
+def type_heads(
+    type_count: int, columns: str, unkeyed_limit: str, keyed_limit: str, ready: str = READY
+) -> str:
+    """Each type's first `ready` jobs without a key and with one (`ready`: a claim's reads
+    take CLAIMABLE)."""
+    unkeyed = UNKEYED_HEAD.format(columns=columns, ready=ready, limit=unkeyed_limit)
+    keyed = KEYED_HEAD.format(columns=columns, ready=ready, limit=keyed_limit)
     return each_type(type_count, f"{unkeyed}) UNION ALL SELECT * FROM ({keyed}")
 
 
@@ -50,7 +60,7 @@ def claim_heads(heads: str) -> str:
 # The claim of types without controls: up to `limit` of each type's heads.
 @functools.lru_cache(maxsize=64)
 def claim_statement(type_count: int) -> str:
-    return claim_heads(type_heads(type_count, "id, priority, created_at", ":limit", ":limit"))
+    return claim_heads(type_heads(type_count, "id, priority, created_at", ":limit", ":limit", CLAIMABLE))
 
 
 @functools.lru_cache(maxsize=64)
@@ -69,5 +79,3 @@ class ClaimStatements(Statements, part=True):
     claim_jobs = staticmethod(claim_statement)
     promote_due = staticmethod(promote_statement)
     PENDING_TYPES = PENDING_TYPES_SQL
-    PROMOTE_READS_CONTROLS = False  # an UPDATE without RETURNING: TYPE_CONTROLS follows
-    PROMOTE_PENDING = None  # one writer, no round trips: promote_due of the types read

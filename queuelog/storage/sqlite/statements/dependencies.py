@@ -34,7 +34,6 @@ class DependencyStatements(Statements, part=True):
         FROM (SELECT job_id, count(*) AS n FROM ({NEXT_EDGES}) GROUP BY job_id) AS d
         WHERE jobs.id = d.job_id AND jobs.status = 'pending' AND jobs.delayed = 2
         RETURNING jobs.type, jobs.delayed"""
-    RELEASE_NEXT_RETURNS_EDGES = False
     CANCEL_DEPENDENTS = f"""
         UPDATE jobs SET status = 'cancelled', error = :error, finished_at = {STAMP_SQL},
             updated_at = {STAMP_SQL}, {NEXT_REVISION_SQL}

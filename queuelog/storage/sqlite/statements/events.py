@@ -32,7 +32,6 @@ class EventStatements(Statements, part=True):
     INSERT_EVENT = sql_of(insert(job_events).values({n: bindparam(n) for n in EVENT_COLUMNS}))
     DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-    EVENT_HORIZON = None  # one writer at a time: ids commit in order
     EVENTS_WITH_IDS = (
         "SELECT id, job_id, kind, status FROM job_events WHERE id IN (SELECT value FROM json_each(:ids))"
     )

@@ -13,15 +13,15 @@ from queuelog.storage.sqlite.statements.claims import (
     claim_heads,
     type_heads,
 )
-from queuelog.storage.sqlite.statements.fragments import CANDIDATE, READY, each_type
+from queuelog.storage.sqlite.statements.fragments import CANDIDATE, CLAIMABLE, READY, UNEXPIRED, each_type
 from queuelog.storage.statements import TYPE_CONTROLS_SQL, Statements, put_type_control
 
 
 def _within_quotas(type_count: int, columns: str) -> str:
     """Each type's first `quota{i}` ready jobs, keyed and unkeyed together: the quota is the
     type's, so it applies to the merge of its two index reads, not to each of them."""
-    unkeyed = UNKEYED_HEAD.format(columns=columns, ready=READY, limit=":quota{i}")
-    keyed = KEYED_HEAD.format(columns=columns, ready=READY, limit=":quota{i}")
+    unkeyed = UNKEYED_HEAD.format(columns=columns, ready=CLAIMABLE, limit=":quota{i}")
+    keyed = KEYED_HEAD.format(columns=columns, ready=CLAIMABLE, limit=":quota{i}")
     return each_type(
         type_count,
         f"SELECT * FROM ({unkeyed}) UNION ALL SELECT * FROM ({keyed})"
@@ -55,14 +55,12 @@ class FlowStatements(Statements, part=True):
     claim_within_quotas = staticmethod(claim_within_quotas_statement)
     ready_heads = staticmethod(ready_heads_statement)
     key_heads = staticmethod(key_heads_statement)
+    # The candidates were read without the expiry term: it is checked here, on the row.
     CLAIM_IDS = f"""{CLAIMED}
-        WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids))
+        WHERE status = 'pending' AND id IN (SELECT value FROM json_each(:ids)) AND {UNEXPIRED}
         RETURNING {JOB_COLUMN_LIST}
     """
     TYPE_CONTROLS = TYPE_CONTROLS_SQL
-    # BEGIN IMMEDIATE already holds the write lock, and the batch took its time after it:
-    # nothing to lock, no clock to read again (NULL)
-    LOCK_CONTROLLED_CLAIMS = "SELECT NULL"
     RUNNING_PER_KEY = (
         "SELECT concurrency_key, count(*) FROM jobs INDEXED BY ix_jobs_running_key"
         " WHERE type = :type AND status = 'running' AND concurrency_key IS NOT NULL"

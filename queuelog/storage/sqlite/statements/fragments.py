@@ -37,6 +37,11 @@ def lit(value: str | int | None) -> Any:
 IS_PENDING = jobs.c.status == literal_column(f"'{PENDING}'")
 IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
 READY = "status = 'pending' AND delayed = 0"
+# A ready job a claim may take: not past its expiry (API.md section 12). A job without one
+# passes on the first term, and the head reads read the row all the same: their plans do
+# not change (tests/test_expiry_plans.py). The sweep cancels expired jobs within a second.
+UNEXPIRED = "(expires_at IS NULL OR expires_at > :now)"
+CLAIMABLE = f"{READY} AND {UNEXPIRED}"
 DELAYED = "status = 'pending' AND delayed = 1"
 
 
@@ -51,7 +56,7 @@ CANDIDATE = "id, type, concurrency_key, priority, created_at"
 # a clock stepped back makes a difference): a job's recorded times never run backwards.
 STAMP: Any = func.max(bindparam("now"), jobs.c.updated_at)
 STAMP_SQL = "max(:now, updated_at)"
-# Every UPDATE of a job adds one (storage/tables.py).
+# Every UPDATE of a job adds one (storage/schema/tables.py).
 NEXT_REVISION = jobs.c.revision + literal_column("1")
 NEXT_REVISION_SQL = "revision = revision + 1"
 RETRIED_VALUES = {
@@ -64,6 +69,7 @@ RETRIED_VALUES = {
     "lease_expires_at": lit(None),
     "timeout_at": lit(None),
     "finished_at": lit(None),
+    "cancel_requested_at": lit(None),
     "updated_at": STAMP,
     "revision": NEXT_REVISION,
 }

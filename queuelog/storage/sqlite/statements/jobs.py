@@ -128,4 +128,3 @@ class JobStatements(Statements, part=True):
         DELETE FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) AND {_UNAWAITED}
         RETURNING id, type, status, created_by, worker_id
     """
-    COMPLETE_MANY = None

@@ -64,7 +64,7 @@ def list_statement(
     """`jobs(...)`, newest first, through the filter's index, testing the caller on each row;
     with several statuses, each status's part, merged. A caller who sees only its own jobs
     names the filter's index: SQLite has no statistics to choose between it and the
-    caller's own, so list_jobs does, from the counters (read_plans.py), and reads the
+    caller's own, so list_jobs does, from the counters (operations/read_plans.py), and reads the
     caller's own through scope_page_statement."""
     filters = []
     if by_creator and by_worker:
@@ -162,14 +162,12 @@ class ReadStatements(Statements, part=True):
     )
     list_jobs = staticmethod(list_statement)
     scope_page = staticmethod(scope_page_statement)
-    TYPE_INDEX = True
     held_schedule_jobs = staticmethod(held_schedule_jobs_statement)
-    WALK_IN_INDEX_ORDER = None  # match_jobs names its index (INDEXED BY)
     ACTIVE_KEY = (
         "SELECT name, roles, max_priority, created_at FROM api_keys"
         " WHERE key_hash = :key_hash AND revoked_at IS NULL"
     )
     # Whether a key still works: a waiting claim asks inside its transaction (revoked: no claim).
     KEY_IS_ACTIVE = "SELECT 1 FROM api_keys WHERE name = :name AND revoked_at IS NULL"
-    KEY_GENERATION = "SELECT generation FROM key_state WHERE id = 1"
+    KEY_GENERATION = "SELECT generation, types_generation FROM key_state WHERE id = 1"
     PING = "SELECT 1"

@@ -1,0 +1,19 @@
+"""`AsyncClient`: every call of the SDK, as coroutines."""
+
+from __future__ import annotations
+
+from queuelog.sdk.flow_control_calls import FlowControlCalls
+from queuelog.sdk.producer_calls import ProducerCalls
+from queuelog.sdk.schedule_calls import ScheduleCalls
+from queuelog.sdk.worker_calls import WorkerCalls
+
+
+class AsyncClient(ProducerCalls, FlowControlCalls, ScheduleCalls, WorkerCalls):
+    """The calls of producers and readers, flow control, schedules and workers, on one
+    connection pool; `async with AsyncClient(url) as queue`, or `await queue.aclose()`."""
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

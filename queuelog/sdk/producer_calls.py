@@ -1,0 +1,108 @@
+"""The calls of producers and readers (docs/python.md, "Producers and readers")."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from queuelog.enqueue_request import EnqueueRequest
+from queuelog.sdk.inputs import arguments_of, enqueue_item_request, enqueue_request
+from queuelog.sdk.session import Session
+from queuelog.sdk.types import JOB_FIELDS, NEW_JOB_FIELDS, Enqueued, EnqueueItem, Job, QueueStats
+from queuelog.sdk.wire import PAGE_SIZE
+
+
+class ProducerCalls(Session):
+    @arguments_of(enqueue_request)
+    async def enqueue(self, request: EnqueueRequest[str, str]) -> Job:
+        """Enqueue one job. `run_at`: not claimed before then; an aware datetime, or an
+        ISO-8601 string with an offset ("2030-01-01T09:00:00Z", "...+02:00"). `depends_on`:
+        the jobs it waits for (ids, Job or Enqueued objects; one or a sequence): it stays
+        PENDING, with `waiting_for` > 0, and is claimed only once every one of them is
+        COMPLETED.
+
+        Raises BadInput (a type outside the allowlist, bad arguments, over 100 dependencies),
+        NotFound (a dependency this key cannot see), Conflict (a dependency already FAILED or
+        CANCELLED; an idempotency key reused with other input), Forbidden, PayloadTooLarge,
+        Unauthenticated, ServerUnreachable; before sending, TypeError for a dependency that is
+        not an id or a job, or a run_at that is neither a datetime nor a string, and ValueError
+        for a run_at without an offset (a naive datetime) or not in ISO 8601.
+        """
+        data = await self.execute(
+            "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
+            f"{{ job {{ {JOB_FIELDS} }} }} }}",
+            {"input": request.as_input()},
+        )
+        return Job.from_graphql(data["enqueueJob"]["job"])
+
+    async def enqueue_many(self, items: Sequence[EnqueueItem | dict[str, Any]]) -> list[Enqueued]:
+        """Enqueue several jobs at once, all or nothing; the answers come in the items' order.
+
+        Each item is a dict of enqueue()'s arguments (`{"type": "email", "payload": {...},
+        "depends_on": [job]}`, see EnqueueItem), plus `depends_on_items`: the 0-based indexes
+        of earlier items of this call that the job waits for, so a whole graph goes in at
+        once. A chain: `[{"type": "a"}, {"type": "b", "depends_on_items": [0]}, {"type": "c",
+        "depends_on_items": [1]}]`; a fan-in: `[{"type": "part"}, {"type": "part"}, {"type":
+        "join", "depends_on_items": [0, 1]}]`.
+
+        Raises what enqueue() raises, for any item (then none is enqueued); BadInput also for
+        an index that is not of an earlier item; TypeError for a key enqueue() does not take.
+        """
+        inputs = [enqueue_item_request(item).as_input() for item in items]
+        data = await self.execute(
+            "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) "
+            f"{{ created job {{ {NEW_JOB_FIELDS} }} }} }}",
+            {"inputs": inputs},
+        )
+        return [Enqueued(Job.from_graphql(e["job"]), e["created"]) for e in data["enqueueJobs"]]
+
+    async def get(self, id: str) -> Job | None:
+        data = await self.execute(f"query($id: ID!) {{ job(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id})
+        return Job.from_graphql(data["job"]) if data.get("job") else None
+
+    async def list(self, status: str | None = None, type: str | None = None) -> AsyncIterator[Job]:
+        """Every job visible to this key, newest first, fetching page after page."""
+        after: str | None = None
+        while True:
+            data = await self.execute(
+                "query($status: JobStatus, $type: String, $first: Int!, $after: String) {"
+                " jobs(status: $status, type: $type, first: $first, after: $after) {"
+                f" nodes {{ {JOB_FIELDS} }} pageInfo {{ hasNextPage endCursor }} }} }}",
+                {
+                    "status": status.upper() if status else None,
+                    "type": type,
+                    "first": PAGE_SIZE,
+                    "after": after,
+                },
+            )
+            page = data["jobs"]
+            for node in page["nodes"]:
+                yield Job.from_graphql(node)
+            if not page["pageInfo"]["hasNextPage"]:
+                return
+            after = page["pageInfo"]["endCursor"]
+
+    async def cancel(self, id: str) -> Job:
+        data = await self.execute(
+            f"mutation($id: ID!) {{ cancelJob(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id}
+        )
+        return Job.from_graphql(data["cancelJob"])
+
+    async def retry(self, id: str) -> Job:
+        data = await self.execute(
+            f"mutation($id: ID!) {{ retryJob(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id}
+        )
+        return Job.from_graphql(data["retryJob"])
+
+    async def stats(self) -> QueueStats:
+        counts = "pending running completed failed cancelled"
+        data = await self.execute(
+            f"{{ queueStats {{ counts {{ {counts} }} byType {{ type counts {{ {counts} }} }} "
+            "oldestPendingSeconds } }"
+        )
+        stats = data["queueStats"]
+        return QueueStats(
+            counts=stats["counts"],
+            by_type={t["type"]: t["counts"] for t in stats["byType"]},
+            oldest_pending_seconds=stats["oldestPendingSeconds"],
+        )

@@ -1,0 +1,143 @@
+"""`Client`: AsyncClient's calls, blocking, run on a private event-loop thread.
+
+Each method is taken whole from AsyncClient (`enqueue = blocking(AsyncClient.enqueue)`), so
+its parameters, defaults, types and docstring are the async method's, for mypy, IDEs and
+`help()` alike: a call added to AsyncClient is one line here, and the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from concurrent.futures import Future
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from queuelog.sdk.async_client import AsyncClient
+from queuelog.sdk.session import DEFAULT_TIMEOUT, resolve_key
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _as_sync(method: Callable[..., Any], function: Callable[..., Any], returns: Any = None) -> None:
+    """Give `function` the name, docstring and signature of AsyncClient's `method` (its
+    annotations evaluated, as `inspect.signature(..., eval_str=True)` reads them)."""
+    functools.update_wrapper(function, method, assigned=("__name__", "__doc__"), updated=())
+    function.__qualname__ = f"Client.{method.__name__}"
+    signature = inspect.signature(method, eval_str=True)
+    if returns is not None:
+        signature = signature.replace(return_annotation=returns)
+    vars(function)["__signature__"] = signature
+
+
+class blocking(Generic[P, R]):
+    """`Client.NAME = blocking(AsyncClient.NAME)`: the coroutine method, run to its end."""
+
+    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]) -> None:
+        def call(client: Client, *args: P.args, **kwargs: P.kwargs) -> R:
+            return client._call(method(client._async, *args, **kwargs))
+
+        _as_sync(method, call)
+        self._function = call
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> Callable[Concatenate[Client, P], R]: ...
+
+    @overload
+    def __get__(self, client: Client, owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(self, client: Client | None, owner: type[Any]) -> Callable[..., R]:
+        if client is None:
+            return self._function
+        return types.MethodType(self._function, client)
+
+
+class blocking_iterator(Generic[P, R]):
+    """`blocking` for an async generator method: an iterator that fetches as it goes."""
+
+    def __init__(self, method: Callable[Concatenate[AsyncClient, P], AsyncIterator[R]]) -> None:
+        def call(client: Client, *args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
+            items = method(client._async, *args, **kwargs)
+            while True:
+                try:
+                    yield client._call(items.__anext__())
+                except StopAsyncIteration:
+                    return
+
+        returned = inspect.signature(method, eval_str=True).return_annotation
+        _as_sync(method, call, types.GenericAlias(Iterator, returned.__args__))
+        self._function = call
+
+    @overload
+    def __get__(self, client: None, owner: type[Any]) -> Callable[Concatenate[Client, P], Iterator[R]]: ...
+
+    @overload
+    def __get__(self, client: Client, owner: type[Any]) -> Callable[P, Iterator[R]]: ...
+
+    def __get__(self, client: Client | None, owner: type[Any]) -> Callable[..., Iterator[R]]:
+        if client is None:
+            return self._function
+        return types.MethodType(self._function, client)
+
+
+class Client:
+    """The synchronous client: AsyncClient's methods, run on a private event-loop thread."""
+
+    def __init__(self, url: str, key: str | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """`key` defaults to $QUEUELOG_API_KEY; with neither, MissingKey."""
+        key = resolve_key(key)  # before the loop thread starts: a missing key leaves none behind
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="queuelog-client", daemon=True)
+        self._thread.start()
+        self._async = self._call(self._make(url, key, timeout))
+
+    @staticmethod
+    async def _make(url: str, key: str, timeout: float) -> AsyncClient:
+        return AsyncClient(url, key, timeout=timeout)
+
+    def _call(self, coroutine: Awaitable[R]) -> R:
+        future: Future[R] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
+        return future.result()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._call(self._async.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+        self._loop.close()
+
+    def execute(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one operation; returns `data` or raises the contract error."""
+        return self._call(self._async.execute(query, variables))
+
+    # Producers and readers.
+    enqueue = blocking(AsyncClient.enqueue)
+    enqueue_many = blocking(AsyncClient.enqueue_many)
+    get = blocking(AsyncClient.get)
+    list = blocking_iterator(AsyncClient.list)
+    cancel = blocking(AsyncClient.cancel)
+    retry = blocking(AsyncClient.retry)
+    stats = blocking(AsyncClient.stats)
+    # Flow control.
+    type_controls = blocking(AsyncClient.type_controls)
+    pause_type = blocking(AsyncClient.pause_type)
+    resume_type = blocking(AsyncClient.resume_type)
+    set_type_control = blocking(AsyncClient.set_type_control)
+    cancel_jobs = blocking(AsyncClient.cancel_jobs)
+    retry_jobs = blocking(AsyncClient.retry_jobs)
+    # Schedules.
+    schedules = blocking(AsyncClient.schedules)
+    put_schedule = blocking(AsyncClient.put_schedule)
+    delete_schedule = blocking(AsyncClient.delete_schedule)
+    pause_schedule = blocking(AsyncClient.pause_schedule)
+    resume_schedule = blocking(AsyncClient.resume_schedule)
