@@ -399,6 +399,7 @@ async def serving(state: State, settings: Settings) -> AsyncIterator[None]:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await services.queue.progress.close()  # the progress reports still held are stored
         await services.repository.close()
 
 

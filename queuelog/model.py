@@ -140,6 +140,45 @@ class RecordedEvent:
     at: datetime
 
 
+class AttemptOutcome(enum.Enum):
+    """How one claim of a job ended (API.md section 12)."""
+
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    RETRIED = "RETRIED"
+    FAILED = "FAILED"
+    SNOOZED = "SNOOZED"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    TIMED_OUT = "TIMED_OUT"
+    CANCELLED = "CANCELLED"
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One claim of a job, as its events tell it (Job.attempts)."""
+
+    attempt: int
+    worker_id: str
+    claimed_at: datetime
+    finished_at: datetime | None
+    outcome: AttemptOutcome
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressReport:
+    """A holder's report on its attempt (reportProgress)."""
+
+    job_id: int
+    worker: str
+    attempt: int
+    progress: float
+    message: str | None
+    # When it arrived, for a report the server held back (stored later); None: stamped as
+    # it is stored.
+    at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class JobRequest(EnqueueRequest[Priority, int]):
     """An enqueue request as the server reads it: its priority a Priority, its dependencies

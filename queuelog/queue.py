@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import dataclasses
 import functools
 import logging
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from queuelog.allowlist import Allowlist, check_job_type_name
 from queuelog.auth import Principal
 from queuelog.errors import BadInput, Forbidden, NotFound, PayloadTooLarge, echo
 from queuelog.model import (
+    ALL_JOBS,
     BulkOutcome,
     CompleteAndClaimOutcome,
     Completion,
@@ -41,12 +43,14 @@ from queuelog.model import (
     EnqueueOutcome,
     EventKind,
     Job,
+    JobAttempt,
     JobEdit,
     JobFilter,
     JobRequest,
     JobStatus,
     MinuteCount,
     NewJob,
+    ProgressReport,
     QueueStats,
     RecordedEvent,
     Role,
@@ -54,12 +58,14 @@ from queuelog.model import (
     TypeControl,
     TypeLimits,
 )
+from queuelog.progress import ProgressWindows
 from queuelog.sanitize import sanitize_error
 from queuelog.scheduling import check_schedule_name, validate_schedule
 from queuelog.settings import Settings, env_name
 from queuelog.shared_reads import ControlWatch, Recent
 from queuelog.stopping import Stopping
 from queuelog.storage.group_commit import ParkedClaim
+from queuelog.storage.operations.attempts import AttemptEvent, attempts_of
 from queuelog.storage.operations.claims import Claimed
 from queuelog.storage.repository import ClaimerRevoked, Repository
 from queuelog.storage.schema.types import compact_json
@@ -83,6 +89,7 @@ MAX_RATE_PERIOD = 86400
 MAX_TIMEOUT_SECONDS = 86400
 MAX_DEPENDENCIES = 100
 MAX_SNOOZE_SECONDS = 86400
+MAX_PROGRESS_MESSAGE = 200
 # A waiting claim re-checks the database at least this often, so that work enqueued by
 # another server process is found even though only this process's enqueues signal it.
 CROSS_PROCESS_RECHECK_SECONDS = 0.5
@@ -97,6 +104,8 @@ KEY_GENERATION_MAX_AGE = 0.1
 log = logging.getLogger("queuelog.queue")
 # Where `history` gets a job's events: (job id, how many) -> the events.
 HistoryRead = Callable[[tuple[int, int]], Awaitable[list[RecordedEvent]]]
+# Where `attempts` gets a job's events that carry an attempt: (job id, how many attempts).
+AttemptsRead = Callable[[tuple[int, int]], Awaitable[list[AttemptEvent]]]
 
 
 def _caller_still_there() -> Callable[[], bool]:
@@ -128,6 +137,8 @@ class JobQueue:
         self.allowlist = Allowlist(settings.job_types, repository)
         self._control_watch = ControlWatch(repository.stored_controls, HELD_RECHECK_SECONDS)
         self._key_generation = Recent(repository.refresh_key_generation, KEY_GENERATION_MAX_AGE)
+        self.progress = ProgressWindows(repository, settings.lease_seconds)
+        repository.add_listener(self.progress.on_events)
         # Set when this process changes a schedule: its ticker looks again at once.
         self.schedules_changed = asyncio.Event()
 
@@ -217,6 +228,7 @@ class JobQueue:
         """The holder's job back to PENDING, due in `seconds`: no retry used."""
         if not 1 <= seconds <= MAX_SNOOZE_SECONDS:
             raise BadInput(f"seconds must be between 1 and {MAX_SNOOZE_SECONDS}")
+        await self._before_attempts_end([job_id])
         return await self.repository.snooze(principal.name, job_id, attempt, seconds)
 
     async def update_job(self, principal: Principal, job_id: int, edit: JobEdit) -> Job:
@@ -653,12 +665,14 @@ class JobQueue:
 
     async def complete(self, principal: Principal, job_id: int, result: Any, attempt: int | None) -> Job:
         self.check_json_size(result, "result")
+        await self._before_attempts_end([job_id])
         return await self.repository.complete(principal.name, job_id, result, attempt)
 
     async def complete_many(self, principal: Principal, items: Sequence[Completion]) -> CompletionOutcome:
         items = self._completions(items)
         if not items:
             return CompletionOutcome(completed=[], rejected=[])
+        await self._before_attempts_end(item.id for item in items)
         return await self.repository.complete_many(principal.name, items)
 
     async def complete_and_claim(
@@ -674,6 +688,7 @@ class JobQueue:
         next step is claimable as soon as the completion before it applies)."""
         items = self._completions(items)
         type_list, lease = self._claim_arguments(types, limit, lease_seconds)
+        await self._before_attempts_end(item.id for item in items)
         outcome, claimed = await self.repository.complete_and_claim(
             principal.name, items, type_list, limit, lease
         )
@@ -703,7 +718,58 @@ class JobQueue:
             raise BadInput(f"retryInSeconds must be between 0 and {MAX_RETRY_IN_SECONDS}")
         check_no_nul(error, "error")  # lone surrogates: sanitize_error replaces them
         clean = sanitize_error(error, self.settings.max_error_chars)
+        await self._before_attempts_end([job_id])
         return await self.repository.fail(principal.name, job_id, clean, retryable, retry_in_seconds, attempt)
+
+    # --- progress and attempts (API.md section 12) ------------------------------------------
+
+    async def report_progress(
+        self, principal: Principal, job_id: int, attempt: int, progress: float, message: str | None
+    ) -> Job:
+        if not 0 <= progress <= 1:  # NaN too
+            raise BadInput("progress must be between 0 and 1")
+        if message is not None:
+            if len(message) > MAX_PROGRESS_MESSAGE:
+                raise BadInput(f"message must be at most {MAX_PROGRESS_MESSAGE} characters")
+            check_storable(message, "message")
+        report = ProgressReport(job_id, principal.name, attempt, progress, message)
+        return await self.progress.report(report, lambda: self.repository.get_job(job_id, ALL_JOBS))
+
+    def following_progress(self, job: Job) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, reports on `job` through other servers reach this server's
+        subscribers (storage/feeds/progress_watch.py); those through this one always do."""
+        return self.repository.progress_watch.following(job)
+
+    async def _before_attempts_end(self, job_ids: Iterable[int]) -> None:
+        """Store the progress reports held for these jobs before their holder ends their
+        attempts through this server: the last report of an attempt comes before its end."""
+        held = self.progress.take_held(job_ids)
+        if held:
+            await self.progress.store_held(held)
+
+    async def attempts(
+        self, principal: Principal, job: Job, last: int, read: AttemptsRead
+    ) -> builtins.list[JobAttempt]:
+        """The newest `last` claims of a job the caller was shown (so already may see);
+        `read` gets its events that carry an attempt (`attempt_events`, batched by the
+        resolvers' DataLoader)."""
+        if not 1 <= last <= MAX_HISTORY:
+            raise BadInput(f"last must be between 1 and {MAX_HISTORY}")
+        if not principal.scope.allows(job):
+            return []
+        return attempts_of(job, await read((job.id, last)), last)
+
+    async def attempt_events(
+        self, wanted: Sequence[tuple[int, int]]
+    ) -> builtins.list[builtins.list[AttemptEvent]]:
+        """The events that carry an attempt of many jobs, (job id, how many attempts) each,
+        in one read."""
+        if not wanted:
+            return []
+        found = await self.repository.attempt_events_of_jobs(
+            list(dict.fromkeys(job_id for job_id, _ in wanted)), max(last for _, last in wanted)
+        )
+        return [found.get(job_id, []) for job_id, _ in wanted]
 
 
 def _described(job_filter: JobFilter) -> str:

@@ -2,8 +2,8 @@
 
 `storage/schema/tables.py` (columns) and `model.Job` must match exactly (the row decoder is
 generated from the table); the GraphQL `Job` type exposes every model field but the
-internal `created_by`, plus the relations computed on request (`events`, which takes an
-argument and reads job_events); the Python client's `Job` has exactly the GraphQL fields but
+internal `created_by`, plus the relations computed on request (`events` and `attempts`,
+which take an argument and read job_events); the Python client's `Job` has exactly the GraphQL fields but
 those relations, and its selections are derived from it.
 
 The lists a new column would otherwise need by hand are generated from the table (the
@@ -33,7 +33,7 @@ INTERNAL_FIELDS = {
     "revision",
     "enqueued_as",
 }
-RELATIONS = {"events", "dependsOn"}
+RELATIONS = {"events", "dependsOn", "attempts"}
 # Model fields exposed in another form: when cancellation was asked for, as a flag
 # (model.Job.cancel_requested).
 EXPOSED_AS = {"cancel_requested_at": "cancel_requested"}

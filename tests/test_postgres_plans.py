@@ -316,7 +316,14 @@ def test_a_claim_of_any_type_promotes_each_pending_types_due_jobs_by_its_range(
 
 
 # Every statement that changes one job found by id, with its guard on the job's state.
-BY_ID = ["COMPLETE_CHECKED", "COMPLETE_HELD", "HEARTBEAT", "FAIL_RUNNING", "EXPIRE_RUNNING"]
+BY_ID = [
+    "COMPLETE_CHECKED",
+    "COMPLETE_HELD",
+    "HEARTBEAT",
+    "FAIL_RUNNING",
+    "EXPIRE_RUNNING",
+    "REPORT_PROGRESS",
+]
 BY_ID_OTHER_STATES = ["CANCEL_PENDING", "RETRY_FINISHED", "REQUEST_CANCEL"]
 
 
@@ -337,7 +344,8 @@ def test_one_job_by_id_is_looked_up_by_id_even_when_statistics_are_stale(
     params = {
         "id": 30000, "worker": "w", "attempt": 1, "result": "{}", "now": now, "lease": now,
         "status": "completed", "retry_count": 0, "worker_id": None, "run_at": now,
-        "finished_at": now, "error": None, "delayed": 0, "deadline": now,
+        "finished_at": now, "error": None, "delayed": 0, "deadline": now, "progress": 0.5, "message": None,
+        "at": now, "late": False,
     }  # fmt: skip
     shown = plan(running_burst, getattr(PostgresStatements, name), **params)
     assert re.search(r"Index Cond: .*\bid = ", shown), shown  # a point lookup: the key, or (worker_id, id)
@@ -436,16 +444,17 @@ def test_jobs_of_a_list_of_ids_are_looked_up_by_key_in_the_plan_a_server_runs(
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any) -> None:
-    """Job.events (the dashboard's timeline, or a page's worth batched) reads only the asked
-    jobs' rows of job_events, however many other jobs' events there are."""
+@pytest.mark.parametrize("name", ["EVENTS_OF_JOBS", "ATTEMPT_EVENTS_OF_JOBS"])
+def test_a_jobs_events_are_read_through_the_jobs_index(queue_shaped: Any, name: str) -> None:
+    """Job.events (the dashboard's timeline, or a page's worth batched) and Job.attempts read
+    only the asked jobs' rows of job_events, however many other jobs' events there are."""
     queue_shaped.execute(
-        "INSERT INTO job_events (job_id, kind, status, at)"
-        " SELECT g / 3, 'ENQUEUED', 'pending', now() FROM generate_series(3, 120000) AS g"
+        "INSERT INTO job_events (job_id, kind, status, at, attempt, worker_id)"
+        " SELECT g / 3, 'CLAIMED', 'running', now(), 1, 'w' FROM generate_series(3, 120000) AS g"
     )
     queue_shaped.execute("ANALYZE job_events")
     queue_shaped.execute("SET plan_cache_mode = force_generic_plan")
-    shown = plan(queue_shaped, PostgresStatements.EVENTS_OF_JOBS, ids="[30000, 30001, 29000]", limit=50)
+    shown = plan(queue_shaped, getattr(PostgresStatements, name), ids="[30000, 30001, 29000]", limit=50)
     assert "ix_job_events_job" in shown and "Seq Scan" not in shown, shown
 
 

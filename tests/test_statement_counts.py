@@ -57,6 +57,7 @@ from queuelog import ticker
 from queuelog.app import QueuelogApp, State, create_app
 from queuelog.keys import create_key
 from queuelog.model import Role
+from queuelog.progress import WINDOW_SECONDS
 from queuelog.resolvers.ids import encode_cursor
 from queuelog.settings import Settings
 from queuelog.storage.engine import create_sync_engine
@@ -109,6 +110,10 @@ EXPECTED: dict[str, tuple[int, int]] = {
     # the same, then one read of job_events for every Job.events of the page, however many
     # jobs it holds and however many aliases ask (issue 14: batched, not one read per job)
     **{f"jobs with events x{size}": (4, 4) for size in (1, 10, 100)},
+    # gen; read: SELECT jobs by id; read: SELECT job_events (the attempts)
+    "job with attempts": (4, 3),
+    # as jobs with events: one read of job_events for every Job.attempts of the page
+    **{f"jobs with attempts x{size}": (4, 4) for size in (1, 10, 100)},
     # gen; read: SELECT job_counts, SELECT type_controls (paused types do not count in the
     # lag), SELECT each pending type's head run_at (ix_jobs_lag, ix_jobs_delayed)
     "queueStats[admin]": (2, 4),
@@ -153,8 +158,16 @@ EXPECTED: dict[str, tuple[int, int]] = {
     # the same, plus one executemany UPDATE of the expired leases
     "claimJob after 1 expired lease": (4, 9),
     "claimJob after 10 expired leases": (4, 9),
+    # the claim of a job that reported progress in an earlier attempt: the claim's own
+    # UPDATE resets it, no statement more
+    "claimJob (types, resets progress)": (4, 7),
     # gen; write: UPDATE jobs ... RETURNING (no event, no counter moves)
     "heartbeatJob": (4, 2),
+    # gen; write: UPDATE jobs ... RETURNING: a heartbeat's (its event is not stored)
+    "reportProgress": (4, 2),
+    # gen: checked against the job as the window's store found it (no event of it since);
+    # held, stored when the window ends
+    "reportProgress (within the window)": (0, 1),
     # gen; refuse: UPDATE jobs (no row), SELECT jobs by id to say why -> NOT_FOUND
     "heartbeatJob (missing)": (5, 3),
     # gen; write: UPDATE jobs ... RETURNING; effects; finish
@@ -358,6 +371,17 @@ ENQUEUE_MANY = (
     "mutation($inputs: [EnqueueJobInput!]!) { enqueueJobs(inputs: $inputs) { created job { id } } }"
 )
 CLAIM = f"mutation($types: [String!]) {{ claimJob(types: $types) {{ {JOB_FIELDS} }} }}"
+JOB_WITH_ATTEMPTS = (
+    "query($id: ID!) { job(id: $id) { id attempts { attempt workerId claimedAt finishedAt outcome error } } }"
+)
+JOBS_WITH_ATTEMPTS = (
+    "query($first: Int!) { jobs(first: $first) { nodes { id"
+    " a: attempts(last: 100) { attempt outcome } b: attempts(last: 1) { attempt } } } }"
+)
+REPORT = (
+    "mutation($id: ID!, $attempt: Int!, $progress: Float!) {"
+    " reportProgress(id: $id, attempt: $attempt, progress: $progress) { id progress } }"
+)
 CLAIM_MANY = (
     "mutation($limit: Int!, $types: [String!]) { claimJobs(limit: $limit, types: $types) { id attempt } }"
 )
@@ -465,6 +489,19 @@ def expire_leases_of(database: Path, job_ids: list[str]) -> None:
         conn.execute(f"UPDATE jobs SET lease_expires_at = 1 WHERE id IN ({marks})", [int(i) for i in job_ids])
 
 
+def progress_of(database: Path, job_ids: list[str], progress: float) -> None:
+    """Give these jobs progress, as a report of an earlier attempt leaves it."""
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None, timeout=30)) as conn:
+        marks = ",".join("?" * len(job_ids))
+        conn.execute(f"UPDATE jobs SET progress = ? WHERE id IN ({marks})", [progress, *map(int, job_ids)])
+
+
+def read_progress(database: Path, job_id: str) -> float | None:
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None, timeout=30)) as conn:
+        (progress,) = conn.execute("SELECT progress FROM jobs WHERE id = ?", (int(job_id),)).fetchone()
+    return progress
+
+
 async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
     """Every operation once (most on data made just before, unmeasured), recorded in api.results."""
     await api.enqueue("producer", 500)
@@ -509,6 +546,10 @@ async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
         for node in nodes:
             assert node["a"] and [{"kind": e["kind"]} for e in node["a"]] == node["c"]
             assert node["b"] == [{"kind": node["a"][-1]["kind"]}]
+    await api.measure("job with attempts", "admin", JOB_WITH_ATTEMPTS, {"id": own[0]})
+    for size in (1, 10, 100):
+        page = await api.measure(f"jobs with attempts x{size}", "admin", JOBS_WITH_ATTEMPTS, {"first": size})
+        assert len(page["jobs"]["nodes"]) == size
     for who in ("admin", "producer", "worker", "producer+worker"):
         await api.measure(f"queueStats[{who}]", who, QUEUE_STATS)
 
@@ -551,9 +592,23 @@ async def one_pass(api: Api, tag: str, database: Path, engine: Any) -> None:
         name = f"claimJob after {expired} expired lease{'s' if expired > 1 else ''}"
         assert (await api.measure(name, "worker", CLAIM))["claimJob"] is not None
 
+    reported = await api.enqueue("producer", 1, "idle")
+    progress_of(database, reported, 0.5)
+    data = await api.measure("claimJob (types, resets progress)", "worker", CLAIM, {"types": ["idle"]})
+    assert data["claimJob"]["id"] == reported[0]
+    assert read_progress(database, reported[0]) is None
+
     # --- the holder's reports ---
     held = (await api.claim(1))[0]
     await api.measure("heartbeatJob", "worker", HEARTBEAT, {"id": held["id"], "attempt": held["attempt"]})
+    report = {"id": held["id"], "attempt": held["attempt"], "progress": 0.25}
+    await api.measure("reportProgress", "worker", REPORT, report)
+    data = await api.measure(
+        "reportProgress (within the window)", "worker", REPORT, {**report, "progress": 0.5}
+    )
+    assert data["reportProgress"]["progress"] == 0.5
+    await asyncio.sleep(WINDOW_SECONDS * 2)  # the held report's write, before the next measurement
+    assert read_progress(database, held["id"]) == 0.5
     await api.measure("heartbeatJob (missing)", "worker", HEARTBEAT, {"id": MISSING_ID}, code="NOT_FOUND")
     variables = {"id": held["id"], "attempt": held["attempt"], "result": {"ok": True}}
     await api.measure("completeJob", "worker", COMPLETE, variables)
@@ -671,6 +726,9 @@ BATCHES = {
     ],
     # expiring stale leases before a claim is one executemany, however many expired
     "claimJob after expired leases": ["claimJob after 1 expired lease", "claimJob after 10 expired leases"],
+    # resetting progress is part of the claim's own UPDATE
+    "claimJob of a job with progress": ["claimJob (types)", "claimJob (types, resets progress)"],
+    "jobs with attempts": ["jobs with attempts x1", "jobs with attempts x10", "jobs with attempts x100"],
 }
 
 

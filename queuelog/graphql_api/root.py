@@ -92,6 +92,14 @@ class Mutation:
     fail_job = strawberry.mutation(
         resolver=mutations.fail_job, graphql_type=Job, extensions=allowed(Action.WORK)
     )
+    report_progress = strawberry.mutation(
+        resolver=mutations.report_progress,
+        graphql_type=Job,
+        extensions=allowed(Action.WORK),
+        description=(
+            "The holder: store progress (0..1) and an optional message; delivered to jobUpdated subscribers."
+        ),
+    )
     cancel_job = strawberry.mutation(
         resolver=mutations.cancel_job,
         graphql_type=Job,

@@ -145,3 +145,9 @@ async def update_job(info: Ctx, id: strawberry.ID, input: UpdateJobInput) -> Job
 
 async def run_job_now(info: Ctx, id: strawberry.ID) -> Job:
     return await queue(info).run_job_now(caller(info), parse_job_id(id))
+
+
+async def report_progress(
+    info: Ctx, id: strawberry.ID, attempt: int, progress: float, message: str | None = None
+) -> Job:
+    return await queue(info).report_progress(caller(info), parse_job_id(id), attempt, progress, message)

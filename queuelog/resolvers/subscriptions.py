@@ -8,7 +8,7 @@ import strawberry
 from strawberry.types import Info
 
 from queuelog.errors import job_not_found
-from queuelog.model import Job
+from queuelog.model import EventKind, Job
 from queuelog.model import JobEvent as JobEventRecord
 from queuelog.resolvers.ids import parse_job_id
 from queuelog.schema.context import RequestContext, caller, queue
@@ -33,17 +33,18 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
         yield current
         if current.status.is_terminal:
             return
-        async for event in updates:
-            job = event.newest
-            if job.revision <= current.revision:
-                continue  # a state already delivered, or an older one
-            if not scope.allows(job):
-                return
-            current = job
-            await info.context.ensure_key_still_valid()
-            yield current
-            if current.status.is_terminal:
-                return
+        with queue(info).following_progress(current):
+            async for event in updates:
+                job = event.newest
+                if job.revision <= current.revision:
+                    continue  # a state already delivered, or an older one
+                if not scope.allows(job):
+                    return
+                current = job
+                await info.context.ensure_key_still_valid()
+                yield current
+                if current.status.is_terminal:
+                    return
 
 
 async def job_events(
@@ -55,7 +56,8 @@ async def job_events(
 
     def accepts(event: JobEventRecord) -> bool:
         return (
-            scope.allows(event.job)
+            event.kind is not EventKind.PROGRESS  # only jobUpdated delivers progress (API.md 12)
+            and scope.allows(event.job)
             and (wanted_types is None or event.job.type in wanted_types)
             and (wanted_statuses is None or event.job.status in wanted_statuses)
         )

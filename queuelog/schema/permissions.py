@@ -37,3 +37,9 @@ class AdminOnlyField(BasePermission):
     def has_permission(self, source: Any, info: Info, **kwargs: Any) -> bool:
         principal = principal_of(info)
         return bool(principal is not None and principal.may(Action.READ_ERROR))
+
+
+class AdminOnlyAttemptError(AdminOnlyField):
+    """`JobAttempt.error`, under the same permission as `Job.error`."""
+
+    message = "only ADMIN keys may read JobAttempt.error"

@@ -20,6 +20,7 @@ from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from queuelog import model
+from queuelog.schema.attempts import job_attempts
 from queuelog.schema.context import RequestContext, caller, queue
 from queuelog.schema.permissions import AdminOnlyField
 
@@ -149,6 +150,9 @@ class Job:
             "The job's recorded transitions, oldest first: its newest `last` (1..100). They are "
             "kept as long as the job is."
         ),
+    )
+    attempts = strawberry.field(
+        resolver=job_attempts, description="One entry per claim, oldest first: the newest `last` (1..100)."
     )
 
 

@@ -37,6 +37,7 @@ from queuelog.model import (
     MinuteCount,
     NewJob,
     Priority,
+    ProgressReport,
     QueueStats,
     RecordedEvent,
     Role,
@@ -48,10 +49,12 @@ from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.database import Database
 from queuelog.storage.engine import dialect_of, require_postgres_driver
 from queuelog.storage.feeds.notify import NotifyFeed
+from queuelog.storage.feeds.progress_watch import ProgressWatch
 from queuelog.storage.feeds.tail import EventTail
 from queuelog.storage.group_commit import OwnEvents, ParkedClaim
 from queuelog.storage.operations import (
     actions,
+    attempts,
     batch,
     bulk,
     claims,
@@ -61,6 +64,7 @@ from queuelog.storage.operations import (
     flow,
     job_types,
     pacing,
+    progress,
     pruning,
     reads,
     rescheduling,
@@ -108,6 +112,9 @@ class Repository:
         # lane (group_commit.py). Only a guess at which batch suits it: the claim reads the
         # controls in its transaction all the same.
         self._controls_seen: dict[str, TypeControl] = {}
+        # Other servers' progress reports on the jobs this server's subscribers follow.
+        self.progress_watch = ProgressWatch(self.get_jobs, self._publish_remote)
+        self.add_listener(self.progress_watch.on_events)
 
     def add_listener(self, listener: EventListener, *, remote: bool = True) -> None:
         """Call `listener` with the events of every commit: this process's, and (`remote`)
@@ -140,6 +147,7 @@ class Repository:
             await tail.start()
 
     async def close(self) -> None:
+        await self.progress_watch.close()
         if self._feed is not None:
             await self._feed.close()
         await self._db.close()
@@ -162,6 +170,10 @@ class Repository:
 
     async def get_job(self, job_id: int, scope: JobScope) -> Job | None:
         return await self._db.read(reads.get_job, job_id, scope)
+
+    async def get_jobs(self, job_ids: Sequence[int]) -> list[Job]:
+        """These jobs (those that exist), whoever may see them."""
+        return await self._db.read(reads.get_jobs, job_ids)
 
     async def dependency_ids(self, job_ids: Sequence[int]) -> dict[int, list[int]]:
         return await self._db.read(dependencies.dependency_ids, job_ids)
@@ -490,6 +502,19 @@ class Repository:
 
     async def update_job(self, job_id: int, scope: JobScope, edit: JobEdit) -> Job:
         return await self._db.write(lambda tx: rescheduling.update_pending(tx, job_id, scope, edit))
+
+    # --- progress and attempts (API.md section 12) ---------------------------------------------
+
+    async def report_progress(self, report: ProgressReport, lease_seconds: int) -> Job:
+        return await self._db.write(lambda tx: progress.report(tx, report, lease_seconds))
+
+    async def report_progress_late(self, reports: Sequence[ProgressReport], lease_seconds: int) -> list[Job]:
+        return await self._db.write(lambda tx: progress.report_late(tx, reports, lease_seconds))
+
+    async def attempt_events_of_jobs(
+        self, job_ids: Sequence[int], last: int
+    ) -> dict[int, list[attempts.AttemptEvent]]:
+        return await self._db.read(attempts.attempt_events_of_jobs, job_ids, last)
 
     async def expire_leases(self) -> int:
         return await self._db.write(lambda tx: running.expire_leases(tx, self._delay))

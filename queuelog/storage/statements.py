@@ -38,6 +38,9 @@ PRUNE_BATCH = 2000
 EVENT_TAIL_BATCH = 5000
 PROMOTE_BATCH = 1000  # delayed jobs made ready per type by one claim
 LAST_ID = 2**63 - 1  # above every job's id
+# Progress belongs to the attempt (API.md section 12): every claim starts the next one
+# without (the claim statements' SET).
+PROGRESS_RESET = "progress = NULL, progress_message = NULL, progress_at = NULL"
 
 # type_controls as TYPE_CONTROLS and PUT_TYPE_CONTROL answer it (flow.read_controls decodes).
 TYPE_CONTROL_COLUMN_LIST = (
@@ -283,6 +286,15 @@ class Statements:
     EVENTS_WITH_IDS: ClassVar[str]
     EVENTS_AFTER: ClassVar[str]
     EVENTS_OF_JOBS: ClassVar[str]
+    # Progress and attempts (API.md section 12: operations/progress.py, attempts.py).
+    # REPORT_PROGRESS stores a report (`progress`, `message`, `at`) on job `id` at `attempt`:
+    # RUNNING and held by `worker`, or with `late` whatever its state (the attempt ended
+    # since, and no claim came after it). It extends a RUNNING job's lease to at least
+    # `lease`, and returns the row (none when nothing matched). ATTEMPT_EVENTS_OF_JOBS:
+    # (job_id, kind, at, attempt, worker_id, error) of the newest `limit` events that carry
+    # an attempt of each of the jobs `ids`, by job and oldest first.
+    REPORT_PROGRESS: ClassVar[str]
+    ATTEMPT_EVENTS_OF_JOBS: ClassVar[str]
     # job_counts and job_minutes
     ADD_TO_COUNT: ClassVar[str]
     ADD_TO_MINUTE: ClassVar[str]

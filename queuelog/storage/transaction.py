@@ -109,6 +109,8 @@ class WriteTx:
         self.now = now
         self.now_us = to_micros(now)
         self.events: list[JobEvent] = []
+        # Whether `events` may hold some that are not stored (record_progress).
+        self.unstored = False
         # (type, created_by, old status, old worker, new status, new worker) per transition;
         # turned into counter changes once per transaction, for each distinct move.
         self.moves: list[Move] = []
@@ -174,6 +176,20 @@ class WriteTx:
         self.events.append(JobEvent(kind, after, after.updated_at))
         if after.has_dependents and after.status in FINISHED:
             self.parents.append(after)
+
+    def record_progress(self, job: Job) -> None:
+        """A progress report stored on a job: its PROGRESS event goes to this server's
+        subscribers, but is neither written to job_events nor notified
+        (operations/progress.py says why); no counter moves, nothing for dependents to settle."""
+        self._stamped(job)
+        self.events.append(JobEvent(EventKind.PROGRESS, job, job.updated_at))
+        self.unstored = True
+
+    def stored_events(self) -> list[JobEvent]:
+        """The events written to job_events and notified to other servers."""
+        if not self.unstored:
+            return self.events
+        return [e for e in self.events if e.kind is not EventKind.PROGRESS]
 
     def _stamped(self, after: Job) -> None:
         """A job changed, stamped `after.updated_at`: never before its own last stamp, which

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from queuelog.storage.operations import settlements
+from queuelog.storage.operations.attempts import event_columns
 from queuelog.storage.schema import counters
 from queuelog.storage.schema.counters import MICROS_PER_MINUTE
 from queuelog.storage.schema.types import to_micros
@@ -29,17 +30,23 @@ def run(operation: Callable[[WriteTx], T], tx: WriteTx) -> T:
 def write_side_effects(tx: WriteTx) -> None:
     """The events and counter changes of a group commit's successful operations."""
     now = tx.now_us
-    if tx.events:
+    events = tx.stored_events()
+    if events:
         # Each event is stamped as its job was (never before the job's previous stamp).
-        rows = [
-            {
-                "job_id": e.job.id,
-                "kind": KIND_TEXT[e.kind],
-                "status": STATUS_TEXT[e.job.status],
-                "at": to_micros(e.at),
-            }
-            for e in tx.events
-        ]
+        rows = []
+        for e in events:
+            attempt, worker_id, error = event_columns(e.kind, e.job)
+            rows.append(
+                {
+                    "job_id": e.job.id,
+                    "kind": KIND_TEXT[e.kind],
+                    "status": STATUS_TEXT[e.job.status],
+                    "at": to_micros(e.at),
+                    "attempt": attempt,
+                    "worker_id": worker_id,
+                    "error": error,
+                }
+            )
         if tx.event_ids is None:
             tx.executemany(tx.sql.INSERT_EVENT, rows)
         else:  # an event tail runs: it must know this process's events from the others'

@@ -276,7 +276,7 @@ class PostgresDatabase(GroupCommit):
         # where this server polls: replicas that LISTEN hear it too.
         with raw.pipeline():
             self._write_side_effects(tx)
-            for payload in notify_payloads(self.origin, tx.events):
+            for payload in notify_payloads(self.origin, tx.stored_events()):
                 raw.execute(NOTIFY, (EVENTS_CHANNEL, payload))
             if self.own_events is not None:
                 self.own_events.add(tx.event_ids or ())  # ids never reused: no withdraw on failure

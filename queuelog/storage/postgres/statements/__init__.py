@@ -28,6 +28,7 @@ from queuelog.storage.postgres.statements.events import EventStatements
 from queuelog.storage.postgres.statements.flow import FlowStatements
 from queuelog.storage.postgres.statements.job_types import JobTypeStatements
 from queuelog.storage.postgres.statements.jobs import JobStatements
+from queuelog.storage.postgres.statements.progress import ProgressStatements
 from queuelog.storage.postgres.statements.reads import ReadStatements
 from queuelog.storage.postgres.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.postgres.statements.schedules import ScheduleStatements
@@ -45,6 +46,7 @@ class PostgresStatements(
     CancelRequestStatements,
     ReschedulingStatements,
     JobTypeStatements,
+    ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""
 

@@ -15,7 +15,13 @@ from queuelog.storage.postgres.statements.fragments import (
     ts,
 )
 from queuelog.storage.schema.codec import JOB_COLUMN_LIST
-from queuelog.storage.statements import PENDING_TYPES_SQL, PROMOTE_BATCH, TYPE_CONTROLS_SQL, Statements
+from queuelog.storage.statements import (
+    PENDING_TYPES_SQL,
+    PROGRESS_RESET,
+    PROMOTE_BATCH,
+    TYPE_CONTROLS_SQL,
+    Statements,
+)
 
 # Set by every claim: the job's own timeout, else its type's (a read by key).
 _TIMEOUT_AT = (
@@ -28,7 +34,7 @@ _CLAIM_STAMP = f"GREATEST({NOW}, jobs.run_at, jobs.updated_at)"
 CLAIMED = f"""
     UPDATE jobs SET status = 'running', worker_id = %(worker)s, claimed_at = {_CLAIM_STAMP},
         attempt = attempt + 1, lease_expires_at = {ts("lease")}, updated_at = {_CLAIM_STAMP},
-        {NEXT_REVISION}, {_TIMEOUT_AT}
+        {NEXT_REVISION}, {_TIMEOUT_AT}, {PROGRESS_RESET}
 """
 
 

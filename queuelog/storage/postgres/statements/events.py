@@ -11,8 +11,9 @@ class EventStatements(Statements, part=True):
     """job_events, job_counts and job_minutes."""
 
     INSERT_EVENT = (
-        "INSERT INTO job_events (job_id, kind, status, at)"
-        f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}) RETURNING id"
+        "INSERT INTO job_events (job_id, kind, status, at, attempt, worker_id, error)"
+        f" VALUES (%(job_id)s, %(kind)s, %(status)s, {ts('at')}, %(attempt)s, %(worker_id)s, %(error)s)"
+        " RETURNING id"
     )
     DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE {among_ids('job_id', 'ids')}"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"

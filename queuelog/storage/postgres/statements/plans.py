@@ -38,6 +38,7 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.COMPLETE_CHECKED,
         PostgresStatements.COMPLETE_MANY,
         PostgresStatements.HEARTBEAT,
+        PostgresStatements.REPORT_PROGRESS,
         PostgresStatements.FAIL_RUNNING,
         PostgresStatements.INSERT_JOB,
         PostgresStatements.INSERT_JOB_ONCE,
@@ -61,6 +62,7 @@ GENERIC_PLANS = frozenset(
         PostgresStatements.NEXT_EDGES,
         PostgresStatements.RELEASE_NEXT,
         PostgresStatements.EVENTS_OF_JOBS,
+        PostgresStatements.ATTEMPT_EVENTS_OF_JOBS,
     }
 )
 # JIT off for the transaction too (a write batch starts with this): a generic plan cannot

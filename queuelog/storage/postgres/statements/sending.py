@@ -72,7 +72,15 @@ def _from_array(column: str) -> str:
 
 
 _JOB_ARRAYS = tuple((column, _element_type(column)) for column in NEW_JOB_COLUMNS)
-_EVENT_ARRAYS = (("job_id", "bigint"), ("kind", "text"), ("status", "text"), ("at", "bigint"))
+_EVENT_ARRAYS = (
+    ("job_id", "bigint"),
+    ("kind", "text"),
+    ("status", "text"),
+    ("at", "bigint"),
+    ("attempt", "integer"),
+    ("worker_id", "text"),
+    ("error", "text"),
+)
 # Rows go in in `n` order, so their ids (one sequence) rise in the order of the rows given.
 INSERT_JOBS_AT_ONCE = SetForm(
     f"INSERT INTO jobs ({INSERT_COLUMNS})"
@@ -81,8 +89,9 @@ INSERT_JOBS_AT_ONCE = SetForm(
     _JOB_ARRAYS,
 )
 INSERT_EVENTS_AT_ONCE = SetForm(
-    "INSERT INTO job_events (job_id, kind, status, at)"
-    f" SELECT v.job_id, v.kind, v.status, {_ts_of('at')} FROM {_rows_of(_EVENT_ARRAYS)}"
+    "INSERT INTO job_events (job_id, kind, status, at, attempt, worker_id, error)"
+    f" SELECT v.job_id, v.kind, v.status, {_ts_of('at')}, v.attempt, v.worker_id, v.error"
+    f" FROM {_rows_of(_EVENT_ARRAYS)}"
     " ORDER BY v.n RETURNING id",
     _EVENT_ARRAYS,
 )

@@ -17,6 +17,7 @@ from queuelog.storage.sqlite.statements.events import EventStatements
 from queuelog.storage.sqlite.statements.flow import FlowStatements
 from queuelog.storage.sqlite.statements.job_types import JobTypeStatements
 from queuelog.storage.sqlite.statements.jobs import JobStatements
+from queuelog.storage.sqlite.statements.progress import ProgressStatements
 from queuelog.storage.sqlite.statements.reads import ReadStatements
 from queuelog.storage.sqlite.statements.rescheduling import ReschedulingStatements
 from queuelog.storage.sqlite.statements.schedules import ScheduleStatements
@@ -34,5 +35,6 @@ class SqliteStatements(
     CancelRequestStatements,
     ReschedulingStatements,
     JobTypeStatements,
+    ProgressStatements,
 ):
     """Every statement, by name (statements.Statements)."""

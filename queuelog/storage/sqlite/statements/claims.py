@@ -12,7 +12,7 @@ from queuelog.storage.sqlite.statements.fragments import (
     READY,
     each_type,
 )
-from queuelog.storage.statements import PENDING_TYPES_SQL, PROMOTE_BATCH, Statements
+from queuelog.storage.statements import PENDING_TYPES_SQL, PROGRESS_RESET, PROMOTE_BATCH, Statements
 
 # A type's ready jobs in claim order: those without a key (ix_jobs_ready), or with one
 # (ix_jobs_ready_keyed), each index named (INDEXED BY): lacking statistics, SQLite's planner
@@ -34,7 +34,7 @@ _CLAIM_STAMP = "max(:now, run_at, updated_at)"
 CLAIMED = f"""
     UPDATE jobs SET status = 'running', worker_id = :worker, claimed_at = {_CLAIM_STAMP},
         attempt = attempt + 1, lease_expires_at = :lease, updated_at = {_CLAIM_STAMP},
-        {NEXT_REVISION_SQL}, {_TIMEOUT_AT}
+        {NEXT_REVISION_SQL}, {_TIMEOUT_AT}, {PROGRESS_RESET}
 """
 
 

@@ -12,6 +12,9 @@ from queuelog.storage.schema.tables import job_counts, job_events, job_minutes
 from queuelog.storage.sqlite.statements.fragments import sql_of
 from queuelog.storage.statements import EVENT_TAIL_BATCH, Statements
 
+# What every event row is written with (the last three: operations/attempts.py).
+EVENT_COLUMNS = ("job_id", "kind", "status", "at", "attempt", "worker_id", "error")
+
 
 def _adding_to(table: Any) -> str:
     """Upsert that adds `n` to the row with these keys (every primary key column)."""
@@ -26,9 +29,7 @@ def _adding_to(table: Any) -> str:
 class EventStatements(Statements, part=True):
     """job_events, job_counts and job_minutes."""
 
-    INSERT_EVENT = sql_of(
-        insert(job_events).values({n: bindparam(n) for n in ("job_id", "kind", "status", "at")})
-    )
+    INSERT_EVENT = sql_of(insert(job_events).values({n: bindparam(n) for n in EVENT_COLUMNS}))
     DELETE_EVENTS_OF = "DELETE FROM job_events WHERE job_id IN (SELECT value FROM json_each(:ids))"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
     EVENTS_WITH_IDS = (
