@@ -35,8 +35,12 @@ JOBS = (
     "jobs(status: $status, type: $type, scheduleName: $scheduleName, first: $first, after: $after) { "
     f"totalCount pageInfo {{ hasNextPage endCursor }} nodes {{ {ROW_FIELDS} }} }} }}"
 )
-DETAIL = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} }} }}"
-DETAIL_ADMIN = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} error }} }}"  # error: ADMIN's alone
+ATTEMPT_FIELDS = "attempt workerId claimedAt finishedAt outcome"
+ATTEMPTS = f"attempts(last: 50) {{ {ATTEMPT_FIELDS} }}"
+ATTEMPTS_ADMIN = f"attempts(last: 50) {{ {ATTEMPT_FIELDS} error }}"
+DETAIL = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} {ATTEMPTS} }} }}"
+# error, the job's and each attempt's: ADMIN's alone
+DETAIL_ADMIN = f"query Job($id: ID!) {{ job(id: $id) {{ {DETAIL_FIELDS} {ATTEMPTS_ADMIN} error }} }}"
 # The schedule filter's names (and the Schedules view), read at an ADMIN's or VIEWER's sign-in;
 # not among `views`, which other roles time too (they may not read schedules).
 SCHEDULES = "query Schedules { schedules { name type cron timezone paused nextRunAt lastRunAt lastJobId } }"

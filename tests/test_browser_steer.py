@@ -32,13 +32,17 @@ RUN_NOW = "run-now"
 EDITED = "edited"
 ROLES = "roles"
 CLAIMED_MEANWHILE = "claimed-meanwhile"
-STEER_TYPES = (CANCELLED_LIVE, RUN_NOW, EDITED, ROLES, CLAIMED_MEANWHILE)
+PROGRESSED = "progressed"
+STEER_TYPES = (CANCELLED_LIVE, RUN_NOW, EDITED, ROLES, CLAIMED_MEANWHILE, PROGRESSED)
 
 ENQUEUE = "mutation($i: EnqueueJobInput!) { enqueueJob(input: $i) { job { id } } }"
 JOB = "query($id: ID!) { job(id: $id) { status priority maxRetries runAt expiresAt cancelRequested error } }"
 CLAIM = "mutation($t: String!) { claimJob(types: [$t]) { id attempt } }"
 HEARTBEAT = "mutation($id: ID!, $a: Int!) { heartbeatJob(id: $id, attempt: $a) { cancelRequested } }"
 FAIL = "mutation($id: ID!, $a: Int, $e: String!) { failJob(id: $id, attempt: $a, error: $e) { status } }"
+PROGRESS = """mutation($id: ID!, $a: Int!, $p: Float!, $m: String) {
+  reportProgress(id: $id, attempt: $a, progress: $p, message: $m) { progress } }"""
+COMPLETE = "mutation($id: ID!, $a: Int) { completeJob(id: $id, attempt: $a) { status } }"
 ACTIONS = "#actions button"
 
 
@@ -46,7 +50,7 @@ ACTIONS = "#actions button"
 def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """This module's server (test_browser's `tab` fixture asks for `web` by name)."""
     types = ",".join([DEFAULT_JOB_TYPES, *STEER_TYPES])
-    running = launch_server(tmp_path_factory.mktemp("browser-steer"), job_types=types)
+    running = launch_server(tmp_path_factory.mktemp("browser-steer"), job_types=types, retry_base_seconds=0)
     yield running
     running.stop()
 
@@ -309,3 +313,91 @@ def test_each_role_gets_the_buttons_it_may_use_and_no_other(tab: Tab) -> None:
     expect(page.locator("#edit-form")).to_be_hidden()
     assert actions_of(page) == []
     assert [q for q in tab.watch.posted if q.lstrip().startswith("mutation")] == [], "nothing was sent"
+
+
+# ---- progress and attempts ------------------------------------------------------------------
+
+
+def report(server: Server, worker: str, job_id: str, attempt: int, progress: float, message: str) -> None:
+    variables = {"id": job_id, "a": attempt, "p": progress, "m": message}
+    assert server.gql(PROGRESS, variables, key=worker).ok()["reportProgress"]["progress"] == progress
+
+
+def attempt_rows(page: Page) -> list[list[str]]:
+    """Each attempt row: its data-attempt, then its cells' text, "time" for a cell showing one."""
+    return page.locator("#attempts tr[data-attempt]").evaluate_all(
+        "rows => rows.map(r => [r.dataset.attempt, "
+        "...[...r.cells].map(c => c.querySelector('time') ? 'time' : c.innerText)])"
+    )
+
+
+def expect_attempt_rows(page: Page, expected: list[list[str]], timeout_s: float = 10.0) -> None:
+    """Wait until the attempts table shows `expected` (see attempt_rows): per row its number,
+    worker, claimed, finished, outcome and, for ADMIN, error."""
+    deadline = time.monotonic() + timeout_s
+    while (shown := attempt_rows(page)) != expected and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert shown == expected
+
+
+def progress_bar(page: Page) -> Any:
+    return page.locator("#detail-fields progress[data-progress]")
+
+
+def test_the_progress_bar_and_the_attempts_follow_the_job_live(tab: Tab) -> None:
+    server = tab.server
+    job_id = enqueue(server, PROGRESSED, maxRetries=2)
+    page = open_job(tab, server.admin_key, job_id)
+    expect(page.locator("#attempts-note")).to_have_text("Never claimed yet.")
+    expect(page.locator("#attempts")).to_be_hidden()
+    assert detail_values(page)["Progress"] == "not reported"
+
+    first, _, attempt = claimed(server, PROGRESSED)
+    first_name = server.gql("{ me { name } }", key=first).ok()["me"]["name"]
+    expect_attempt_rows(page, [["1", "1", first_name, "time", "not yet", "RUNNING", "none"]])
+    report(server, first, job_id, attempt, 0.5, "half the rows")
+    expect(progress_bar(page)).to_have_js_property("value", 0.5)
+    expect(page.locator("#detail-fields")).to_contain_text("50 % · half the rows")
+    failed = server.gql(FAIL, {"id": job_id, "a": attempt, "e": "disk full on /tmp"}, key=first).ok()
+    assert failed["failJob"]["status"] == "PENDING"  # a retry left
+    expect_attempt_rows(page, [["1", "1", first_name, "time", "time", "RETRIED", "disk full on /tmp"]])
+
+    # The second claim starts its own progress: the first attempt's is gone.
+    second, _, attempt = claimed(server, PROGRESSED)
+    second_name = server.gql("{ me { name } }", key=second).ok()["me"]["name"]
+    expect(progress_bar(page)).to_have_count(0)
+    assert detail_values(page)["Progress"] == "not reported"
+    report(server, second, job_id, attempt, 0.25, "a quarter")
+    expect(progress_bar(page)).to_have_js_property("value", 0.25)
+    report(server, second, job_id, attempt, 0.75, "three quarters")
+    expect(progress_bar(page)).to_have_js_property("value", 0.75)
+    expect(page.locator("#detail-fields")).to_contain_text("75 % · three quarters")
+    assert (
+        server.gql(COMPLETE, {"id": job_id, "a": attempt}, key=second).ok()["completeJob"]["status"]
+        == "COMPLETED"
+    )
+    expect_attempt_rows(
+        page,
+        [
+            ["1", "1", first_name, "time", "time", "RETRIED", "disk full on /tmp"],
+            ["2", "2", second_name, "time", "time", "COMPLETED", "none"],
+        ],
+    )
+    expect(progress_bar(page)).to_have_js_property("value", 0.75)  # the last attempt's, kept
+    assert axe_violations(page) == [], "the job detail with its progress and attempts"
+
+    # A producer sees its job's attempts without their errors, which its page never asks for.
+    page.click("#forget")
+    sent_before = (len(tab.watch.posted), len(tab.watch.ws_sent))
+    producer = server.make_key(f"producer-{time.monotonic_ns()}", "producer")
+    own = enqueue(server, PROGRESSED, key=producer, maxRetries=2)
+    worker, _, attempt = claimed(server, PROGRESSED)
+    worker_name = server.gql("{ me { name } }", key=worker).ok()["me"]["name"]
+    server.gql(FAIL, {"id": own, "a": attempt, "e": "token=hunter2 refused"}, key=worker).ok()
+    page = open_job(tab, producer, own)
+    expect_attempt_rows(page, [["1", "1", worker_name, "time", "time", "RETRIED"]])
+    expect(page.locator("#attempts-error-head")).to_be_hidden()
+    assert "hunter2" not in page.content()
+    documents = tab.watch.posted[sent_before[0] :] + tab.watch.ws_sent[sent_before[1] :]
+    assert any("attempts(" in d for d in documents), "the producer's page reads the attempts"
+    assert not [d for d in documents if re.search(r"\berror\b", d)], "no error is ever asked for"

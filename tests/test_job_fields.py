@@ -188,3 +188,6 @@ def test_the_dashboard_asks_for_job_fields_and_shows_only_what_it_asked_for() ->
     read = set(re.findall(r"\bjob\.([a-zA-Z]+)", "\n".join(path.read_text() for path in modules))) - RELATIONS
     assert read <= asked, ("queuelog/web/static/dashboard/ reads fields it never asks for", read - asked)
     assert (row, detail) == (_dashboard.ROW_FIELDS, _dashboard.DETAIL_FIELDS), "bench/_dashboard.py"
+    attempt_fields = _javascript_string(queries, "ATTEMPT_FIELDS")
+    assert set(attempt_fields.split()) < set(schema._schema.type_map["JobAttempt"].fields), "queries.js"
+    assert attempt_fields == _dashboard.ATTEMPT_FIELDS, "bench/_dashboard.py"

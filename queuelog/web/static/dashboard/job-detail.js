@@ -1,7 +1,8 @@
 // The job detail pane (#job/<id>): one job's fields, progress, payload, result, error (ADMIN),
-// timeline and dependencies, read with job(id) and then followed with jobUpdated; its actions
+// attempts, timeline and dependencies, read with job(id) and then followed with jobUpdated; its actions
 // (job-actions.js) for the roles allowed.
 import { renderActions } from "./job-actions.js";
+import { renderAttempts } from "./job-attempts.js";
 import { closeEdit } from "./job-edit.js";
 import { selectRow } from "./job-list.js";
 import { progressView } from "./job-progress.js";
@@ -39,6 +40,7 @@ function clearDetail() {
   closeEdit();
   $("detail-body").hidden = true;
   ["detail-fields", "actions", "timeline"].forEach((part) => $(part).replaceChildren());
+  $("attempts").tBodies[0].replaceChildren();
   delete $("actions").dataset.signature;
   $("detail-payload").textContent = "";
   $("detail-result").textContent = "";
@@ -137,6 +139,7 @@ function renderDetail(job) {
   $("detail-error-block").hidden = !isAdmin();
   if (isAdmin()) $("detail-error").textContent = job.error || "none";
   renderActions(job, showActedOn, showDetailMessage);
+  renderAttempts(job);
   renderTimeline(job);
 }
 

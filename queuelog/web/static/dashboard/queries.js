@@ -2,6 +2,7 @@
 // word).
 
 export const TIMELINE_EVENTS = 50; // Job.events(last:): the newest this many transitions of the open job
+export const ATTEMPTS = 50; // Job.attempts(last:): the newest this many claims of the open job
 const SPARK_MINUTES = 30; // full minutes drawn; queueStats.throughput also gives the current one
 export const COUNTS = ["pending", "running", "completed", "failed", "cancelled"];
 const ROW_FIELDS = "id type status priority attempt createdAt updatedAt scheduleName waitingFor";
@@ -11,6 +12,7 @@ const DETAIL_FIELDS =
   "claimedAt leaseExpiresAt runAt finishedAt result createdAt updatedAt concurrencyKey timeoutSeconds " +
   "waitingFor scheduleName cancelRequested expiresAt snoozeCount progress progressMessage progressAt " +
   `events(last: ${TIMELINE_EVENTS}) { kind status at } dependsOn`;
+const ATTEMPT_FIELDS = "attempt workerId claimedAt finishedAt outcome";
 const COUNT_FIELDS = COUNTS.join(" ");
 
 export const SIGN_IN_QUERY = "query Me { me { name roles maxPriority } }";
@@ -23,9 +25,11 @@ export const JOBS_QUERY = `query Jobs($status: JobStatus, $type: String, $schedu
 export const EVENTS_SUBSCRIPTION = `subscription Events { jobEvents { kind at job { ${ROW_FIELDS} } } }`;
 
 // One job: job(id), jobUpdated(id), updateJob(id, input) or another mutation on it (cancelJob,
-// retryJob, runJobNow). `error` is asked for only with an ADMIN key, the one role that may read it.
+// retryJob, runJobNow). The job's and its attempts' `error` are asked for only with an ADMIN key,
+// the one role that may read them.
 export function detailQuery(operation, admin) {
-  const fields = DETAIL_FIELDS + (admin ? " error" : "");
+  const error = admin ? " error" : "";
+  const fields = `${DETAIL_FIELDS} attempts(last: ${ATTEMPTS}) { ${ATTEMPT_FIELDS}${error} }${error}`;
   if (operation === "job") return `query Job($id: ID!) { job(id: $id) { ${fields} } }`;
   if (operation === "jobUpdated") return `subscription Job($id: ID!) { jobUpdated(id: $id) { ${fields} } }`;
   if (operation === "updateJob") {
