@@ -27,7 +27,7 @@ from queuelog.enqueue_request import REPLAY_MAY_CHANGE, REQUEST_FIELDS, EnqueueR
 from queuelog.graphql_api import schema
 from queuelog.model import JobRequest, NewJob, Priority
 from queuelog.sdk.inputs import enqueue_item_request, enqueue_request
-from queuelog.storage.operations import _SAME_FIELDS
+from queuelog.storage.operations.enqueue import _SAME_FIELDS
 from queuelog.testing import LocalQueue
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -31,9 +31,11 @@ def enqueue_request(
     concurrency_key: str | None = None,
     timeout_seconds: int | None = None,
     depends_on: JobRefs = (),
+    expires_at: datetime | str | None = None,
 ) -> EnqueueRequest[str, str]:
     """enqueue()'s arguments as the request it sends: the priority's name in capitals, run_at
-    as a moment in UTC, depends_on as job ids."""
+    and expires_at (still PENDING then: CANCELLED, never claimed) as moments in UTC,
+    depends_on as job ids."""
     return EnqueueRequest(
         type,
         payload if payload is not None else {},
@@ -44,6 +46,7 @@ def enqueue_request(
         concurrency_key,
         timeout_seconds,
         job_ids(depends_on),
+        expires_at=moment(expires_at) if expires_at is not None else None,
     )
 
 

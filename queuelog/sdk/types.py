@@ -230,3 +230,4 @@ class EnqueueItem(TypedDict):
     timeout_seconds: NotRequired[int | None]
     depends_on: NotRequired[JobRefs]
     depends_on_items: NotRequired[Sequence[int] | int]
+    expires_at: NotRequired[datetime | str | None]
