@@ -400,7 +400,10 @@ def test_the_request_and_the_end_reach_subscribers_on_the_other_server(
                 return (await graphql(http, server, key, query, variables)).ok()
 
             async def sentinel() -> str:
-                data = await gql(far, producer, ENQUEUE, input={"type": "noop"})
+                # Enqueued on the near server: `far` hears it by reading near's events back in
+                # commit order, so once it arrives `far` has also read (and not delivered to
+                # this later subscription) the job's own earlier ENQUEUED event.
+                data = await gql(near, producer, ENQUEUE, input={"type": "noop"})
                 return str(data["enqueueJob"]["job"]["id"])
 
             job_id = str(
