@@ -3,8 +3,10 @@
 Attacked and proven:
 - `jobUpdated` starts with the job as it is, follows every change, delivers the terminal state
   and then ends the operation with `complete`;
-- `jobEvents` delivers ENQUEUED / CLAIMED / COMPLETED with the job, honours its `types` and
-  `statuses` filters exactly, and applies visibility to every event: a PRODUCER sees only its own
+- `jobEvents` delivers ENQUEUED / CLAIMED / COMPLETED with the job, honours its `types`,
+  `statuses` and `kinds` filters exactly (a WORKER asking for CANCEL_REQUESTED gets the
+  requests for its own jobs only; a kind it never delivers, PROGRESS included, is
+  BAD_USER_INPUT), and applies visibility to every event: a PRODUCER sees only its own
   jobs, a VIEWER all of them, and `Job.error` stays ADMIN-only inside events;
 - connection authentication (bad, missing, revoked key: 4403; subscribe before init: 4401), a
   NOT_FOUND error for a job the caller may not see that leaves the connection usable;
@@ -379,6 +381,52 @@ def test_job_events_respect_visibility(server: Server, unique: Callable[[str], s
                 Event("ENQUEUED", of_b, "email", "PENDING"),
                 last,
             ]
+
+    run(scenario())
+
+
+JOB_EVENTS_OF_KINDS = """subscription($kinds: [String!]) {
+  jobEvents(kinds: $kinds) { kind at job { id type status } } }"""
+
+
+def test_job_events_kinds_filter_gives_a_worker_the_cancel_requests_of_its_own_jobs(
+    idle: Server, worker: Key, unique: Callable[[str], str]
+) -> None:
+    other = new_key(idle, unique, "worker")
+
+    async def cancel_held(holder: Key, job_type: str) -> str:
+        job_id = await enqueue(idle, job_type=job_type)
+        await claim(idle, holder, job_type, job_id)
+        await gql(idle, CANCEL, {"id": job_id})
+        return job_id
+
+    async def scenario() -> None:
+        async with connected(idle, worker.secret) as client:
+            await client.subscribe("cancels", JOB_EVENTS_OF_KINDS, {"kinds": ["CANCEL_REQUESTED"]})
+            sentinels = await synchronise(client, "cancels", lambda: cancel_held(worker, "noop"))
+            theirs = await cancel_held(other, "email")  # another worker's job: not delivered
+            done = await run_through(idle, worker, "report")  # its own, but no cancel request
+            mine = await cancel_held(worker, "resize")
+            last = Event("CANCEL_REQUESTED", mine, "resize", "RUNNING")
+            seen = await collect_until(client, "cancels", last, ignore=sentinels)
+            assert seen == [last], (seen, theirs, done)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("kinds", [["CANCEL_REQUESTED", "NOPE"], ["PROGRESS"], ["cancelled"]])
+def test_job_events_refuses_a_kind_it_never_delivers(server: Server, kinds: list[str]) -> None:
+    async def scenario() -> None:
+        async with connected(server, server.admin_key) as client:
+            await client.subscribe("bad", JOB_EVENTS_OF_KINDS, {"kinds": kinds})
+            message = await client.message_for("bad")
+            errors = message["payload"] if message["type"] == "error" else message["payload"].get("errors")
+            assert errors and [e.get("extensions", {}).get("code") for e in errors] == ["BAD_USER_INPUT"]
+            assert kinds[-1] in errors[0]["message"] and "kinds" in errors[0]["message"], errors
+            assert "Traceback" not in json.dumps(message)
+            # The connection stays usable.
+            await client.subscribe("ok", JOB_EVENTS_OF_KINDS, {"kinds": ["ENQUEUED"]})
+            await synchronise(client, "ok", lambda: enqueue(server, job_type="noop"))
 
     run(scenario())
 

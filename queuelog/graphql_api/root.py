@@ -240,5 +240,8 @@ class Subscription:
     job_events = strawberry.subscription(
         resolver=subscriptions.job_events,
         extensions=allowed(Action.READ),
-        description="Every job event visible to the caller, optionally filtered.",
+        description=(
+            "Every job event visible to the caller, optionally filtered by type, status and kind"
+            " (kinds: any JobEvent.kind; an unknown one is BAD_USER_INPUT)."
+        ),
     )

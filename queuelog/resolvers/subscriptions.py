@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 from strawberry.types import Info
 
-from queuelog.errors import job_not_found
+from queuelog.errors import BadInput, echo, job_not_found
 from queuelog.model import EventKind, Job
 from queuelog.model import JobEvent as JobEventRecord
 from queuelog.resolvers.ids import parse_job_id
@@ -47,12 +47,31 @@ async def job_updated(info: Ctx, id: strawberry.ID) -> AsyncGenerator[Job, None]
                     return
 
 
+# What `jobEvents(kinds:)` may name: every kind but PROGRESS, which only jobUpdated delivers.
+EVENTS_KINDS = frozenset(kind.value for kind in EventKind if kind is not EventKind.PROGRESS)
+
+
+def event_kinds(kinds: list[str] | None) -> frozenset[EventKind] | None:
+    """`kinds` as EventKinds; BAD_USER_INPUT for a name jobEvents never delivers."""
+    if kinds is None:
+        return None
+    for kind in kinds:
+        if kind not in EVENTS_KINDS:
+            known = ", ".join(sorted(EVENTS_KINDS))
+            raise BadInput(f"kinds: {echo(kind)} is not an event kind jobEvents delivers ({known})")
+    return frozenset(EventKind(kind) for kind in kinds)
+
+
 async def job_events(
-    info: Ctx, types: list[str] | None = None, statuses: list[JobStatus] | None = None
+    info: Ctx,
+    types: list[str] | None = None,
+    statuses: list[JobStatus] | None = None,
+    kinds: list[str] | None = None,
 ) -> AsyncGenerator[JobEvent, None]:
     scope = caller(info).scope
     wanted_types = frozenset(types) if types is not None else None
     wanted_statuses = frozenset(statuses) if statuses is not None else None
+    wanted_kinds = event_kinds(kinds)
 
     def accepts(event: JobEventRecord) -> bool:
         return (
@@ -60,6 +79,7 @@ async def job_events(
             and scope.allows(event.job)
             and (wanted_types is None or event.job.type in wanted_types)
             and (wanted_statuses is None or event.job.status in wanted_statuses)
+            and (wanted_kinds is None or event.kind in wanted_kinds)
         )
 
     with info.context.bus.subscribe(accepts) as events:
