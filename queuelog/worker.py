@@ -1,7 +1,7 @@
 """The worker (docs/python.md, "Worker"), where the docs import it from; it lives in
-queuelog/sdk/worker/.
+queuelog/sdk/worker/. Handlers raise Retry, Discard or Snooze, and stop on JobCancelled.
 
-    from queuelog.worker import Worker, Retry, Discard
+    from queuelog.worker import Worker, Retry, Discard, Snooze
 
     def send_email(job):                # or: async def send_email(job)
         if not job.payload.get("to"):
@@ -11,7 +11,7 @@ queuelog/sdk/worker/.
     Worker("http://127.0.0.1:8000", handlers={"email": send_email}).run_forever()
 """
 
-from queuelog.sdk.worker.job import Discard, Handler, JobContext, Retry
+from queuelog.sdk.worker.job import Discard, Handler, JobCancelled, JobContext, Retry, Snooze
 from queuelog.sdk.worker.lifecycle import KeyRefused, Worker
 
-__all__ = ["Discard", "Handler", "JobContext", "KeyRefused", "Retry", "Worker"]
+__all__ = ["Discard", "Handler", "JobCancelled", "JobContext", "KeyRefused", "Retry", "Snooze", "Worker"]

@@ -30,6 +30,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
         "AsyncClient",
         "Job",
         "Enqueued",
+        "EnqueuedJob",
         "Completed",
         "QueueStats",
         "TypeControl",
@@ -42,7 +43,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
         "UNCHANGED",
         "Unchanged",
     ),
-    "queuelog.worker": ("Worker", "Retry", "Discard", "KeyRefused", "JobContext"),
+    "queuelog.worker": ("Worker", "Retry", "Discard", "Snooze", "JobCancelled", "KeyRefused", "JobContext"),
     "queuelog.errors": (
         "QueuelogError",
         "Unauthenticated",

@@ -85,6 +85,30 @@ class FlowControlCalls(Session):
         )
         return TypeControl.from_graphql(data["setTypeControl"])
 
+    async def add_job_type(self, type: str) -> TypeControl:
+        """ADMIN: add `type` to the allowlist of every server sharing the database (within a
+        second, without a restart); its controls come back. Adding one already allowed
+        changes nothing.
+
+        Raises BadInput (a malformed name: 1..100 of A-Z a-z 0-9 _ . : -), Forbidden,
+        Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($type: String!) {{ addJobType(type: $type) {{ {TYPE_CONTROL_FIELDS} }} }}",
+            {"type": type},
+        )
+        return TypeControl.from_graphql(data["addJobType"])
+
+    async def remove_job_type(self, type: str) -> bool:
+        """ADMIN: remove a type added with add_job_type: new enqueues of it are refused, its
+        jobs stay (and can be claimed). False when it had not been added.
+
+        Raises BadInput (a type of the server's QUEUELOG_JOB_TYPES, which cannot be removed
+        this way), Forbidden, Unauthenticated, ServerUnreachable.
+        """
+        data = await self.execute("mutation($type: String!) { removeJobType(type: $type) }", {"type": type})
+        return bool(data["removeJobType"])
+
     async def cancel_jobs(
         self,
         status: str | None = None,
@@ -93,10 +117,13 @@ class FlowControlCalls(Session):
         created_before: datetime | str | None = None,
         *,
         chunk: int = 1000,
+        include_running: bool = False,
     ) -> int:
         """Cancel the PENDING jobs that match every filter given and that this key may cancel
         (ADMIN: any; PRODUCER: its own), oldest first, `chunk` (1..10000) a call, calling
         again while the server says more match. Returns how many were cancelled.
+        `include_running`: ask the matching RUNNING jobs to stop as well, as cancel_job does
+        (counted when asked: they end CANCELLED unless they complete first).
 
         Jobs enqueued while it runs are cancelled too when they match: pass
         `created_before` to leave them be. Raises BadInput (neither status nor type, a
@@ -104,7 +131,15 @@ class FlowControlCalls(Session):
         ServerUnreachable (after some calls may have applied: call again to go on); before
         sending, ValueError for a `created_before` without an offset (a naive datetime).
         """
-        return await self._bulk("cancelJobs", status, type, concurrency_key, created_before, chunk)
+        return await self._bulk(
+            "cancelJobs",
+            status,
+            type,
+            concurrency_key,
+            created_before,
+            chunk,
+            include_running=include_running,
+        )
 
     async def retry_jobs(
         self,
@@ -134,10 +169,13 @@ class FlowControlCalls(Session):
         concurrency_key: str | None,
         created_before: datetime | str | None,
         chunk: int,
+        *,
+        include_running: bool = False,
     ) -> int:
+        running = ", includeRunning: true" if include_running else ""
         query = (
-            f"mutation($filter: JobFilter!, $limit: Int!) {{ {mutation}(filter: $filter, limit: $limit)"
-            " { count more } }"
+            f"mutation($filter: JobFilter!, $limit: Int!) {{ {mutation}(filter: $filter,"
+            f" limit: $limit{running}) {{ count more }} }}"
         )
         variables = {"filter": job_filter(status, type, concurrency_key, created_before), "limit": chunk}
         total = idle = 0

@@ -8,15 +8,18 @@ from typing import Any
 from queuelog.enqueue_request import EnqueueRequest
 from queuelog.sdk.inputs import arguments_of, enqueue_item_request, enqueue_request
 from queuelog.sdk.session import Session
-from queuelog.sdk.types import JOB_FIELDS, NEW_JOB_FIELDS, Enqueued, EnqueueItem, Job, QueueStats
+from queuelog.sdk.types import JOB_FIELDS, NEW_JOB_FIELDS, Enqueued, EnqueuedJob, EnqueueItem, Job, QueueStats
 from queuelog.sdk.wire import PAGE_SIZE
 
 
 class ProducerCalls(Session):
     @arguments_of(enqueue_request)
-    async def enqueue(self, request: EnqueueRequest[str, str]) -> Job:
-        """Enqueue one job. `run_at`: not claimed before then; an aware datetime, or an
-        ISO-8601 string with an offset ("2030-01-01T09:00:00Z", "...+02:00"). `depends_on`:
+    async def enqueue(self, request: EnqueueRequest[str, str]) -> EnqueuedJob:
+        """Enqueue one job; the Job answered has `created`: False when an earlier job with the
+        same idempotency key (and the same input) was answered instead. `run_at`: not claimed
+        before then; an aware datetime, or an ISO-8601 string with an offset
+        ("2030-01-01T09:00:00Z", "...+02:00"). `expires_at`: likewise; still PENDING then, it
+        becomes CANCELLED (error `expired`) and is never claimed. `depends_on`:
         the jobs it waits for (ids, Job or Enqueued objects; one or a sequence): it stays
         PENDING, with `waiting_for` > 0, and is claimed only once every one of them is
         COMPLETED.
@@ -30,10 +33,11 @@ class ProducerCalls(Session):
         """
         data = await self.execute(
             "mutation($input: EnqueueJobInput!) { enqueueJob(input: $input) "
-            f"{{ job {{ {JOB_FIELDS} }} }} }}",
+            f"{{ created job {{ {JOB_FIELDS} }} }} }}",
             {"input": request.as_input()},
         )
-        return Job.from_graphql(data["enqueueJob"]["job"])
+        answer = data["enqueueJob"]
+        return EnqueuedJob.from_graphql(answer["job"]).with_created(answer["created"])
 
     async def enqueue_many(self, items: Sequence[EnqueueItem | dict[str, Any]]) -> list[Enqueued]:
         """Enqueue several jobs at once, all or nothing; the answers come in the items' order.
@@ -82,11 +86,19 @@ class ProducerCalls(Session):
                 return
             after = page["pageInfo"]["endCursor"]
 
-    async def cancel(self, id: str) -> Job:
+    async def cancel_job(self, id: str) -> Job:
+        """Cancel a PENDING job (answered CANCELLED), or ask a RUNNING one to stop (answered
+        still RUNNING with `cancel_requested`; its worker is told within a second and the job
+        ends CANCELLED, unless it completes first). `cancel` is the same call.
+
+        Raises Conflict (COMPLETED, FAILED or CANCELLED), NotFound, Forbidden.
+        """
         data = await self.execute(
             f"mutation($id: ID!) {{ cancelJob(id: $id) {{ {JOB_FIELDS} }} }}", {"id": id}
         )
         return Job.from_graphql(data["cancelJob"])
+
+    cancel = cancel_job
 
     async def retry(self, id: str) -> Job:
         data = await self.execute(

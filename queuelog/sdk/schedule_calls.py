@@ -6,7 +6,7 @@ import builtins
 from typing import Any
 
 from queuelog.sdk.session import Session
-from queuelog.sdk.types import SCHEDULE_FIELDS, Schedule
+from queuelog.sdk.types import JOB_FIELDS, SCHEDULE_FIELDS, Job, Schedule
 
 
 class ScheduleCalls(Session):
@@ -91,3 +91,16 @@ class ScheduleCalls(Session):
             {"name": name},
         )
         return Schedule.from_graphql(data["resumeSchedule"])
+
+    async def run_schedule_now(self, name: str) -> Job:
+        """ADMIN: enqueue the schedule's job now, outside its ticks (idempotency key
+        `<name>@manual-<unique>`), even while it is paused and whatever its `overlap`; its
+        ticks, `last_run_at` and `next_run_at` are unaffected. Returns the job.
+
+        Raises NotFound (no such schedule), BadInput, Forbidden, Unauthenticated,
+        ServerUnreachable.
+        """
+        data = await self.execute(
+            f"mutation($name: String!) {{ runScheduleNow(name: $name) {{ {JOB_FIELDS} }} }}", {"name": name}
+        )
+        return Job.from_graphql(data["runScheduleNow"])

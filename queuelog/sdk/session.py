@@ -3,6 +3,7 @@ groups of calls (producer_calls.py, ...) extend it; AsyncClient is all of them."
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -10,6 +11,7 @@ import httpx
 
 from queuelog.sdk.plain_http import PlainHTTP
 from queuelog.sdk.transport import HttpxTransport, Transport
+from queuelog.sdk.websocket import GraphQLSocket
 from queuelog.sdk.wire import answer_data, encode_json, graphql_url
 
 API_KEY_VARIABLE = "QUEUELOG_API_KEY"
@@ -43,6 +45,7 @@ class Session:
         key = resolve_key(key)
         self.url = graphql_url(url)
         self.timeout = timeout
+        self._key = key  # for the websocket's connection_init (websocket.py)
         headers = {"Authorization": f"Bearer {key}"}
         self._http: Transport = HttpxTransport(self.url, headers, timeout, transport)
         # The worker's hot calls (`plain=True`), where the URL allows (PlainHTTP.usable).
@@ -52,6 +55,11 @@ class Session:
                 self._plain = PlainHTTP(self.url, headers)
             except (ValueError, UnicodeError):
                 self._plain = None
+
+    def open_socket(self) -> contextlib.AbstractAsyncContextManager[GraphQLSocket]:
+        """`async with session.open_socket() as socket`: a websocket to the server, for one
+        subscription, authenticated with this session's key (websocket.py)."""
+        return GraphQLSocket.open(self.url, self._key)
 
     async def aclose(self) -> None:
         if self._plain is not None:

@@ -62,14 +62,19 @@ class blocking_iterator(Generic[P, R]):
     def __init__(self, method: Callable[Concatenate[AsyncClient, P], AsyncIterator[R]]) -> None:
         def call(client: Client, *args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
             items = method(client._async, *args, **kwargs)
-            while True:
-                try:
-                    yield client._call(items.__anext__())
-                except StopAsyncIteration:
-                    return
+            try:
+                while True:
+                    try:
+                        yield client._call(items.__anext__())
+                    except StopAsyncIteration:
+                        return
+            finally:  # left early (a break, an exception): close it, and what it holds open
+                closing = getattr(items, "aclose", None)
+                if closing is not None and client._loop.is_running():
+                    client._call(closing())
 
         returned = inspect.signature(method, eval_str=True).return_annotation
-        _as_sync(method, call, types.GenericAlias(Iterator, returned.__args__))
+        _as_sync(method, call, types.GenericAlias(Iterator, returned.__args__[:1]))  # an item type only
         self._function = call
 
     @overload
@@ -85,7 +90,11 @@ class blocking_iterator(Generic[P, R]):
 
 
 class Client:
-    """The synchronous client: AsyncClient's methods, run on a private event-loop thread."""
+    """The synchronous client: AsyncClient's methods, run on a private event-loop thread.
+
+    One Client may be shared by any number of threads (a web application's module-level
+    client): each call hands its coroutine to the loop thread and waits for its own answer.
+    """
 
     def __init__(self, url: str, key: str | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         """`key` defaults to $QUEUELOG_API_KEY; with neither, MissingKey."""
@@ -126,8 +135,14 @@ class Client:
     get = blocking(AsyncClient.get)
     list = blocking_iterator(AsyncClient.list)
     cancel = blocking(AsyncClient.cancel)
+    cancel_job = blocking(AsyncClient.cancel_job)
     retry = blocking(AsyncClient.retry)
     stats = blocking(AsyncClient.stats)
+    # Steering and following a job.
+    update_job = blocking(AsyncClient.update_job)
+    run_job_now = blocking(AsyncClient.run_job_now)
+    wait = blocking(AsyncClient.wait)
+    watch = blocking_iterator(AsyncClient.watch)
     # Flow control.
     type_controls = blocking(AsyncClient.type_controls)
     pause_type = blocking(AsyncClient.pause_type)
@@ -135,9 +150,12 @@ class Client:
     set_type_control = blocking(AsyncClient.set_type_control)
     cancel_jobs = blocking(AsyncClient.cancel_jobs)
     retry_jobs = blocking(AsyncClient.retry_jobs)
+    add_job_type = blocking(AsyncClient.add_job_type)
+    remove_job_type = blocking(AsyncClient.remove_job_type)
     # Schedules.
     schedules = blocking(AsyncClient.schedules)
     put_schedule = blocking(AsyncClient.put_schedule)
     delete_schedule = blocking(AsyncClient.delete_schedule)
     pause_schedule = blocking(AsyncClient.pause_schedule)
     resume_schedule = blocking(AsyncClient.resume_schedule)
+    run_schedule_now = blocking(AsyncClient.run_schedule_now)

@@ -3,11 +3,12 @@ datetimes in UTC; and the GraphQL selections derived from them."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Self, TypedDict
 
 
 def graphql_name(field_name: str) -> str:
@@ -52,7 +53,7 @@ class Job:
     progress_at: datetime | None = None
 
     @classmethod
-    def from_graphql(cls, data: dict[str, Any]) -> Job:
+    def from_graphql(cls, data: dict[str, Any]) -> Self:
         """From a selection of JOB_FIELDS, WORKER_JOB_FIELDS or NEW_JOB_FIELDS (`error` may be
         absent, as may any field whose annotation allows None; a field left out that has a
         default takes it); timestamps are parsed."""
@@ -82,6 +83,7 @@ _JOB_FROM_GRAPHQL = tuple(
 # (any other key would get a FORBIDDEN error per job for it).
 JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job))
 _DEFAULTED = frozenset(f.name for f in fields(Job) if f.default is not MISSING)
+_JOB_FIELD_NAMES = tuple(f.name for f in fields(Job))
 # What enqueue_many asks of each job: a job just enqueued has no error, cancel request,
 # snooze or progress yet (a replay answers them at their defaults; `error` is ADMIN's only),
 # and 100 jobs of every field would cost more than half the server's query cost limit
@@ -91,6 +93,27 @@ _NOT_SET_AT_ENQUEUE = frozenset(
 )
 NEW_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name not in _NOT_SET_AT_ENQUEUE)
 WORKER_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name != "error")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EnqueuedJob(Job):
+    """What `enqueue` answers: the Job, and `created` (False: an earlier job with the same
+    idempotency key was answered instead, as `Enqueued.created` says for enqueue_many).
+
+    It equals a Job with the same fields (`created` says what the call did, not what the job
+    is): `client.get(job.id) == client.enqueue(...)` as before `created` existed."""
+
+    created: bool = True
+
+    def with_created(self, created: bool) -> EnqueuedJob:
+        return dataclasses.replace(self, created=created)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _JOB_FIELD_NAMES)
+
+    __hash__ = Job.__hash__
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,13 @@ _COMPLETE_MANY_REJECTED_BODY_START = (
 )
 
 
+REPORT_PROGRESS = (
+    "mutation($id: ID!, $attempt: Int!, $progress: Float!, $message: String) {"
+    " reportProgress(id: $id, attempt: $attempt, progress: $progress, message: $message)"
+    f" {{ {WORKER_JOB_FIELDS} }} }}"
+)
+
+
 class WorkerCalls(Session):
     async def claim(
         self,
@@ -171,3 +178,24 @@ class WorkerCalls(Session):
             {"id": id, "attempt": attempt, "error": error, "retryable": retryable, "in": retry_in_seconds},
         )
         return Job.from_graphql(data["failJob"])
+
+    async def snooze(self, id: str, attempt: int, seconds: int) -> Job:
+        """`snoozeJob`: back to PENDING, due in `seconds` (1..86400), using no retry
+        (`snooze_count` + 1). Conflict, NotFound (fencing, as `fail`), BadInput."""
+        data = await self.execute(
+            "mutation($id: ID!, $attempt: Int!, $seconds: Int!) {"
+            f" snoozeJob(id: $id, attempt: $attempt, seconds: $seconds) {{ {WORKER_JOB_FIELDS} }} }}",
+            {"id": id, "attempt": attempt, "seconds": seconds},
+        )
+        return Job.from_graphql(data["snoozeJob"])
+
+    async def report_progress(
+        self, id: str, attempt: int, progress: float, message: str | None = None
+    ) -> Job:
+        """`reportProgress`: store `progress` (0..1) and `message` (at most 200 characters) on
+        the held job, for jobUpdated subscribers; it extends the lease as a heartbeat does.
+        Conflict, NotFound (fencing, as `heartbeat`), BadInput."""
+        data = await self.execute(
+            REPORT_PROGRESS, {"id": id, "attempt": attempt, "progress": progress, "message": message}
+        )
+        return Job.from_graphql(data["reportProgress"])

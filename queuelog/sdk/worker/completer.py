@@ -219,15 +219,22 @@ class Completer:
         self._log.write()
 
     async def _send_failure(self, held: Held, outcome: Outcome) -> str:
-        updated = await self._client.fail(
-            held.id,
-            held.attempt,
-            outcome.error or "failed",
-            retryable=outcome.retryable,
-            retry_in_seconds=outcome.retry_in,
-        )
+        if outcome.snooze is not None:
+            updated = await self._client.snooze(held.id, held.attempt, outcome.snooze)
+        else:
+            updated = await self._client.fail(
+                held.id,
+                held.attempt,
+                outcome.error or "failed",
+                retryable=outcome.retryable,
+                retry_in_seconds=outcome.retry_in,
+            )
+        if updated.status == "CANCELLED":  # its cancellation was requested: whatever the end
+            return "cancelled"
         if outcome is TIMED_OUT:
             return TIMED_OUT.status
+        if outcome.snooze is not None:
+            return "snoozed"
         if updated.status == "PENDING":
             return "retrying"
         return "discarded" if outcome.status == "discarded" else "failed"

@@ -24,7 +24,8 @@ from queuelog.errors import QueuelogError, Unauthenticated, echo
 from queuelog.sdk.flow_control_calls import FlowControlCalls
 from queuelog.sdk.worker.held import Held, HeldJobs
 from queuelog.sdk.worker.job import Handler, JobContext
-from queuelog.sdk.worker.outcomes import STOPPED, TIMED_OUT, Outcome, completion_item, failure
+from queuelog.sdk.worker.outcomes import CANCELLED, STOPPED, TIMED_OUT, Outcome, completion_item, failure
+from queuelog.sdk.worker.progress import ProgressReports
 from queuelog.sdk.worker.threads import HandlerThreads
 from queuelog.sdk.worker_calls import WorkerCalls
 
@@ -87,8 +88,10 @@ class Executor:
         held: HeldJobs,
         reports: Reports,
         timeouts: TypeTimeouts,
+        progress: ProgressReports,
     ) -> None:
         self._client = client
+        self._progress = progress
         self._handlers = handlers
         self._is_async = {name: inspect.iscoroutinefunction(h) for name, h in handlers.items()}
         self._held = held
@@ -104,11 +107,13 @@ class Executor:
         held_jobs = self._held
         type_timeouts = self._timeouts.seconds
         loop = asyncio.get_running_loop()
-        binding = (self._client, loop)  # what JobContext.dependencies() reads through
+        # What JobContext.dependencies() and report_progress() go through.
+        binding = (self._client, loop, self._progress)
         for data in jobs:  # the hot path: per job, one dict read for its timeout, no request
             context = JobContext.from_graphql(data)
-            object.__setattr__(context, "_worker", binding)  # frozen: no plain assignment
             held = Held(context, now, interval)
+            object.__setattr__(context, "_worker", binding)  # frozen: no plain assignment
+            object.__setattr__(context, "_held", held)
             if beat_now:
                 held.next_beat = now
             held_jobs.take(held)
@@ -164,7 +169,7 @@ class Executor:
             return
         outcome: Outcome | None
         if done.cancelled():
-            outcome = STOPPED
+            outcome = CANCELLED if held.cancel_requested else STOPPED
         elif (exc := done.exception()) is not None:
             outcome = failure(exc)
         else:
@@ -182,14 +187,21 @@ class Executor:
                 outcome = Outcome("failed", f"handler result is not JSON: {error}", retryable=False)
             else:
                 outcome = None
-                self._reports.complete(held, item)
+                self._report(held, functools.partial(self._reports.complete, held, item))
         if held.deadline is not None:
             held.deadline.cancel()
             held.deadline = None
         held.running = None
         self._held.handler_ended()
         if outcome is not None:
-            self._reports.fail(held, outcome)
+            self._report(held, functools.partial(self._reports.fail, held, outcome))
+
+    def _report(self, held: Held, report: Callable[[], None]) -> None:
+        """Hand the attempt's outcome over, after its last progress report if one is pending."""
+        if held.progress is not None and self._progress.pending(held):
+            self._progress.then(held, report)
+        else:
+            report()
 
     def _timed_out_returned(self, held: Held, done: asyncio.Future[Any]) -> None:
         """A timed-out job's handler has ended: free its slot and discard what it returned

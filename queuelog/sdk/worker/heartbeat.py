@@ -1,7 +1,8 @@
 """Heartbeats: each held job's lease is extended a third of the lease after its claim and
 after each beat, until its report is in (a report held up by an unreachable server must not
 let the lease lapse and the job run twice). One periodic sweep finds the jobs due, so a job
-done in less than a third of its lease is never heartbeated."""
+done in less than a third of its lease is never heartbeated. An answer with `cancelRequested`
+is a cancel request (cancels.py hears of it sooner, over its websocket)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,15 @@ def lease_seconds(data: dict[str, Any], claimed: datetime | None) -> float:
 
 
 class Heartbeats:
-    def __init__(self, client: WorkerCalls, held: HeldJobs, refuse: Callable[[QueuelogError], None]) -> None:
+    def __init__(
+        self,
+        client: WorkerCalls,
+        held: HeldJobs,
+        refuse: Callable[[QueuelogError], None],
+        cancel_requested: Callable[[Held], None],
+    ) -> None:
         self._client = client
+        self._cancel_requested = cancel_requested  # cancels.Cancels.request
         self._held = held
         self._refuse = refuse
         self._tick = SWEEP_TICK_MAX
@@ -68,7 +76,9 @@ class Heartbeats:
 
     async def _beat(self, held: Held) -> None:
         try:
-            await self._client.heartbeat(held.id, held.attempt)
+            job = await self._client.heartbeat(held.id, held.attempt)
+            if job.cancel_requested:  # the fallback when the websocket (cancels.py) is away
+                self._cancel_requested(held)
         except (Conflict, NotFound):
             log.warning("job %s: lease lost (another worker may hold it now)", held.id)
             held.next_beat = math.inf

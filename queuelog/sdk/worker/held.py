@@ -25,6 +25,8 @@ class Held:
         "running",
         "deadline",
         "timed_out",
+        "cancel_requested",
+        "progress",
     )
 
     def __init__(self, context: JobContext, started: float, interval: float) -> None:
@@ -39,6 +41,8 @@ class Held:
         self.running: asyncio.Future[Any] | None = None  # the handler, until it returns
         self.deadline: asyncio.TimerHandle | None = None  # when the job passes its timeout
         self.timed_out = False  # reported as timed out: whatever the handler returns is discarded
+        self.cancel_requested = False  # cancelJob while it ran (cancels.py): the handler should stop
+        self.progress: Any = None  # progress.Reporting, from the handler's first report on
 
 
 class HeldJobs:

@@ -1,11 +1,13 @@
-"""What a handler sees and may raise: `JobContext`, `Retry` and `Discard`."""
+"""What a handler sees and may raise: `JobContext`, `Retry`, `Discard`, `Snooze` and
+`JobCancelled`."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from queuelog.errors import NotFound
 from queuelog.sdk.types import WORKER_JOB_FIELDS, Job
@@ -13,6 +15,8 @@ from queuelog.sdk.worker_calls import WorkerCalls
 
 Handler = Callable[["JobContext"], Any]
 DEPENDENCY_READS = 8  # `job(id)` reads in flight at once for one JobContext.dependencies()
+MAX_SNOOZE_SECONDS = 86400
+MAX_PROGRESS_MESSAGE = 200
 
 
 class Retry(Exception):
@@ -30,16 +34,52 @@ class Discard(Exception):
         super().__init__(reason)
 
 
-class _WorkerBound:
-    """A slot, outside JobContext's dataclass fields (those are what the worker claims), for
-    the client and event loop of the worker that runs the job: set by the executor."""
+class Snooze(Exception):
+    """Put the job back to PENDING, due again in `seconds` (1..86400), using no retry: for a
+    handler waiting on something outside ("the export is not ready yet"). ValueError for
+    seconds out of range."""
 
-    __slots__ = ("_worker",)
+    def __init__(self, seconds: int) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise ValueError(f"Snooze takes whole seconds (an int), not {type(seconds).__name__}")
+        if not 1 <= seconds <= MAX_SNOOZE_SECONDS:
+            raise ValueError(f"Snooze seconds must be between 1 and {MAX_SNOOZE_SECONDS}, not {seconds}")
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = seconds
+
+
+class JobCancelled(Exception):
+    """Raised by `job.raise_if_cancelled()` once the job's cancellation was requested; the
+    worker then reports the attempt, which the server ends CANCELLED."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id}: cancellation requested")
+
+
+class HeldState(Protocol):
+    """What JobContext reads of the worker's record of its job (held.Held)."""
+
+    cancel_requested: bool
+
+
+class ProgressSink(Protocol):
+    """Where report_progress hands a checked report (progress.ProgressReports)."""
+
+    def report(self, held: Any, fraction: float, message: str | None) -> None: ...
+
+
+class _WorkerBound:
+    """Slots, outside JobContext's dataclass fields (those are what the worker claims), for
+    the worker that runs the job: `_worker` (its client, event loop and progress sink, shared
+    by its jobs) and `_held` (its record of this job). Set by the executor."""
+
+    __slots__ = ("_worker", "_held")
 
 
 @dataclass(frozen=True, slots=True)
 class JobContext(_WorkerBound):
-    """What a handler sees of its job: its fields, and `dependencies()`."""
+    """What a handler sees of its job: its fields, `dependencies()`, `cancel_requested`,
+    `raise_if_cancelled()` and `report_progress()`."""
 
     id: str
     type: str
@@ -80,6 +120,43 @@ class JobContext(_WorkerBound):
             data["timeoutSeconds"],
         )
 
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the job's cancellation was requested (cancelJob while it runs). An async
+        handler is cancelled outright; a sync one should stop (`raise_if_cancelled`)."""
+        held: HeldState | None = getattr(self, "_held", None)
+        return held is not None and held.cancel_requested
+
+    def raise_if_cancelled(self) -> None:
+        """Raise JobCancelled once the job's cancellation was requested; for sync handlers, at
+        the points where stopping is safe."""
+        if self.cancel_requested:
+            raise JobCancelled(self.id)
+
+    def report_progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the job is (0..1) and, optionally, what it is doing (at most 200
+        characters), for `jobUpdated` subscribers. Returns at once, from a sync or an async
+        handler: the worker sends the latest report at most 4 times a second, and the last
+        one before the attempt's outcome. ValueError for a value out of range. A JobContext
+        that no worker gave (a test's) checks the values and sends nothing."""
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise ValueError(f"progress is a number from 0 to 1, not {type(fraction).__name__}")
+        if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+            raise ValueError(f"progress must be between 0 and 1, not {fraction!r}")
+        if message is not None:
+            if not isinstance(message, str):
+                raise ValueError(f"a progress message is a string, not {type(message).__name__}")
+            if len(message) > MAX_PROGRESS_MESSAGE:
+                raise ValueError(
+                    f"a progress message has at most {MAX_PROGRESS_MESSAGE} characters, not {len(message)}"
+                )
+        binding: tuple[WorkerCalls, asyncio.AbstractEventLoop, ProgressSink] | None = getattr(
+            self, "_worker", None
+        )
+        held = getattr(self, "_held", None)
+        if binding is not None and held is not None:
+            binding[2].report(held, float(fraction), message)
+
     def dependencies(self) -> Any:
         """The jobs this job waits for (its `dependsOn`), as `queuelog.client.Job` objects
         with their `result` (not `error`), in id order; [] for a job without dependencies.
@@ -93,10 +170,12 @@ class JobContext(_WorkerBound):
         dependency no longer exists, deleted by the retention pruner), ServerUnreachable,
         Unauthenticated; RuntimeError for a JobContext that a running Worker did not give.
         """
-        binding: tuple[WorkerCalls, asyncio.AbstractEventLoop] | None = getattr(self, "_worker", None)
+        binding: tuple[WorkerCalls, asyncio.AbstractEventLoop, ProgressSink] | None = getattr(
+            self, "_worker", None
+        )
         if binding is None:
             raise RuntimeError("dependencies() reads through a worker: this job was not given by one")
-        client, loop = binding
+        client, loop, _ = binding
         if loop.is_closed():
             raise RuntimeError("dependencies(): the worker that ran this job has stopped")
         try:

@@ -21,6 +21,7 @@ from typing import Any
 from queuelog import logformat
 from queuelog.errors import QueuelogError, Unauthenticated, echo
 from queuelog.sdk.async_client import AsyncClient
+from queuelog.sdk.worker.cancels import Cancels
 from queuelog.sdk.worker.completer import Completer
 from queuelog.sdk.worker.executor import Executor, TypeTimeouts
 from queuelog.sdk.worker.heartbeat import Heartbeats
@@ -28,8 +29,11 @@ from queuelog.sdk.worker.held import HeldJobs
 from queuelog.sdk.worker.job import Handler
 from queuelog.sdk.worker.job_log import JobLog, own_job_lines
 from queuelog.sdk.worker.producer import Producer
+from queuelog.sdk.worker.progress import ProgressReports
 
 FIRST_TYPE_TIMEOUTS_WAIT = 2.0  # at start, before the first claim, at most this long
+# Hear of cancel requests over a websocket (cancels.py); off, only heartbeats tell (bench/).
+LISTEN_FOR_CANCELS = True
 
 
 class KeyRefused(QueuelogError):
@@ -86,9 +90,13 @@ class Worker:
         self._held = HeldJobs(concurrency)
         self._job_log = JobLog(types)
         self._completer = Completer(self._client, self._held, self._job_log, self._stopping, self._refuse_key)
-        self._heartbeats = Heartbeats(self._client, self._held, self._refuse_key)
+        self._cancels = Cancels(self._client, self._held, self._refuse_key)
+        self._progress = ProgressReports(self._client, self._refuse_key)
+        self._heartbeats = Heartbeats(self._client, self._held, self._refuse_key, self._cancels.request)
         self._timeouts = TypeTimeouts(self._client, types, self._refuse_key)
-        self._executor = Executor(self._client, self.handlers, self._held, self._completer, self._timeouts)
+        self._executor = Executor(
+            self._client, self.handlers, self._held, self._completer, self._timeouts, self._progress
+        )
         self._producer = Producer(
             self._client,
             types,
@@ -150,10 +158,13 @@ class Worker:
         """Claim and run jobs until `stop()`; then drain (see the module docstring).
 
         Raises KeyRefused, once stopped, when the server refused the key."""
+        self._progress.bind(asyncio.get_running_loop())
         helpers: list[asyncio.Task[Any]] = [
             asyncio.create_task(self._completer.flush()),
             asyncio.create_task(self._heartbeats.sweep()),
         ]
+        if LISTEN_FOR_CANCELS:
+            helpers.append(asyncio.create_task(self._cancels.listen(self._client)))
         try:
             # The types' timeouts first (briefly: the server applies them anyway), so that the
             # first jobs claimed get theirs.
@@ -176,6 +187,7 @@ class Worker:
                 task.cancel()
             self._completer.cancel()
             self._heartbeats.cancel()
+            self._progress.cancel()
             for task in helpers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

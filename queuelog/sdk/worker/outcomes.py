@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from queuelog.sdk.worker.job import Discard, Retry
+from queuelog.sdk.worker.job import Discard, JobCancelled, Retry, Snooze
 
 TIMED_OUT_ERROR = "timed out"  # the server's error for a job past its timeout (API.md section 9)
 
@@ -19,12 +19,16 @@ class Outcome:
     error: str | None = None
     retryable: bool = True
     retry_in: int | None = None
+    snooze: int | None = None  # snoozeJob for this many seconds, not failJob
 
 
 STOPPED = Outcome("retrying", "worker stopped before the job finished")
 # Reported at the job's deadline, with the server's own error text: whichever of the two
 # fails the job first, it fails the same way (retry rules as for failJob).
 TIMED_OUT = Outcome("timed out", TIMED_OUT_ERROR)
+# The handler stopped on a cancel request (cancelled, or JobCancelled): the server ends the
+# attempt CANCELLED whatever the failure says.
+CANCELLED = Outcome("cancelled", "cancelled while running", retryable=False)
 
 
 def json_string(text: str) -> str:
@@ -52,8 +56,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def failure(exc: BaseException) -> Outcome:
-    """What a handler's exception reports: Retry and Discard as they say, anything else a
-    retryable failure carrying its text."""
+    """What a handler's exception reports: Retry, Discard, Snooze and JobCancelled as they
+    say, anything else a retryable failure carrying its text."""
+    if isinstance(exc, Snooze):
+        return Outcome("snoozed", snooze=exc.seconds)
+    if isinstance(exc, JobCancelled):
+        return CANCELLED
     if isinstance(exc, Retry):
         after = None if exc.after is None else max(0, min(86400, round(exc.after)))
         return Outcome("retrying", _describe(exc), retry_in=after)
