@@ -74,12 +74,14 @@ async def job_events(
     wanted_kinds = event_kinds(kinds)
 
     def accepts(event: JobEventRecord) -> bool:
+        # Run for every event of the server: the cheapest tests first (a worker's subscription
+        # to CANCEL_REQUESTED turns down every claim and completion at the kind).
         return (
             event.kind is not EventKind.PROGRESS  # only jobUpdated delivers progress (API.md 12)
-            and scope.allows(event.job)
+            and (wanted_kinds is None or event.kind in wanted_kinds)
             and (wanted_types is None or event.job.type in wanted_types)
             and (wanted_statuses is None or event.job.status in wanted_statuses)
-            and (wanted_kinds is None or event.kind in wanted_kinds)
+            and scope.allows(event.job)
         )
 
     with info.context.bus.subscribe(accepts) as events:
