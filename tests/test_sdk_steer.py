@@ -307,6 +307,55 @@ def test_progress_reaches_job_updated_and_the_last_report_is_stored(server: Serv
     assert len(refused) == 4 and all("progress" in text for text in refused), refused
 
 
+class CountingClient(AsyncClient):
+    """An AsyncClient that notes when each reportProgress goes out, and with what."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url, key)
+        self.progress_sent: list[tuple[float, float, str | None]] = []
+
+    async def execute(
+        self, query: str, variables: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        if "reportProgress" in query and variables is not None:
+            self.progress_sent.append((time.monotonic(), variables["progress"], variables["message"]))
+        return await super().execute(query, variables, timeout=timeout)
+
+
+def test_progress_goes_out_at_most_every_quarter_second_and_the_last_before_the_outcome(
+    server: Server,
+) -> None:
+    client = CountingClient(server.url, worker_key(server))
+    reported = 0
+
+    def busy(job: JobContext) -> str:
+        nonlocal reported
+        deadline = time.monotonic() + 1.2
+        while time.monotonic() < deadline:
+            reported += 1
+            job.report_progress(min(reported / 1e7, 0.99))
+        job.report_progress(1.0, "last")
+        return "ok"
+
+    async def main() -> Job:
+        worker = Worker(server.url, handlers={"s_progress_sync": busy}, client=client)
+        running = asyncio.create_task(worker.run())
+        try:
+            async with AsyncClient(server.url, server.admin_key) as admin:
+                job = await admin.enqueue("s_progress_sync")
+                return await admin.wait(job.id, timeout=TIMEOUT)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(running, TIMEOUT)
+
+    done = asyncio.run(main())
+    sent = client.progress_sent
+    assert (done.status, done.progress, done.progress_message) == ("COMPLETED", 1.0, "last")
+    assert sent[-1][1:] == (1.0, "last") and reported > 10 * len(sent), (reported, len(sent))
+    gaps = [later[0] - earlier[0] for earlier, later in zip(sent[:-1], sent[1:-1], strict=False)]
+    assert all(gap >= 0.249 for gap in gaps), gaps  # the last one goes out at once, before the outcome
+
+
 def test_progress_outside_a_worker_checks_the_values_and_sends_nothing() -> None:
     job = JobContext("1", "t", {}, "LOW", 1, 0, 3)
     job.report_progress(0.5, "half")  # no worker: nothing to send, no error

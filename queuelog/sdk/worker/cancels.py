@@ -70,7 +70,7 @@ class Cancels:
             except Unauthenticated as exc:
                 self._refuse(exc)
                 return
-            except (QueuelogError, OSError) as exc:
+            except Exception as exc:  # unreachable, refused, a bad message: never the worker's end
                 if self.live.is_set() or not out:
                     log.warning(
                         "cancel requests: no websocket (%s); the worker hears of them from its"

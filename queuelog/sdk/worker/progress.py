@@ -120,14 +120,18 @@ class ProgressReports:
     async def _send_newest(self, held: Held, reporting: Reporting) -> None:
         try:
             while True:
-                wait = reporting.sent_at + PROGRESS_INTERVAL - time.monotonic()
-                if wait > 0 and not reporting.final:
+                while (wait := reporting.sent_at + PROGRESS_INTERVAL - time.monotonic()) > 0:
+                    if reporting.final:
+                        break
                     reporting.sleeping = True
                     try:
                         await asyncio.sleep(wait)
                     except asyncio.CancelledError:
                         if not reporting.final:
                             raise  # the worker stopped
+                        task = asyncio.current_task()
+                        if task is not None:
+                            task.uncancel()  # woken by `then`: what follows must not see a cancel
                     finally:
                         reporting.sleeping = False
                 # Cleared before the value is taken: a report made after this wakes the loop
