@@ -1,6 +1,6 @@
 """Every QUEUELOG_* variable of API.md section 5, read in one place.
 
-Each field is also a `queuelog serve` flag (see cli.py): the flag's name is the field's
+Each field is also a `queuelog serve` flag (see cli/parser.py): the flag's name is the field's
 name with dashes, and the CLI passes flags on to server processes through the same
 environment variables, so `--workers N` processes all see one configuration.
 """
