@@ -51,7 +51,7 @@ NO_JOB_TYPES = (
 def parse_until(text: str, now: datetime) -> datetime:
     """--until's ISO-8601 time, in UTC as the API takes it (without an offset it is UTC); it
     must be in the future."""
-    from queuelog.queue import as_utc
+    from queuelog.queue.checks import as_utc
 
     try:
         moment = as_utc(datetime.fromisoformat(text.strip()), "--until")

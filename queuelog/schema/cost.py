@@ -51,16 +51,16 @@ from graphql import (
     VariableNode,
 )
 
-from queuelog import queue
+from queuelog.queue import limits
 
 # The most items each size argument can ask for (the queue refuses more).
 SIZE_BOUNDS = {
-    "first": queue.MAX_PAGE,
-    "limit": queue.MAX_CLAIM_BATCH,
-    "last": queue.MAX_HISTORY,
-    "minutes": queue.MAX_THROUGHPUT_MINUTES,
-    "inputs": queue.MAX_ENQUEUE_BATCH,
-    "items": queue.MAX_COMPLETE_BATCH,
+    "first": limits.MAX_PAGE,
+    "limit": limits.MAX_CLAIM_BATCH,
+    "last": limits.MAX_HISTORY,
+    "minutes": limits.MAX_THROUGHPUT_MINUTES,
+    "inputs": limits.MAX_ENQUEUE_BATCH,
+    "items": limits.MAX_COMPLETE_BATCH,
 }
 # "Type.field" of the lists that count by how many items they hold now.
 REAL_SIZE_LISTS = frozenset({"Query.schedules", "Query.typeControls"})
