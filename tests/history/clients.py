@@ -338,8 +338,8 @@ class Worker(Client):
             self.call("snoozeJob", doc.SNOOZE, variables)
             return
         if fate == "ok":
-            ready = [h for h in self.held if h.fate == "ok" and h.due == 0]
-            batch = ready[:5] if len(ready) > 1 and self.rng.random() < 0.3 else [held]
+            ready = [h for h in self.held if h is not held and h.fate == "ok" and h.due == 0]
+            batch = [held, *ready[:4]] if ready and self.rng.random() < 0.3 else [held]
             for done in batch:
                 self.held.remove(done)
             self.complete(batch)
