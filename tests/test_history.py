@@ -3,8 +3,10 @@ servers, checked against the contract's rules at every moment (tests/history/).
 
 On PostgreSQL three `queuelog serve` processes share the database (one server's LISTEN
 connection is ended mid-run); on SQLite one `queuelog serve --workers 2`. Producers,
-workers and an admin run random mixes of every operation on random servers while
-subscribers follow a sample of the jobs; then a drain, and the checker replays the history.
+workers and an admin run random mixes of every operation on random servers (section 12's
+too: cancels of running jobs, snoozes, expiring jobs, edits and run-nows racing claims,
+progress reports) while subscribers follow a sample of the jobs; then a drain, and the
+checker replays the history.
 
 The seed is QUEUELOG_HISTORY_SEED (`random` for a new one each run), else DEFAULT_SEED; it
 fixes the operations, not their interleavings. A failure prints the seed, each broken
@@ -37,7 +39,7 @@ KNOWN_BUGS = {
         "a progress report held back by one server (within its 250 ms window) is stored when"
         " that window ends, after a later report of the same attempt that another server stored"
         " at once: the job keeps the older report (API.md 12: the last report of an attempt is"
-        " stored). Seen with seed 2029 on PostgreSQL: job 137."
+        " stored). PostgreSQL's three servers show it in most seeds (first: seed 2029, job 137)."
     ),
 }
 
