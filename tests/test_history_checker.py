@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from history.checker import check
+from history.generator import iso
 from history.model import (
     ControlsRead,
     CountsSnapshot,
@@ -23,6 +24,12 @@ from history.model import (
 )
 from history.report import render
 
+
+def at(seconds: float) -> str:
+    """A DateTime as the API writes it."""
+    return iso(seconds)
+
+
 NEXT_STATUS = {
     "ENQUEUED": "pending",
     "CLAIMED": "running",
@@ -32,6 +39,9 @@ NEXT_STATUS = {
     "CANCELLED": "cancelled",
     "RETRIED": "pending",
     "CANCEL_REQUESTED": "running",
+    "SNOOZED": "pending",
+    "UPDATED": "pending",
+    "EXPIRED": "cancelled",
 }
 
 
@@ -106,7 +116,7 @@ class Sketch:
         for before, event in zip(rows, rows[1:], strict=False):
             if event.kind == "RETRIED":
                 retries = 0
-            elif before.status == "running" and event.status == "pending":
+            elif before.status == "running" and event.status == "pending" and event.kind != "SNOOZED":
                 retries += 1
         job = JobRow(
             id=job_id,
@@ -120,8 +130,9 @@ class Sketch:
             created_by="producer",
             worker_id=None,
             idempotency_key=None,
-            error=None,
+            error="expired" if rows[-1].kind == "EXPIRED" else None,
             depends_on=list(depends_on),
+            snooze_count=sum(1 for e in rows if e.kind == "SNOOZED"),
         )
         self.history.final.jobs.append(job)
         self.history.final.events.extend(rows)
@@ -130,6 +141,43 @@ class Sketch:
     def claim(self, send: float, recv: float, *jobs: tuple[int, int], job_type: str = "t") -> Op:
         answer = [{"id": str(j), "type": job_type, "status": "RUNNING", "attempt": a} for j, a in jobs]
         return self.op("claimJobs", {"limit": len(jobs), "types": [job_type]}, send, recv, answer)
+
+    def enqueue(self, job_id: int, send: float, recv: float, **fields: Any) -> Op:
+        """The producer's enqueueJob that created the job (priority, maxRetries, expiresAt...)."""
+        item = {"type": "t", "priority": "MEDIUM", "maxRetries": 1, **fields}
+        answer = {"created": True, "job": {"id": str(job_id), "status": "PENDING", "attempt": 0}}
+        return self.op("enqueueJob", {"input": item}, send, recv, answer, thread="producer")
+
+    def update(
+        self, job_id: int, send: float, recv: float | None, edit: dict[str, Any], **answered: Any
+    ) -> Op:
+        """The producer's updateJob: answered PENDING with `answered` (else the edit's values),
+        or refused with `codes`."""
+        codes = answered.pop("codes", [])
+        data = None
+        if not codes and recv is not None:
+            data = {"id": str(job_id), "status": "PENDING", "attempt": answered.pop("attempt", 0)}
+            data |= {"priority": "MEDIUM", "maxRetries": 1, "runAt": at(0.0), "expiresAt": None}
+            data |= {**edit, **answered}
+        variables = {"id": str(job_id), "input": edit}
+        return self.op("updateJob", variables, send, recv, data, codes=codes, thread="producer")
+
+    def claim_seeing(self, send: float, recv: float, job_id: int, attempt: int, **settings: Any) -> Op:
+        """A worker's claim whose answer shows the job's settings and progress."""
+        answer = {"id": str(job_id), "type": "t", "status": "RUNNING", "attempt": attempt, "progress": None}
+        answer |= {"priority": "MEDIUM", "maxRetries": 1, "runAt": at(0.0), "expiresAt": None, **settings}
+        return self.op("claimJobs", {"limit": 1}, send, recv, [answer], thread="worker")
+
+    def held(self, kind: str, job_id: int, attempt: int, send: float, recv: float | None, **more: Any) -> Op:
+        """A worker's snoozeJob or reportProgress on an attempt (thread `worker` unless given)."""
+        status = more.pop("status", "PENDING" if kind == "snoozeJob" else "RUNNING")
+        codes = more.pop("codes", [])
+        thread = more.pop("thread", "worker")
+        data = None if codes or recv is None else {"id": str(job_id), "status": status, "attempt": attempt}
+        if data is not None and kind == "snoozeJob":
+            data["snoozeCount"] = more.pop("snooze_count", 1)
+        variables = {"id": str(job_id), "attempt": attempt, **more}
+        return self.op(kind, variables, send, recv, data, codes=codes, thread=thread)
 
     def read_controls(self, send: float, recv: float, **fields: Any) -> None:
         stored = {"paused": False, "maxRunning": None, "maxRunningPerKey": None, "rateLimit": None}
@@ -435,3 +483,210 @@ def test_a_subscriber_that_never_gets_the_terminal_state_is_rejected() -> None:
         Subscription(1, 0, 1.5, ["PENDING", "RUNNING"], ended="closed"),  # its socket died: excused
     ]
     assert sketch.failures() == {"subscription-terminal": 1}
+
+
+# --- steering: edits, expiry, snoozes, progress (API.md section 12) ---------------------------
+
+
+def test_a_snooze_uses_no_retry_and_ends_only_a_running_attempt_that_was_not_asked_to_stop() -> None:
+    sketch = Sketch()
+    snoozed = [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("SNOOZED", 2.5), ("CLAIMED", 4.0)]
+    sketch.job(1, [*snoozed, ("COMPLETED", 5.0)], max_retries=0)  # no retry left, none used
+    assert sketch.failures() == {}
+    # illegal: a snooze after a cancel request, a snooze of a PENDING job
+    sketch.job(2, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("CANCEL_REQUESTED", 2.2), ("SNOOZED", 2.5)])
+    sketch.job(3, [("ENQUEUED", 1.0), ("SNOOZED", 2.5)])
+    assert sketch.failures() == {"event-order": 2}
+    sketch = Sketch()
+    job = sketch.job(1, [*snoozed, ("COMPLETED", 5.0)], max_retries=1)
+    job.retry_count = 1  # the snooze counted as a retry
+    assert sketch.failures() == {"row-matches-events": 1}
+
+
+def test_a_snooze_count_that_differs_from_the_snoozed_events_is_rejected() -> None:
+    sketch = Sketch()
+    job = sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("SNOOZED", 2.5)])
+    job.snooze_count = 0
+    assert sketch.failures() == {"snooze-count": 1}
+
+
+def test_a_snooze_answered_pending_after_a_cancel_request_is_rejected() -> None:
+    def snooze_after_request(status: str) -> Counter[str]:
+        sketch = Sketch()
+        sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("CANCEL_REQUESTED", 2.2), ("CANCELLED", 2.5)])
+        sketch.claim_seeing(1.9, 2.1, 1, 1)
+        sketch.held("snoozeJob", 1, 1, 2.4, 2.6, seconds=1, status=status, snooze_count=0)
+        return sketch.failures()
+
+    assert snooze_after_request("CANCELLED") == {}
+    # answered as snoozed, while the attempt ended CANCELLED (answers-match-events: it never was
+    # PENDING at attempt 1 either)
+    assert snooze_after_request("PENDING") == {"snooze-outcome": 1, "answers-match-events": 1}
+
+
+def test_a_claim_before_the_snooze_was_over_is_rejected() -> None:
+    def claimed_again(moment: float) -> Counter[str]:
+        sketch = Sketch()
+        sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("SNOOZED", 3.0), ("CLAIMED", moment)])
+        sketch.claim_seeing(1.9, 2.1, 1, 1)
+        sketch.held("snoozeJob", 1, 1, 2.9, 3.1, seconds=2)
+        return sketch.failures()
+
+    assert claimed_again(5.01) == {}
+    assert claimed_again(4.5) == {"snooze-run-at": 1}
+
+
+def test_a_snooze_or_report_by_a_worker_that_does_not_hold_the_attempt_is_rejected() -> None:
+    sketch = Sketch()
+    sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("COMPLETED", 4.0)])
+    sketch.claim_seeing(1.9, 2.1, 1, 1)
+    sketch.held("reportProgress", 1, 1, 2.5, 2.6, progress=0.5, thread="other")
+    sketch.held(
+        "reportProgress", 1, 1, 2.7, 2.8, progress=0.2, thread="other", codes=["NOT_FOUND"]
+    )  # refused
+    assert sketch.failures() == {"steer-holder": 1}
+    sketch = Sketch()
+    sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("SNOOZED", 3.0)])
+    sketch.claim_seeing(1.9, 2.1, 1, 1)
+    sketch.held("snoozeJob", 1, 1, 2.9, 3.1, seconds=1, thread="other")
+    assert sketch.failures() == {"steer-holder": 1}
+
+
+def test_progress_must_be_reset_by_a_claim_and_end_as_the_last_report_of_the_last_attempt() -> None:
+    def ending_with(progress: float | None, reset: bool = True) -> Counter[str]:
+        sketch = Sketch()
+        job = sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("RETRYING", 3.0), ("CLAIMED", 4.0)])
+        sketch.claim_seeing(1.9, 2.1, 1, 1)
+        sketch.held("reportProgress", 1, 1, 2.2, 2.3, progress=0.9)
+        sketch.claim_seeing(3.9, 4.1, 1, 2, progress=None if reset else 0.9)
+        sketch.held("reportProgress", 1, 2, 4.2, 4.3, progress=0.25)
+        sketch.held("reportProgress", 1, 2, 4.4, 4.5, progress=0.5)
+        sketch.held("reportProgress", 1, 1, 4.6, 4.7, progress=0.75, codes=["CONFLICT"])  # stale: refused
+        job.progress = progress
+        return sketch.failures()
+
+    assert ending_with(0.5) == {}
+    assert ending_with(0.5, reset=False) == {"progress-reset": 1}
+    assert ending_with(0.25) == {"progress-stale": 1}  # an earlier report stored over the last one
+    assert ending_with(0.9) == {"progress-final": 1}  # the previous attempt's
+    assert ending_with(0.75) == {"progress-final": 1}  # a refused report's
+    assert ending_with(None) == {"progress-final": 1}  # the last report lost
+
+
+def test_an_edit_is_one_event_answered_as_asked_and_refused_only_off_pending() -> None:
+    sketch = Sketch()
+    sketch.enqueue(1, 0.9, 1.0)
+    sketch.job(1, [("ENQUEUED", 1.0), ("UPDATED", 2.0), ("CLAIMED", 3.0), ("COMPLETED", 4.0)])
+    sketch.update(1, 1.9, 2.1, {"priority": "HIGH"})
+    sketch.claim_seeing(2.9, 3.1, 1, 1, priority="HIGH")
+    sketch.update(1, 3.5, 3.6, {"priority": "LOW"}, codes=["CONFLICT"])  # RUNNING then: refused
+    assert sketch.failures() == {}
+    sketch.update(1, 2.2, 2.3, {"priority": "LOW"}, codes=["CONFLICT"])  # PENDING all along
+    assert sketch.failures() == {"update-refused": 1}
+
+
+def test_an_applied_edit_without_its_event_or_with_other_values_is_rejected() -> None:
+    sketch = Sketch()
+    sketch.enqueue(1, 0.9, 1.0)
+    sketch.job(1, [("ENQUEUED", 1.0)])
+    sketch.update(1, 1.9, 2.1, {"maxRetries": 3})  # applied, but no UPDATED event
+    assert sketch.failures() == {"update-count": 1}
+    sketch = Sketch()
+    sketch.enqueue(1, 0.9, 1.0)
+    sketch.job(1, [("ENQUEUED", 1.0), ("UPDATED", 2.0)])
+    sketch.update(1, 1.9, 2.1, {"maxRetries": 3, "expiresAt": None}, maxRetries=2)
+    assert sketch.failures() == {"update-answer": 1}
+
+
+def test_a_claim_that_saw_part_of_an_edit_is_rejected() -> None:
+    def claim_seeing(**settings: Any) -> Counter[str]:
+        sketch = Sketch()
+        sketch.enqueue(1, 0.9, 1.0, expiresAt=at(50.0))
+        sketch.job(1, [("ENQUEUED", 1.0), ("UPDATED", 2.0), ("CLAIMED", 3.0), ("COMPLETED", 4.0)])
+        sketch.update(1, 1.9, 2.1, {"priority": "HIGH", "maxRetries": 3, "expiresAt": None})
+        sketch.claim_seeing(2.9, 3.1, 1, 1, **settings)
+        return sketch.failures()
+
+    assert claim_seeing(priority="HIGH", maxRetries=3) == {}
+    assert claim_seeing(priority="HIGH", maxRetries=1) == {"update-seen-by-claim": 1}
+    assert claim_seeing(priority="HIGH", maxRetries=3, expiresAt=at(50.0)) == {"update-seen-by-claim": 1}
+
+
+def test_retries_follow_the_max_retries_an_edit_set() -> None:
+    def retried_after_edit(max_retries: int) -> Counter[str]:
+        sketch = Sketch()
+        sketch.enqueue(1, 0.9, 1.0, maxRetries=1)
+        events = [("ENQUEUED", 1.0), ("UPDATED", 2.0), ("CLAIMED", 3.0), ("RETRYING", 3.5), ("CLAIMED", 4.0)]
+        sketch.job(1, [*events, ("COMPLETED", 5.0)], max_retries=max_retries)
+        sketch.update(1, 1.9, 2.1, {"maxRetries": max_retries})
+        return sketch.failures()
+
+    assert retried_after_edit(2) == {}
+    assert retried_after_edit(0) == {"event-order": 1}  # retried with none left
+
+
+def test_an_edit_of_a_job_that_is_not_pending_is_an_illegal_event() -> None:
+    sketch = Sketch()
+    sketch.job(1, [("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("UPDATED", 2.5), ("COMPLETED", 3.0)])
+    assert sketch.failures() == {"event-order": 1}
+
+
+def test_an_expired_job_was_pending_never_claimed_after_its_expiry_and_has_error_expired() -> None:
+    def expiring(events: list[tuple[str, float]], error: str | None = "expired") -> Counter[str]:
+        sketch = Sketch()
+        sketch.enqueue(1, 0.9, 1.0, expiresAt=at(3.0))
+        job = sketch.job(1, events)
+        job.expires_at = 3.0
+        if events[-1][0] == "EXPIRED":
+            job.error = error
+        return sketch.failures()
+
+    assert expiring([("ENQUEUED", 1.0), ("EXPIRED", 3.2)]) == {}
+    assert expiring([("ENQUEUED", 1.0), ("CLAIMED", 2.9), ("COMPLETED", 3.5)]) == {}  # claimed first
+    assert expiring([("ENQUEUED", 1.0), ("CLAIMED", 3.1), ("COMPLETED", 3.5)]) == {"claimed-after-expiry": 1}
+    assert expiring([("ENQUEUED", 1.0), ("EXPIRED", 2.5)]) == {"expired-early": 1}
+    assert expiring([("ENQUEUED", 1.0), ("EXPIRED", 3.2)], error=None) == {"expiry-error": 1}
+    # expired twice without a retry between; expired while RUNNING
+    assert expiring([("ENQUEUED", 1.0), ("EXPIRED", 3.2), ("EXPIRED", 3.4)]) == {"event-order": 1}
+    assert expiring([("ENQUEUED", 1.0), ("CLAIMED", 2.0), ("EXPIRED", 3.2)]) == {"event-order": 1}
+
+
+def test_the_expiry_an_edit_set_is_the_one_a_claim_must_come_before() -> None:
+    sketch = Sketch()
+    sketch.enqueue(1, 0.9, 1.0, expiresAt=at(3.0))
+    sketch.job(1, [("ENQUEUED", 1.0), ("UPDATED", 2.0), ("CLAIMED", 4.0), ("COMPLETED", 4.5)])
+    sketch.update(1, 1.9, 2.1, {"expiresAt": at(5.0)})
+    assert sketch.failures() == {}
+    sketch = Sketch()
+    sketch.enqueue(1, 0.9, 1.0, expiresAt=at(9.0))
+    sketch.job(1, [("ENQUEUED", 1.0), ("UPDATED", 2.0), ("CLAIMED", 4.0), ("COMPLETED", 4.5)])
+    sketch.update(1, 1.9, 2.1, {"runAt": at(2.0), "expiresAt": at(3.5)})
+    assert sketch.failures() == {"claimed-after-expiry": 1}
+
+
+def test_a_job_left_pending_well_after_its_expiry_missed_it() -> None:
+    def pending_until(end: float) -> Counter[str]:
+        sketch = drained(Sketch())
+        job = sketch.job(1, [("ENQUEUED", 1.0)])
+        job.expires_at = 8.0
+        sketch.op("queueStats", {}, end - 0.1, end, {}, thread="final")
+        return sketch.failures()
+
+    assert pending_until(9.0) == {}  # expiring as the final state was read
+    assert pending_until(12.0) == {"expiry-missed": 1}
+
+
+def test_an_expiry_that_passed_in_flight_excuses_its_refusal_but_not_a_replay() -> None:
+    sketch = Sketch()
+    refused = {"type": "t", "payload": {}, "expiresAt": at(2.05)}
+    sketch.op("enqueueJob", {"input": refused}, 1.0, 2.1, codes=["BAD_USER_INPUT"])
+    assert sketch.failures() == {}
+    sketch.op("enqueueJob", {"input": {**refused, "expiresAt": at(9.0)}}, 1.0, 2.1, codes=["BAD_USER_INPUT"])
+    assert sketch.failures() == {"refused-valid-input": 1}
+    sketch = Sketch()
+    sketch.job(1, [("ENQUEUED", 1.0), ("EXPIRED", 2.5)])
+    original = {"type": "t", "priority": "LOW", "maxRetries": 0, "expiresAt": at(2.4), "idempotencyKey": "k"}
+    answer = {"created": True, "job": {"id": "1", "status": "PENDING", "attempt": 0}}
+    sketch.op("enqueueJob", {"input": original}, 0.9, 1.0, answer, thread="producer")
+    sketch.op("enqueueJob", {"input": original}, 3.0, 3.1, codes=["BAD_USER_INPUT"], thread="producer")
+    assert sketch.failures() == {"refused-valid-input": 1}  # the replay answers the existing job

@@ -1,4 +1,4 @@
-"""A randomised, model-checked concurrency test of queuelog (API.md sections 3, 9 and 10).
+"""A randomised, model-checked concurrency test of queuelog (API.md sections 3, 9, 10 and 12).
 
 Client threads (`clients.py`, `subscriber.py`) drive a real deployment (`deployment.py`)
 with random mixes of operations chosen by seeded generators (`generator.py`); every

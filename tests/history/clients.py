@@ -18,11 +18,16 @@ from history.deployment import Deployment
 from history.generator import (
     CONTROLLED,
     KEYS,
+    PRIORITIES,
+    SNOOZES,
     TYPE_NAMES,
     WORKED,
     Registry,
     control_write,
+    expiry,
+    iso,
     job_input,
+    seconds_of,
 )
 from history.model import ControlsRead, CountsSnapshot, Incident, Op
 from history.recorder import Caller
@@ -73,8 +78,10 @@ class Client:
 
 
 class Producer(Client):
-    """Enqueues single jobs and small graphs (dependsOnItems), replays idempotency keys (with
-    the same input, and now and then with another), cancels its own jobs."""
+    """Enqueues single jobs and small graphs (dependsOnItems), some expiring soon, replays
+    idempotency keys (with the same input, and now and then with another), cancels its own
+    jobs, and edits its recent jobs (updateJob, runJobNow) whatever their status: racing the
+    workers' claims, or refused CONFLICT once claimed or finished."""
 
     def __init__(
         self, name: str, caller: Caller, rng: random.Random, registry: Registry, feed: Callable[[int], None]
@@ -86,17 +93,24 @@ class Producer(Client):
         self.serial = 0
         self.idempotent: dict[str, dict[str, Any]] = {}
         self.own: list[int] = []
+        # each own job's expiresAt as this producer last set it (only it edits its jobs), so
+        # that an edit of runAt alone stays before it
+        self.expires: dict[int, float | None] = {}
 
     def step(self) -> None:
         choice = self.rng.random()
-        if choice < 0.62:
+        if choice < 0.52:
             self.enqueue_one()
-        elif choice < 0.80:
+        elif choice < 0.67:
             self.enqueue_graph()
-        elif choice < 0.90:
+        elif choice < 0.75:
             self.cancel_own()
-        else:
+        elif choice < 0.83:
             self.replay()
+        elif choice < 0.94:
+            self.update_own()
+        else:
+            self.run_own_now()
 
     def next_input(self) -> dict[str, Any]:
         self.serial += 1
@@ -133,6 +147,7 @@ class Producer(Client):
                     self.name, job_id, bool(item.get("dependsOn") or item.get("dependsOnItems"))
                 )
                 self.own.append(job_id)
+                self.expires[job_id] = seconds_of(item.get("expiresAt"))
                 self.feed(job_id)
 
     def cancel_own(self) -> None:
@@ -142,6 +157,44 @@ class Producer(Client):
         job_id = self.rng.choice(self.own[-30:])
         self.call("cancelJob", doc.CANCEL, {"id": str(job_id)})
 
+    def update_own(self) -> None:
+        """updateJob on one of its newest jobs: a random subset of priority, maxRetries, runAt
+        (now to 2.5 s ahead) and expiresAt (a short one, or null). Every input is valid
+        whatever the job's state: a new expiresAt comes with a runAt before it, a runAt alone
+        stays before the job's expiry (else the expiry is cleared too)."""
+        if not self.own:
+            self.enqueue_one()
+            return
+        rng = self.rng
+        job_id = rng.choice(self.own[-12:])
+        edit: dict[str, Any] = {}
+        if rng.random() < 0.5:
+            edit["priority"] = rng.choice(PRIORITIES)
+        if rng.random() < 0.4:
+            edit["maxRetries"] = rng.randint(0, 3)
+        run_at = time.time() + rng.uniform(0, 2.5) if rng.random() < 0.4 else None
+        what = rng.random()
+        if what < 0.25:
+            run_at = run_at if run_at is not None else time.time() + rng.uniform(0, 1.0)
+            edit["expiresAt"] = iso(expiry(rng, run_at))
+        elif what < 0.4 or (run_at is not None and before_expiry(self.expires.get(job_id), run_at)):
+            edit["expiresAt"] = None
+        if run_at is not None:
+            edit["runAt"] = iso(run_at)
+        if not edit:
+            edit["priority"] = rng.choice(PRIORITIES)
+        op = self.call("updateJob", doc.UPDATE, {"id": str(job_id), "input": edit})
+        if op.ok:
+            self.expires[job_id] = seconds_of(op.data["expiresAt"])
+        elif op.recv is None:
+            self.expires[job_id] = 0.0  # may have applied: unknown, so a runAt alone clears it
+
+    def run_own_now(self) -> None:
+        if not self.own:
+            self.enqueue_one()
+            return
+        self.call("runJobNow", doc.RUN_NOW, {"id": str(self.rng.choice(self.own[-12:]))})
+
     def replay(self) -> None:
         if not self.idempotent:
             self.enqueue_one()
@@ -150,6 +203,11 @@ class Producer(Client):
         if self.rng.random() < 0.3:  # another input under the same key: CONFLICT
             item = {**item, "payload": {**item["payload"], "changed": True}}
         self.call("enqueueJob", doc.ENQUEUE, {"input": item})
+
+
+def before_expiry(expires: float | None, run_at: float) -> bool:
+    """Whether a runAt would not be safely before a job's expiry (None: none)."""
+    return expires is not None and expires < run_at + 0.5
 
 
 # --- workers ---------------------------------------------------------------------------------
@@ -163,15 +221,19 @@ class Held:
     due: int  # steps to wait before answering
     since: float
     beat: float
+    snoozes: int = 0  # the job's snoozeCount when claimed
 
 
 class Worker(Client):
     """Claims (one or up to 8 at once, often more than a limit allows; any types or some;
     now and then with a 1 s lease and then abandons the jobs), holds jobs for a few steps,
-    heartbeats them, and answers by the fate in each payload: complete (one or several at
-    once), fail for good, fail as retryable, or never (the job times out). A heartbeat
-    answered with cancelRequested mostly makes it fail the job at its next answer, as
-    retryable (the job ends CANCELLED all the same), and now and then it goes on regardless."""
+    heartbeats them or reports their progress, and answers by the fate in each payload:
+    complete (one or several at once), fail for good, fail as retryable, snooze (1-2 s, a
+    few times, then complete), or never (the job times out; its worker reports progress on
+    it once more, late). A heartbeat or report answered with cancelRequested mostly makes it
+    end the job at its next answer by a failure or a snooze (the job ends CANCELLED all the
+    same), and now and then it goes on regardless. Now and then it reports on an attempt it
+    does not hold (refused)."""
 
     def __init__(self, caller: Caller, rng: random.Random) -> None:
         super().__init__(caller, rng)
@@ -204,7 +266,9 @@ class Worker(Client):
         now = time.monotonic()
         for job in jobs:
             fate = (job.get("payload") or {}).get("fate", "ok")
-            self.held.append(Held(int(job["id"]), job["attempt"], fate, rng.randint(0, 3), now, now))
+            held = Held(int(job["id"]), job["attempt"], fate, rng.randint(0, 3), now, now)
+            held.snoozes = job.get("snoozeCount") or 0
+            self.held.append(held)
 
     def heartbeat_old(self) -> None:
         now = time.monotonic()
@@ -213,23 +277,38 @@ class Worker(Client):
                 self.heartbeat(held)
 
     def heartbeat(self, held: Held) -> None:
-        op = self.call(
-            "heartbeatJob",
-            doc.HEARTBEAT,
-            {"id": str(held.id), "attempt": held.attempt, "lease": LEASE_SECONDS},
-        )
+        """A heartbeat, or as often a progress report (which extends the lease too)."""
+        if self.rng.random() < 0.5:
+            op = self.report(held)
+        else:
+            op = self.call(
+                "heartbeatJob",
+                doc.HEARTBEAT,
+                {"id": str(held.id), "attempt": held.attempt, "lease": LEASE_SECONDS},
+            )
         held.beat = time.monotonic()
         if not op.ok and held in self.held:
             self.held.remove(held)
         elif op.data and op.data.get("cancelRequested") and held.fate != "hang" and self.rng.random() < 0.7:
-            held.fate = "stopped"  # told to stop: fails (the job ends CANCELLED), else goes on
+            held.fate = "stopped"  # told to stop: fails or snoozes (the job ends CANCELLED), else goes on
             held.due = 0
+
+    def report(self, held: Held, attempt: int | None = None) -> Op:
+        variables = {
+            "id": str(held.id),
+            "attempt": held.attempt if attempt is None else attempt,
+            "progress": round(self.rng.random(), 4),
+            "message": self.rng.choice((None, "step", "almost")),
+        }
+        return self.call("reportProgress", doc.PROGRESS, variables)
 
     def act(self) -> None:
         held = self.rng.choice(self.held)
         if held.fate == "hang":
             if time.monotonic() - held.since > HANG_SECONDS:
                 self.held.remove(held)
+                if self.rng.random() < 0.5:
+                    self.report(held)  # timed out by now: refused, or held and then dropped
                 self.complete([held])  # timed out by now: CONFLICT
             elif self.rng.random() < 0.4:
                 self.heartbeat(held)
@@ -238,16 +317,29 @@ class Worker(Client):
             held.due -= 1
             if self.rng.random() < 0.3:
                 self.heartbeat(held)
+            elif self.rng.random() < 0.1:
+                self.report(held, attempt=held.attempt + 1)  # not an attempt it holds
             return
         self.answer(held)
 
-    def answer(self, held: Held) -> None:
+    def answer(self, held: Held, finishing: bool = False) -> None:
         fate = held.fate
         if fate == "ok" and self.rng.random() < 0.03:
             fate = "retry"
+        elif fate == "ok" and self.rng.random() < 0.03 and not finishing:
+            fate = "snooze"
+        if fate == "snooze" and (held.snoozes >= SNOOZES or finishing):
+            fate = "ok"
+        if fate == "stopped" and self.rng.random() < 0.4 and not finishing:
+            fate = "snooze"  # a snooze after a cancel request ends the job CANCELLED
+        if fate == "snooze":
+            self.held.remove(held)
+            variables = {"id": str(held.id), "attempt": held.attempt, "seconds": self.rng.randint(1, 2)}
+            self.call("snoozeJob", doc.SNOOZE, variables)
+            return
         if fate == "ok":
-            ready = [h for h in self.held if h.fate == "ok" and h.due == 0]
-            batch = ready[:5] if len(ready) > 1 and self.rng.random() < 0.3 else [held]
+            ready = [h for h in self.held if h is not held and h.fate == "ok" and h.due == 0]
+            batch = [held, *ready[:4]] if ready and self.rng.random() < 0.3 else [held]
             for done in batch:
                 self.held.remove(done)
             self.complete(batch)
@@ -273,7 +365,7 @@ class Worker(Client):
         for held in [h for h in self.held if h.fate != "hang"]:
             held.due = 0
             if held in self.held:
-                self.answer(held)
+                self.answer(held, finishing=True)
 
 
 # --- the admin -------------------------------------------------------------------------------

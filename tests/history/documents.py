@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 JOB = "id type status attempt concurrencyKey"
-CLAIMED = JOB + " payload"  # a worker reads the job's fate from its payload
+# what an update may change: a claim's answer shows which values it saw (API.md section 12)
+SETTINGS = "priority maxRetries runAt expiresAt"
+# a worker reads the job's fate from its payload; a claim resets progress
+CLAIMED = JOB + " payload snoozeCount progress " + SETTINGS
 
 ENQUEUE = f"""mutation($input: EnqueueJobInput!) {{
   enqueueJob(input: $input) {{ created job {{ {JOB} }} }} }}"""
@@ -22,6 +25,14 @@ FAIL = f"""mutation($id: ID!, $attempt: Int, $retryable: Boolean!, $error: Strin
     {JOB} }} }}"""
 HEARTBEAT = f"""mutation($id: ID!, $attempt: Int, $lease: Int) {{
   heartbeatJob(id: $id, attempt: $attempt, leaseSeconds: $lease) {{ {JOB} cancelRequested }} }}"""
+SNOOZE = f"""mutation($id: ID!, $attempt: Int!, $seconds: Int!) {{
+  snoozeJob(id: $id, attempt: $attempt, seconds: $seconds) {{ {JOB} snoozeCount }} }}"""
+PROGRESS = f"""mutation($id: ID!, $attempt: Int!, $progress: Float!, $message: String) {{
+  reportProgress(id: $id, attempt: $attempt, progress: $progress, message: $message) {{
+    {JOB} progress cancelRequested }} }}"""
+UPDATE = f"""mutation($id: ID!, $input: UpdateJobInput!) {{
+  updateJob(id: $id, input: $input) {{ {JOB} {SETTINGS} }} }}"""
+RUN_NOW = f"mutation($id: ID!) {{ runJobNow(id: $id) {{ {JOB} {SETTINGS} }} }}"
 CANCEL = f"mutation($id: ID!) {{ cancelJob(id: $id) {{ {JOB} }} }}"
 RETRY = f"mutation($id: ID!) {{ retryJob(id: $id) {{ {JOB} }} }}"
 CANCEL_MANY = """mutation($filter: JobFilter!, $limit: Int!) {

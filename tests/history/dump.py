@@ -15,7 +15,7 @@ CONTROLS_SQL = (
 )
 JOBS_SQL = (
     "SELECT id, type, status, concurrency_key, attempt, retry_count, max_retries, waiting_for,"
-    " created_by, worker_id, idempotency_key, error FROM jobs ORDER BY id"
+    " created_by, worker_id, idempotency_key, error, expires_at, snooze_count, progress FROM jobs ORDER BY id"
 )
 EVENTS_SQL = "SELECT id, job_id, kind, status, at FROM job_events ORDER BY id"
 DEPENDENCIES_SQL = "SELECT job_id, depends_on FROM job_dependencies"
@@ -94,6 +94,9 @@ def read_final(deployment: Deployment) -> FinalState:
             idempotency_key=row[10],
             error=row[11],
             depends_on=sorted(depends.get(int(row[0]), [])),
+            expires_at=None if row[12] is None else epoch(row[12]),
+            snooze_count=int(row[13]),
+            progress=None if row[14] is None else float(row[14]),
         )
         for row in deployment.sql(JOBS_SQL)
     ]

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -72,10 +74,35 @@ SPECS = {spec.name: spec for spec in TYPES}
 CONTROLLED = [spec.name for spec in TYPES if spec.settings or spec.pausable]
 
 # What a worker does with a job, carried in its payload: complete it, fail it for good,
-# fail it as retryable, or hold it without an answer until it times out (timeoutSeconds 1).
-FATES = ("ok", "fail", "retry", "hang")
-FATE_WEIGHTS = (70, 11, 13, 6)
+# fail it as retryable, hold it without an answer until it times out (timeoutSeconds 1), or
+# snooze it (up to SNOOZES times, then complete it).
+FATES = ("ok", "fail", "retry", "hang", "snooze")
+FATE_WEIGHTS = (63, 10, 12, 6, 9)
+SNOOZES = 2
 PRIORITIES = ("LOW", "MEDIUM", "HIGH")
+# Of the jobs enqueued, how many expire (expiresAt a few seconds ahead: some are claimed
+# first, some expire while they wait for a dependency, a limit, a paused type, or the run time
+# a snooze gave them). An expiry is at least MIN_AHEAD seconds after the request is sent, so a
+# request is never refused for a time already past unless it took that long (the checker
+# allows that case: rules_jobs.check_errors).
+EXPIRING_SHARE = 0.15
+MIN_AHEAD = 1.5
+
+
+def iso(at: float) -> str:
+    """A DateTime input: seconds since the epoch in ISO 8601, UTC."""
+    return datetime.fromtimestamp(at, UTC).isoformat()
+
+
+def seconds_of(value: str | None) -> float | None:
+    """A DateTime answer as seconds since the epoch."""
+    return None if value is None else datetime.fromisoformat(value).timestamp()
+
+
+def expiry(rng: random.Random, after: float | None = None) -> float:
+    """A short expiry: MIN_AHEAD..5 s from now, and later than `after` (a runAt) by as much."""
+    base = max(time.time(), after or 0.0)
+    return base + rng.uniform(MIN_AHEAD, 5.0)
 
 
 class Registry:
@@ -128,6 +155,8 @@ def job_input(rng: random.Random, registry: Registry, owner: str, serial: str) -
         item["timeoutSeconds"] = 1
     if rng.random() < 0.33:
         item["dependsOn"] = [str(job_id) for job_id in registry.recent(rng, rng.randint(1, 2), owner)]
+    if rng.random() < EXPIRING_SHARE:
+        item["expiresAt"] = iso(expiry(rng))
     return item
 
 

@@ -70,6 +70,10 @@ class JobRow:
     idempotency_key: str | None
     error: str | None
     depends_on: list[int] = field(default_factory=list)
+    # section 12: the expiry in effect at the end (seconds since the epoch), snoozes, progress
+    expires_at: float | None = None
+    snooze_count: int = 0
+    progress: float | None = None
 
 
 @dataclass

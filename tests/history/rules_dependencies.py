@@ -8,7 +8,8 @@
   (and allowed to be), or FAILED/CANCELLED with a retry of this job that put it back to
   wait: a retry that may have committed after the dependency ended. A PENDING job whose
   dependencies are all COMPLETED was left unclaimable; one waiting on a FAILED or
-  CANCELLED dependency without such a retry missed its cascade.
+  CANCELLED dependency without such a retry missed its cascade. One whose expiresAt passed
+  more than EXPIRY_GRACE seconds before the final read missed its expiry (API.md section 12).
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ from history.model import NO_ANSWER, EventRow, JobRow
 from history.rules_jobs import describe
 
 WAITING_IS_FINE = "fine"
-STUCK = ("unclaimable-after-drain", "cascade-missed", "waiting-for-count")  # what a PENDING job may break
+# what a PENDING job may break
+STUCK = ("unclaimable-after-drain", "cascade-missed", "waiting-for-count", "expiry-missed")
+# An expiry applies within a second (API.md section 12): a job still PENDING this long after
+# its expiresAt, when the final state was read, missed it.
+EXPIRY_GRACE = 2.0
 
 
 def check_claims_after_dependencies(facts: Facts, out: Findings) -> None:
@@ -90,6 +95,13 @@ class DrainVerdicts:
 
     def _judge(self, job: JobRow) -> tuple[str, str]:
         jobs = self.facts.jobs
+        if job.expires_at is not None and job.expires_at <= self.facts.end:
+            if job.expires_at < self.facts.end - EXPIRY_GRACE:
+                return (
+                    "expiry-missed",
+                    f"job {job.id} still PENDING {self.facts.end - job.expires_at:.1f} s after its expiresAt",
+                )
+            return WAITING_IS_FINE, ""  # expiring as the final state was read: never claimable
         open_ = [d for d in job.depends_on if d not in jobs or jobs[d].status != "completed"]
         if not open_:
             return (

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from history.facts import Facts, answered_jobs, named_jobs
 from history.findings import Findings
-from history.model import EventRow, JobRow
+from history.generator import seconds_of
+from history.model import EventRow, JobRow, Op
 
 STATUSES = frozenset({"pending", "running", "completed", "failed", "cancelled"})
 # (status before, event kind) -> the statuses the event may leave the job in
@@ -20,6 +21,11 @@ LEGAL: dict[tuple[str, str], frozenset[str]] = {
     # (API.md section 12).
     ("running", "CANCEL_REQUESTED"): frozenset({"running"}),
     ("running", "CANCELLED"): frozenset({"cancelled"}),
+    # The holder's snooze (back to PENDING, no retry used); an edit of a PENDING job; the
+    # expiry of a PENDING one (API.md section 12).
+    ("running", "SNOOZED"): frozenset({"pending"}),
+    ("pending", "UPDATED"): frozenset({"pending"}),
+    ("pending", "EXPIRED"): frozenset({"cancelled"}),
     ("failed", "RETRIED"): frozenset({"pending"}),
     ("cancelled", "RETRIED"): frozenset({"pending"}),
 }
@@ -30,13 +36,19 @@ def describe(events: list[EventRow]) -> str:
     return " -> ".join(f"{e.kind}({e.status})#{e.id}" for e in events)
 
 
-def replay(job: JobRow, events: list[EventRow]) -> tuple[bool, int, int]:
-    """Whether the events are legal for this job, and the attempt and retryCount they leave."""
+def replay(
+    job: JobRow, events: list[EventRow], max_retries: list[tuple[int, int]] | None = None
+) -> tuple[bool, int, int]:
+    """Whether the events are legal for this job, and the attempt and retryCount they leave.
+    `max_retries`: the lowest and highest maxRetries that may have been in effect after each
+    event (edits change it); the row's, when not given."""
     first = events[0]
     legal = first.kind == "ENQUEUED" and first.status == "pending"
     attempt = retries = 0
     requested = False  # the current attempt's cancellation was requested
-    for before, event in zip(events, events[1:], strict=False):
+    bounds = max_retries or [(job.max_retries, job.max_retries)] * len(events)
+    for index, (before, event) in enumerate(zip(events, events[1:], strict=False)):
+        lowest, highest = bounds[index]  # in effect when the event happened
         legal = legal and event.status in LEGAL.get((before.status, event.kind), frozenset())
         if requested and event.kind not in ("COMPLETED", "CANCELLED"):
             legal = False  # after a request, the attempt ends COMPLETED or CANCELLED, nothing else
@@ -47,11 +59,13 @@ def replay(job: JobRow, events: list[EventRow]) -> tuple[bool, int, int]:
             attempt += 1
         elif event.kind == "RETRIED":
             retries = 0
+        elif event.kind == "SNOOZED":
+            pass  # a snooze uses no retry
         elif before.status == "running" and event.status == "pending":
             retries += 1  # a retryable failure, a lease expiry or a timeout with retries left
-            legal = legal and retries <= job.max_retries
+            legal = legal and retries <= highest
         elif event.kind == "LEASE_EXPIRED" and event.status == "failed":
-            legal = legal and retries == job.max_retries  # retryable: FAILED only when none are left
+            legal = legal and retries >= lowest  # retryable: FAILED only when none are left
     return legal, attempt, retries
 
 
@@ -66,7 +80,7 @@ def check_event_order(facts: Facts, out: Findings) -> None:
         if not out.check("one-state", job.status in STATUSES and bool(events)):
             out.fail("one-state", f"job {job_id} is {job.status!r} with {len(events)} events", [job_id])
             continue
-        legal, attempt, retries = replay(job, events)
+        legal, attempt, retries = replay(job, events, facts.possible_max_retries(job_id))
         if not out.check("event-order", legal):
             out.fail(
                 "event-order",
@@ -144,8 +158,35 @@ def check_idempotency(facts: Facts, out: Findings) -> None:
             )
 
 
+def expiries_sent(op: Op) -> list[float]:
+    """The expiresAt values an enqueue or an edit sent."""
+    variables = op.variables
+    inputs = variables.get("inputs") or ([variables["input"]] if "input" in variables else [])
+    return [at for item in inputs if (at := seconds_of(item.get("expiresAt"))) is not None]
+
+
+def expired_in_flight(facts: Facts, op: Op) -> bool:
+    """Whether an expiresAt the operation sent had passed by its answer (then BAD_USER_INPUT,
+    "in the past", is the contract's answer), unless the operation replays a created job's
+    input under its idempotency key: such a replay answers the existing job."""
+    if not any(at <= op.answered_by for at in expiries_sent(op)):
+        return False
+    if op.kind == "enqueueJob" and op.variables["input"].get("idempotencyKey"):
+        item = op.variables["input"]
+        originals = [
+            facts.enqueued[job_id]
+            for job_id, made in facts.created_by_op.items()
+            if made.thread == op.thread
+            and made.seq < op.seq
+            and facts.enqueued[job_id].get("idempotencyKey") == item["idempotencyKey"]
+        ]
+        return not any(original == item for original in originals)
+    return True
+
+
 def check_errors(facts: Facts, out: Findings) -> None:
-    """No internal error reached a client, and no valid input was refused."""
+    """No internal error reached a client, and no valid input was refused (an expiresAt that
+    passed while the request was on its way is not valid any more)."""
     for op in facts.history.ops:
         if op.recv is None:
             continue
@@ -156,7 +197,10 @@ def check_errors(facts: Facts, out: Findings) -> None:
                 f"op #{op.seq} {op.kind} on server {op.server}: {op.http_status} {op.codes} {op.messages}",
                 named_jobs(op),
             )
-        if not out.check("refused-valid-input", not REFUSALS.intersection(op.codes)):
+        refused: set[str] = REFUSALS.intersection(op.codes)
+        if refused == {"BAD_USER_INPUT"} and expired_in_flight(facts, op):
+            refused = set()
+        if not out.check("refused-valid-input", not refused):
             out.fail(
                 "refused-valid-input",
                 f"op #{op.seq} {op.kind} {op.variables}: {op.codes} {op.messages}",

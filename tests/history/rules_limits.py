@@ -65,6 +65,8 @@ def check_running_limits(facts: Facts, out: Findings) -> None:
             job = facts.jobs[event.job_id]
             key = job.concurrency_key
             if event.kind != "CLAIMED":
+                if event.status == "running":  # a cancel request: the job still runs
+                    continue
                 if running.pop(job.id, None) is not None and key is not None:
                     per_key[key].pop(job.id, None)
                 continue
