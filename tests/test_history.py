@@ -34,14 +34,7 @@ DEFAULT_SEED = 2029
 SERVERS = {"postgresql": 3, "sqlite": 1}
 # Server bugs the checker found and that are not fixed yet: a history whose only violations
 # are of these invariants is an expected failure (xfail), with the report printed.
-KNOWN_BUGS = {
-    "progress-stale": (
-        "a progress report held back by one server (within its 250 ms window) is stored when"
-        " that window ends, after a later report of the same attempt that another server stored"
-        " at once: the job keeps the older report (API.md 12: the last report of an attempt is"
-        " stored). PostgreSQL's three servers show it in most seeds (first: seed 2029, job 137)."
-    ),
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def history_seed() -> int:

@@ -406,6 +406,25 @@ def test_a_report_held_while_the_attempt_ends_elsewhere_is_still_stored_on_it(
     assert there.gql(JOB, {"id": job_id}).ok()["job"]["status"] == "COMPLETED"
 
 
+def test_a_report_held_by_one_server_never_overwrites_a_later_one_another_stored(
+    two_servers: tuple[Server, Server], unique: Callable[[str], str]
+) -> None:
+    """Each server holds reports in its own window: a holder whose reports reach both servers
+    (behind a load balancer) keeps the last report it sent, not an older one that one server
+    held back and stored when its window ended (the history checker found it: seed 2029 on
+    PostgreSQL). The completion through the holding server stores what it still holds first."""
+    here, there = two_servers
+    worker = here.make_key(unique("worker"), "worker")
+    job_id = enqueue(here)
+    attempt = claim(here, worker, job_id)["attempt"]
+    report(here, worker, job_id, attempt, 0.1).ok()  # stored: opens `here`'s window
+    report(here, worker, job_id, attempt, 0.2, "older").ok()  # held by `here`
+    report(there, worker, job_id, attempt, 0.3, "last").ok()  # stored at once by `there`
+    assert here.gql(COMPLETE, {"id": job_id, "attempt": attempt}, key=worker).ok()["completeJob"]["status"]
+    progress, message, *_ = stored(here, job_id)
+    assert (progress, message) == (0.3, "last")
+
+
 def test_reports_through_one_server_are_refused_once_it_hears_the_attempt_ended_through_another(
     two_servers: tuple[Server, Server], unique: Callable[[str], str]
 ) -> None:

@@ -33,7 +33,10 @@ def report(tx: WriteTx, held: ProgressReport, lease_seconds: int) -> Job:
 def report_late(tx: WriteTx, reports: Sequence[ProgressReport], lease_seconds: int) -> list[Job]:
     """Store reports the server held back, whose attempts may have ended since: on whatever
     each job is while that attempt is its last claim (a RUNNING one's lease extended as by
-    `report`); the jobs they applied to (none for a job claimed again since, or gone)."""
+    `report`); the jobs they applied to (none for a job claimed again since, or gone, or one
+    that another server stored a later report on meanwhile: each server holds reports in its
+    own window, so a holder whose reports reach two servers would otherwise see a held, older
+    one overwrite the newer)."""
     stored = [_store(tx, held, lease_seconds, late=True) for held in reports]
     return [job for job in stored if job is not None]
 

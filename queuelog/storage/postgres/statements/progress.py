@@ -17,6 +17,7 @@ class ProgressStatements(Statements, part=True):
             updated_at = {STAMP}, {NEXT_REVISION}
         WHERE id = %(id)s AND attempt = %(attempt)s
             AND (%(late)s::boolean OR ({IS_RUNNING} AND worker_id = %(worker)s))
+            AND (NOT %(late)s::boolean OR progress_at IS NULL OR progress_at <= {ts("at")})
         RETURNING {JOB_COLUMN_LIST}
     """
     # Each job's newest rows that carry an attempt, from ix_job_events_job (LATERAL), as

@@ -16,6 +16,7 @@ class ProgressStatements(Statements, part=True):
                 ELSE lease_expires_at END,
             updated_at = {STAMP_SQL}, {NEXT_REVISION_SQL}
         WHERE id = :id AND attempt = :attempt AND (:late OR (status = 'running' AND worker_id = :worker))
+            AND (NOT :late OR progress_at IS NULL OR progress_at <= :at)
         RETURNING {JOB_COLUMN_LIST}
     """
     # Through ix_job_events_job, as EVENTS_OF_JOBS.
