@@ -18,6 +18,7 @@ from queuelog.sdk.types import (
     Job,
     JobRef,
     JobRefs,
+    JobWaiter,
     QueueStats,
     RateLimit,
     RateLimitSpec,
@@ -25,19 +26,21 @@ from queuelog.sdk.types import (
     TypeControl,
     Unchanged,
 )
-from queuelog.sdk.wire import ServerError, ServerUnreachable
+from queuelog.sdk.wire import Data, ServerError, ServerUnreachable
 
 __all__ = [
     "UNCHANGED",
     "AsyncClient",
     "Client",
     "Completed",
+    "Data",
     "EnqueueItem",
     "Enqueued",
     "EnqueuedJob",
     "Job",
     "JobRef",
     "JobRefs",
+    "JobWaiter",
     "MissingKey",
     "QueueStats",
     "RateLimit",

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from conftest import Server, free_port
 
-from queuelog.client import AsyncClient, Client, Job, ServerUnreachable
+from queuelog.client import AsyncClient, Client, Data, Job, ServerUnreachable
 from queuelog.errors import (
     BadInput,
     Conflict,
@@ -416,6 +416,40 @@ def test_non_admin_sees_error_as_none_without_raising(
     viewer = open_client(server.make_key(unique("viewer"), "viewer"))
     assert viewer.get(job.id).error is None
     assert producer.cancel(producer.enqueue("email").id).error is None
+
+
+def test_execute_raises_every_error_but_the_withheld_error_fields(
+    server: Server, unique: Callable[[str], str], open_client: Opener, admin: Any, worker_key: str
+) -> None:
+    producer = open_client(server.make_key(unique("producer"), "producer"))
+    job = producer.enqueue(WORKED_TYPE, max_retries=0)
+    finish(server, job.id, worker_key, fail=True)
+    read = "query($id: ID!) { job(id: $id) { id status error attempts { attempt error } } }"
+
+    data = producer.execute(read, {"id": job.id})
+    assert data == {
+        "job": {"id": job.id, "status": "FAILED", "error": None, "attempts": [{"attempt": 1, "error": None}]}
+    }
+    assert isinstance(data, dict) and data.refused == ("job.error", "job.attempts.0.error")
+    assert isinstance(data, Data)
+    seen = admin.execute(read, {"id": job.id})
+    assert (seen["job"]["error"], seen["job"]["attempts"][0]["error"], seen.refused) == (
+        "disk full",
+        "disk full",
+        (),
+    )
+    assert producer.execute("{ me { name } }").refused == ()
+
+    # Any other error raises, even beside data: a field the role may not read, an unknown
+    # field, a missing job behind a mutation, a bad argument.
+    with pytest.raises(Forbidden):
+        producer.execute("query($id: ID!) { job(id: $id) { id } schedules { name } }", {"id": job.id})
+    with pytest.raises(QueuelogError):
+        producer.execute("{ me { name noSuchField } }")
+    with pytest.raises(NotFound):
+        producer.execute('mutation { cancelJob(id: "987654321") { id error } }')
+    with pytest.raises(BadInput):
+        producer.execute('mutation { enqueueJob(input: {type: "sms"}) { job { id error } } }')
 
 
 # --- AsyncClient specifics -------------------------------------------------------------------

@@ -31,6 +31,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
         "Job",
         "Enqueued",
         "EnqueuedJob",
+        "JobWaiter",
         "Completed",
         "QueueStats",
         "TypeControl",

@@ -2,8 +2,9 @@
 
 Proven: every call of AsyncClient but the worker's (and `execute`, whose `timeout` only the
 async client takes) is a method of Client with the same parameters, defaults, annotations
-and docstring, returning what the coroutine returns (`list`: an iterator for an async
-iterator); and mypy, strict, reads those signatures on a Client: a call with a wrong
+and docstring, returning what the coroutine returns (`list`, `watch`, `subscribe`: an
+iterator for an async iterator; `enqueue`: its job, whose `wait` is the Client's, blocking);
+and mypy, strict, reads those signatures on a Client: a call with a wrong
 argument is an error, and a call's result has the async method's type.
 """
 
@@ -11,17 +12,17 @@ from __future__ import annotations
 
 import inspect
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from queuelog.client import AsyncClient, Client
+from queuelog.client import AsyncClient, Client, EnqueuedJob, Job
 from queuelog.sdk.session import Session
 from queuelog.sdk.worker_calls import WorkerCalls
 
 REPO = Path(__file__).resolve().parent.parent
-ASYNC_ONLY = {"execute", "post_json", "aclose"}
+ASYNC_ONLY = {"execute", "post_json", "aclose", "open_socket"}
 
 
 def blocking_calls() -> list[str]:
@@ -40,11 +41,13 @@ def test_each_call_has_the_async_signature_and_docstring(name: str) -> None:
     coroutine = getattr(AsyncClient, name)
     expected = inspect.signature(coroutine, eval_str=True)
     returns = expected.return_annotation
-    if getattr(returns, "__origin__", None) is AsyncIterator:
+    if getattr(returns, "__origin__", None) in (AsyncIterator, AsyncGenerator):
         expected = expected.replace(return_annotation=Iterator[returns.__args__[0]])
+    if name == "enqueue":
+        expected = expected.replace(return_annotation=EnqueuedJob[Job])
     assert inspect.signature(blocking, eval_str=True) == expected
     assert blocking.__doc__ == coroutine.__doc__
-    assert blocking.__name__ == name
+    assert blocking.__name__ == coroutine.__name__  # `cancel` is `cancel_job`, on both
 
 
 def test_client_has_nothing_but_the_blocking_calls_and_its_own() -> None:

@@ -96,6 +96,17 @@ def discard(job):
     raise Discard("no recipient")
 
 
+class UpstreamDown(ConnectionError):
+    pass
+
+
+def leaky(job):
+    raise UpstreamDown(
+        f"attempt {job.attempt}: no answer from postgresql://app:hunter2@db.internal/prod"
+        " (config in /srv/app/secrets/settings.yaml)"
+    )
+
+
 def later(job):
     record(job, "start")
     raise Retry(after=60)
@@ -150,6 +161,7 @@ def sized(job):
 
 ECHOING = {"w_echo_sync": echo_sync, "w_echo_async": echo_async}
 FAILING = {"w_boom": boom}
+LEAKING = {"w_leak": leaky, "w_leak_ok": done}
 DISCARDING = {"w_discard": discard}
 POSTPONING = {"w_later": later}
 LONG = {"w_long_sync": sleep_sync, "w_long_async": sleep_async}
@@ -173,7 +185,7 @@ NOT_CALLABLE = {"w_boom": 42}
 JOB_TYPES = (
     "w_echo_sync,w_echo_async,w_boom,w_discard,w_later,w_long_sync,w_long_async,w_short,w_kill,"
     "w_span,w_log_ok,w_log_flaky,w_log_discard,w_burst,w_burst_long,"
-    "w_beat_sync,w_beat_async"
+    "w_beat_sync,w_beat_async,w_leak,w_leak_ok"
 )
 
 
@@ -361,6 +373,29 @@ def test_failing_handler_goes_through_its_retries_to_failed(
     assert [r["attempt"] for r in records(workdir, "start")] == [1, 2, 3]
     lines = wait_for(lambda: len(worker.lines_for(job_id)) >= 3 and worker.lines_for(job_id), "3 log lines")
     assert [(x["attempt"], x["outcome"]) for x in lines] == [(1, "retrying"), (2, "retrying"), (3, "failed")]
+
+
+def test_a_failed_attempts_line_says_why_sanitised_as_the_stored_error(
+    server: Server, start_worker: Callable[..., WorkerProcess]
+) -> None:
+    failing = enqueue(server, "w_leak", maxRetries=1)
+    fine = enqueue(server, "w_leak_ok")
+    worker = start_worker(server, "mymod:LEAKING")
+    wait_status(server, failing, "FAILED")
+    stored = server.gql(
+        "query($id: ID!) { job(id: $id) { error attempts { attempt error } } }", {"id": failing}
+    ).ok()["job"]
+    lines = wait_for(lambda: len(worker.lines_for(failing)) >= 2 and worker.lines_for(failing), "2 log lines")
+    assert [(x["attempt"], x["outcome"]) for x in lines] == [(1, "retrying"), (2, "failed")]
+    assert [x["error"] for x in lines] == [a["error"] for a in stored["attempts"]], (lines, stored)
+    assert lines[-1]["error"] == stored["error"]
+    for line in lines:
+        error = line["error"]
+        why = f"UpstreamDown: attempt {line['attempt']}: no answer from postgresql://"
+        assert error.startswith(why), error
+        assert "hunter2" not in error and "/srv/app" not in error and "<path>" in error, error
+    (completed,) = wait_for(lambda: worker.lines_for(fine), "the completed job's line")
+    assert completed["outcome"] == "completed" and "error" not in completed, completed
 
 
 def test_discard_fails_the_job_at_once(

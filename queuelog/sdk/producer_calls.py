@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from queuelog.enqueue_request import EnqueueRequest
 from queuelog.sdk.inputs import arguments_of, enqueue_item_request, enqueue_request
-from queuelog.sdk.session import Session
-from queuelog.sdk.types import JOB_FIELDS, NEW_JOB_FIELDS, Enqueued, EnqueuedJob, EnqueueItem, Job, QueueStats
+from queuelog.sdk.types import (
+    JOB_FIELDS,
+    NEW_JOB_FIELDS,
+    Enqueued,
+    EnqueuedJob,
+    EnqueueItem,
+    Job,
+    JobWaiter,
+    QueueStats,
+)
+from queuelog.sdk.watch_calls import WatchCalls
 from queuelog.sdk.wire import PAGE_SIZE
 
 
-class ProducerCalls(Session):
+class ProducerCalls(WatchCalls):  # WatchCalls: the job enqueue answers waits with its `wait`
     @arguments_of(enqueue_request)
-    async def enqueue(self, request: EnqueueRequest[str, str]) -> EnqueuedJob:
+    async def enqueue(self, request: EnqueueRequest[str, str]) -> EnqueuedJob[Awaitable[Job]]:
         """Enqueue one job; the Job answered has `created`: False when an earlier job with the
-        same idempotency key (and the same input) was answered instead. `run_at`: not claimed
+        same idempotency key (and the same input) was answered instead, and `wait(timeout)`:
+        this client's `wait` for it (`await job.wait(30)`). `run_at`: not claimed
         before then; an aware datetime, or an ISO-8601 string with an offset
         ("2030-01-01T09:00:00Z", "...+02:00"). `expires_at`: likewise; still PENDING then, it
         becomes CANCELLED (error `expired`) and is never claimed. `depends_on`:
@@ -37,7 +47,8 @@ class ProducerCalls(Session):
             {"input": request.as_input()},
         )
         answer = data["enqueueJob"]
-        return EnqueuedJob.from_graphql(answer["job"]).with_created(answer["created"])
+        job: EnqueuedJob[Awaitable[Job]] = EnqueuedJob.from_graphql(answer["job"])
+        return job.with_created(answer["created"]).with_waiter(JobWaiter(self.wait))
 
     async def enqueue_many(self, items: Sequence[EnqueueItem | dict[str, Any]]) -> list[Enqueued]:
         """Enqueue several jobs at once, all or nothing; the answers come in the items' order.

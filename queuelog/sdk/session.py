@@ -12,7 +12,7 @@ import httpx
 from queuelog.sdk.plain_http import PlainHTTP
 from queuelog.sdk.transport import HttpxTransport, Transport
 from queuelog.sdk.websocket import GraphQLSocket
-from queuelog.sdk.wire import answer_data, encode_json, graphql_url
+from queuelog.sdk.wire import Data, answer_data, encode_json, graphql_url
 
 API_KEY_VARIABLE = "QUEUELOG_API_KEY"
 DEFAULT_TIMEOUT = 30.0
@@ -68,13 +68,15 @@ class Session:
 
     async def execute(
         self, query: str, variables: dict[str, Any] | None = None, *, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Run one operation; returns `data` or raises the contract error."""
+    ) -> Data:
+        """Run one operation: its `data` (a dict, whose `refused` names the `error` fields
+        withheld from this key), or the contract error raised for any other GraphQL error
+        (docs/python.md, "What execute raises")."""
         return await self.post_json(encode_json({"query": query, "variables": variables or {}}), timeout)
 
     async def post_json(
         self, body: bytes, timeout: float | None = None, *, plain: bool = False, idempotent: bool = False
-    ) -> dict[str, Any]:
+    ) -> Data:
         """`execute` for a request body already encoded as JSON ({"query": ..., "variables": ...}).
 
         With `plain`, the request goes through `PlainHTTP` when the URL allows it (the

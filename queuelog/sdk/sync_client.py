@@ -1,8 +1,10 @@
 """`Client`: AsyncClient's calls, blocking, run on a private event-loop thread.
 
-Each method is taken whole from AsyncClient (`enqueue = blocking(AsyncClient.enqueue)`), so
-its parameters, defaults, types and docstring are the async method's, for mypy, IDEs and
+Each method is taken whole from AsyncClient (`get = blocking(AsyncClient.get)`), so its
+parameters, defaults, types and docstring are the async method's, for mypy, IDEs and
 `help()` alike: a call added to AsyncClient is one line here, and the two cannot drift.
+`blocking(method, then)` also passes the answer through `then` (enqueue's job gets this
+client's blocking `wait`), and takes `then`'s return type.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from queuelog.sdk.async_client import AsyncClient
 from queuelog.sdk.session import DEFAULT_TIMEOUT, resolve_key
+from queuelog.sdk.types import EnqueuedJob, Job, JobWaiter
+from queuelog.sdk.wire import Data
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def _as_sync(method: Callable[..., Any], function: Callable[..., Any], returns: Any = None) -> None:
@@ -35,13 +40,34 @@ def _as_sync(method: Callable[..., Any], function: Callable[..., Any], returns: 
 
 
 class blocking(Generic[P, R]):
-    """`Client.NAME = blocking(AsyncClient.NAME)`: the coroutine method, run to its end."""
+    """`Client.NAME = blocking(AsyncClient.NAME)`: the coroutine method, run to its end; with
+    `then`, its answer passed through `then(client, answer)`."""
 
-    def __init__(self, method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]) -> None:
-        def call(client: Client, *args: P.args, **kwargs: P.kwargs) -> R:
-            return client._call(method(client._async, *args, **kwargs))
+    @overload
+    def __init__(
+        self: blocking[P, R], method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]
+    ) -> None: ...
 
-        _as_sync(method, call)
+    @overload
+    def __init__(
+        self: blocking[P, R],
+        method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+        then: Callable[[Client, T], R],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, Any]],
+        then: Callable[[Client, Any], Any] | None = None,
+    ) -> None:
+        def call(client: Client, *args: P.args, **kwargs: P.kwargs) -> Any:
+            answer = client._call(method(client._async, *args, **kwargs))
+            return answer if then is None else then(client, answer)
+
+        returns = None
+        if then is not None:  # its return annotation only: the others name Client, not made yet
+            returns = eval(then.__annotations__["return"], then.__globals__)  # noqa: S307
+        _as_sync(method, call, returns)
         self._function = call
 
     @overload
@@ -89,6 +115,11 @@ class blocking_iterator(Generic[P, R]):
         return types.MethodType(self._function, client)
 
 
+def _waits_blocking(client: Client, job: EnqueuedJob[Any]) -> EnqueuedJob[Job]:
+    """enqueue's job, whose `wait` is this client's: blocking, like every call of Client."""
+    return job.with_waiter(JobWaiter(client.wait))
+
+
 class Client:
     """The synchronous client: AsyncClient's methods, run on a private event-loop thread.
 
@@ -125,12 +156,14 @@ class Client:
             self._thread.join(timeout=5)
         self._loop.close()
 
-    def execute(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Run one operation; returns `data` or raises the contract error."""
+    def execute(self, query: str, variables: dict[str, Any] | None = None) -> Data:
+        """Run one operation: its `data` (a dict, whose `refused` names the `error` fields
+        withheld from this key), or the contract error raised for any other GraphQL error
+        (docs/python.md, "What execute raises")."""
         return self._call(self._async.execute(query, variables))
 
     # Producers and readers.
-    enqueue = blocking(AsyncClient.enqueue)
+    enqueue = blocking(AsyncClient.enqueue, _waits_blocking)
     enqueue_many = blocking(AsyncClient.enqueue_many)
     get = blocking(AsyncClient.get)
     list = blocking_iterator(AsyncClient.list)
@@ -143,6 +176,7 @@ class Client:
     run_job_now = blocking(AsyncClient.run_job_now)
     wait = blocking(AsyncClient.wait)
     watch = blocking_iterator(AsyncClient.watch)
+    subscribe = blocking_iterator(AsyncClient.subscribe)
     # Flow control.
     type_controls = blocking(AsyncClient.type_controls)
     pause_type = blocking(AsyncClient.pause_type)

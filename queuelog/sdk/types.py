@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
-from dataclasses import MISSING, dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
-from typing import Any, NotRequired, Self, TypedDict
+from typing import Any, Generic, NotRequired, Self, TypedDict, TypeVar, cast
+
+W = TypeVar("W")
+V = TypeVar("V")
 
 
 def graphql_name(field_name: str) -> str:
@@ -95,18 +98,64 @@ NEW_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name no
 WORKER_JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job) if f.name != "error")
 
 
+def _no_waiter() -> None:
+    """What an unpickled JobWaiter becomes: none (the client it called stayed behind)."""
+    return None
+
+
+class JobWaiter(Generic[W]):
+    """What `EnqueuedJob.wait` calls: the `wait` of the client that enqueued the job, as that
+    client runs it: a coroutine for AsyncClient (W is an awaitable), blocking for Client (W is
+    the Job). A copy of the job shares it (a deep copy does not copy the client); a pickled job
+    loses it (an unpickled one has no waiter)."""
+
+    __slots__ = ("_wait",)
+
+    def __init__(self, wait: Callable[[str, float | None], W]) -> None:
+        self._wait = wait
+
+    def __call__(self, id: str, timeout: float | None) -> W:
+        return self._wait(id, timeout)
+
+    def __copy__(self) -> JobWaiter[W]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> JobWaiter[W]:
+        return self
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        return (_no_waiter, ())
+
+
 @dataclass(frozen=True, slots=True, eq=False)
-class EnqueuedJob(Job):
-    """What `enqueue` answers: the Job, and `created` (False: an earlier job with the same
-    idempotency key was answered instead, as `Enqueued.created` says for enqueue_many).
+class EnqueuedJob(Job, Generic[W]):
+    """What `enqueue` answers: the Job, `created` (False: an earlier job with the same
+    idempotency key was answered instead, as `Enqueued.created` says for enqueue_many), and
+    `wait(timeout)`, the enqueuing client's `wait` for this job: `await job.wait(30)` on an
+    AsyncClient's job (`EnqueuedJob[Awaitable[Job]]`), `job.wait(30)` on a Client's
+    (`EnqueuedJob[Job]`, blocking).
 
     It equals a Job with the same fields (`created` says what the call did, not what the job
-    is): `client.get(job.id) == client.enqueue(...)` as before `created` existed."""
+    is, and `waiter` is how to follow it): `client.get(job.id) == client.enqueue(...)` as
+    before `created` existed."""
 
     created: bool = True
+    waiter: JobWaiter[W] | None = field(default=None, repr=False, compare=False)
 
-    def with_created(self, created: bool) -> EnqueuedJob:
+    def with_created(self, created: bool) -> EnqueuedJob[W]:
         return dataclasses.replace(self, created=created)
+
+    def with_waiter(self, waiter: JobWaiter[V]) -> EnqueuedJob[V]:
+        return cast(EnqueuedJob[V], dataclasses.replace(self, waiter=waiter))  # type: ignore[arg-type]
+
+    def wait(self, timeout: float | None = None) -> W:
+        """The job once it is COMPLETED, FAILED or CANCELLED: the enqueuing client's
+        `wait(self.id, timeout)`, with what that raises (TimeoutError, NotFound, ...). On an
+        AsyncClient's job it returns an awaitable. RuntimeError for a job that no client's
+        `enqueue` returned (one made by hand, or unpickled): call `client.wait(job.id)`."""
+        if self.waiter is None:
+            raise RuntimeError(f"job {self.id} has no client to wait with: call client.wait(job.id)")
+        return self.waiter(self.id, timeout)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Job):

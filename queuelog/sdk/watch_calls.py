@@ -1,16 +1,19 @@
-"""Following a job until it ends (docs/python.md, "Waiting for a job"): `watch` and `wait`, over
-the `jobUpdated` subscription, or by polling `job(id)` when no websocket can be had."""
+"""Following a job until it ends (docs/python.md, "Steering and waiting"): `watch` and `wait`,
+over the `jobUpdated` subscription, or by polling `job(id)` when no websocket can be had; and
+`subscribe`, any subscription of the API over the server's websocket."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from queuelog.errors import job_not_found
 from queuelog.sdk.session import Session
 from queuelog.sdk.types import JOB_FIELDS, Job
 from queuelog.sdk.websocket import WebSocketUnavailable
+from queuelog.sdk.wire import Data
 
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 JOB_UPDATED = f"subscription($id: ID!) {{ jobUpdated(id: $id) {{ {JOB_FIELDS} }} }}"
@@ -18,6 +21,23 @@ POLL_FIRST, POLL_MAX = 0.05, 1.0  # seconds between polls, when polling: doublin
 
 
 class WatchCalls(Session):
+    async def subscribe(
+        self, query: str, variables: dict[str, Any] | None = None
+    ) -> AsyncGenerator[Data, None]:
+        """Each result of a GraphQL subscription (`subscription { jobEvents { kind job { id } } }`)
+        as its `data`, over one websocket of its own (graphql-transport-ws), until the server
+        completes it; results are as `execute` returns them, and so are its errors: the
+        server's refusal (BadInput, NotFound, Forbidden, ...) raises, by execute's rule.
+        Leaving early (`break`, an exception, `aclose()`) closes the websocket.
+
+        Raises WebSocketUnavailable (a ServerUnreachable) when no websocket can be opened or it
+        closes under the reader, Unauthenticated for a key the server refuses.
+        """
+        async with self.open_socket() as socket:
+            await socket.subscribe(query, variables)
+            while (data := await socket.next()) is not None:
+                yield data
+
     async def watch(self, id: str) -> AsyncGenerator[Job, None]:
         """The job as it is now, then again after each change, ending after its terminal state
         (COMPLETED, FAILED or CANCELLED): the `jobUpdated` subscription over the server's

@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 from websockets.typing import Subprotocol
 
 from queuelog.errors import Unauthenticated
-from queuelog.sdk.wire import ServerError, ServerUnreachable, decode_json, encode_json, raise_for_errors
+from queuelog.sdk.wire import Data, ServerError, ServerUnreachable, decode_json, encode_json, raise_for_errors
 
 PROTOCOL = Subprotocol("graphql-transport-ws")
 OPEN_TIMEOUT = 10.0
@@ -95,10 +95,10 @@ class GraphQLSocket:
                 return
             self._pending.append(message)
 
-    async def next(self) -> dict[str, Any] | None:
+    async def next(self) -> Data | None:
         """The data of the operation's next result; None once the server completes it. Raises
         the server's error (NotFound, BadInput, ...) for an `error` message, or a result's
-        errors (but a field-level FORBIDDEN on `error`, as execute does)."""
+        errors, by execute's rule (the withheld `error` fields are the data's `refused`)."""
         while True:
             message = self._pending.pop(0) if self._pending else await self._receive()
             kind = message.get("type")
@@ -108,11 +108,11 @@ class GraphQLSocket:
                 continue
             elif kind == "next":
                 payload = message.get("payload") or {}
-                raise_for_errors(payload.get("errors") or [])
+                refused = raise_for_errors(payload.get("errors") or [])
                 data = payload.get("data")
                 if data is None:
                     raise ServerError("a subscription result without data")
-                return cast(dict[str, Any], data)
+                return Data(cast(dict[str, Any], data), refused)
             elif kind == "error":
                 errors = message.get("payload")
                 raise_for_errors(errors if isinstance(errors, list) else [])

@@ -68,22 +68,49 @@ def _first_message(content: bytes) -> str:
         return "service unavailable"
 
 
-def _is_hidden_error_field(error: dict[str, Any]) -> bool:
-    """Non-admin keys get null plus FORBIDDEN for `Job.error`; that is not a failure."""
+class Data(dict[str, Any]):
+    """What `execute` returns: the operation's `data`, a plain dict in every way, plus
+    `refused`, the paths of the `error` fields the server withheld from this key (answered
+    null, with a field-level FORBIDDEN): `("job.error",)`, `("jobs.nodes.0.error",
+    "job.attempts.1.error")`; empty when nothing was withheld (always, for an ADMIN key).
+
+    The rule (docs/python.md, "What execute raises"): any GraphQL error raises, except those
+    field-level refusals of `Job.error` and `JobAttempt.error`, which are here instead."""
+
+    __slots__ = ("refused",)
+
+    def __init__(self, data: dict[str, Any] | None = None, refused: tuple[str, ...] = ()) -> None:
+        super().__init__(data or {})
+        self.refused = refused
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Data, (dict(self), self.refused))
+
+
+def _withheld_error_field(error: dict[str, Any]) -> str | None:
+    """The dotted path of a field-level FORBIDDEN on an `error` field (Job.error, an
+    attempt's error: ADMIN only, null for other keys), else None."""
     path = error.get("path") or []
     code = (error.get("extensions") or {}).get("code")
-    return bool(path) and path[-1] == "error" and code == "FORBIDDEN"
+    if code == "FORBIDDEN" and len(path) >= 2 and path[-1] == "error":
+        return ".".join(str(part) for part in path)
+    return None
 
 
-def raise_for_errors(errors: list[dict[str, Any]]) -> None:
+def raise_for_errors(errors: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Raise the first error but the withheld `error` fields; return the paths of those."""
+    withheld: list[str] = []
     for error in errors:
-        if _is_hidden_error_field(error):
+        path = _withheld_error_field(error)
+        if path is not None:
+            withheld.append(path)
             continue
         code = (error.get("extensions") or {}).get("code", "INTERNAL_SERVER_ERROR")
         raise ERRORS_BY_CODE.get(code, ServerError)(error.get("message", "unknown error"))
+    return tuple(withheld)
 
 
-def answer_data(status: int, content: bytes, url: str) -> dict[str, Any]:
+def answer_data(status: int, content: bytes, url: str) -> Data:
     """The `data` of an HTTP answer from `url`, or the error it stands for: a 5xx or an answer
     that is not GraphQL is ServerUnreachable (503: the server is up, its database is not)."""
     if status >= 500 and status != 503:
@@ -96,7 +123,7 @@ def answer_data(status: int, content: bytes, url: str) -> dict[str, Any]:
         answer = None
     if not isinstance(answer, dict):
         raise ServerUnreachable(f"HTTP {status}: not a GraphQL response")
-    raise_for_errors(answer.get("errors") or [])
+    refused = raise_for_errors(answer.get("errors") or [])
     if status == 413:
         raise PayloadTooLarge("request body too large")
-    return answer.get("data") or {}
+    return Data(answer.get("data"), refused)

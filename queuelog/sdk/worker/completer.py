@@ -160,6 +160,7 @@ class Completer:
     async def _send_completions(self, batch: Batch) -> None:
         items = [item for _, item in batch]
         outcome: list[str] | str
+        error: str | None = None  # a failure reported in place of the completion
         try:
             outcome = await self._with_retries(lambda: self._client.complete_encoded(items))
         except PayloadTooLarge as exc:
@@ -173,6 +174,7 @@ class Completer:
             log.error("job %s: result refused: %s", held.id, exc)
             too_large = Outcome("failed", f"result refused: {exc}", retryable=False)
             outcome = str(await self._with_retries(lambda: self._send_failure(held, too_large)))
+            error = too_large.error
         except QueuelogError as exc:
             if isinstance(exc, Unauthenticated):
                 self._refuse(exc)
@@ -181,7 +183,7 @@ class Completer:
         now, ts = time.monotonic(), timestamp()
         if isinstance(outcome, str):
             for held, _ in batch:
-                self._finish(held, outcome, now, ts)
+                self._finish(held, outcome, now, ts, error)
             return
         await self.settle(batch, set(outcome))
 
@@ -215,7 +217,7 @@ class Completer:
         except Exception:  # never leave a job held (and heartbeated) for ever
             log.exception("job %s: reporting its failure failed", held.id)
             status = "unreported"
-        self._finish(held, status, time.monotonic(), timestamp())
+        self._finish(held, status, time.monotonic(), timestamp(), outcome.error)
         self._log.write()
 
     async def _send_failure(self, held: Held, outcome: Outcome) -> str:
@@ -258,6 +260,7 @@ class Completer:
                     return "unreported"
                 await asyncio.sleep(backoff.next())
 
-    def _finish(self, held: Held, status: str, now: float, ts: str) -> None:
+    def _finish(self, held: Held, status: str, now: float, ts: str, error: str | None = None) -> None:
+        """Let go of `held` and write its line; `error`: the failure reported for it."""
         if self._held.release(held):
-            self._log.record(held, status, now, ts)
+            self._log.record(held, status, now, ts, error)

@@ -1,5 +1,6 @@
-"""Each finished job's JSON line: `ts`, `event`, `id`, `type`, `attempt`, `outcome` and
-`duration_ms`, gathered as jobs finish and written a batch at a time."""
+"""Each finished job's JSON line: `ts`, `event`, `id`, `type`, `attempt`, `outcome`,
+`duration_ms`, and for a failed attempt `error` (the exception's class and message, sanitised
+as the server stores it), gathered as jobs finish and written a batch at a time."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TextIO
 
+from queuelog.sanitize import sanitize_error
 from queuelog.sdk.worker.held import Held
 
 log = logging.getLogger("queuelog.worker")
@@ -15,6 +17,9 @@ job_log = logging.getLogger("queuelog.worker.jobs")
 JOB_LOGGER_JSON = json.dumps(job_log.name)
 # Job outcomes where the worker's report did not settle the job (a warning in JSON logs).
 UNSETTLED_OUTCOMES = frozenset({"lost", "refused", "unreported"})
+# A failure's error in its line: cut as the server cuts what it stores, by default
+# (QUEUELOG_MAX_ERROR_CHARS); the worker cannot know a server's own setting.
+LOGGED_ERROR_CHARS = 2000
 
 
 def timestamp() -> str:
@@ -41,14 +46,19 @@ class JobLog:
         self.stream: TextIO | None = None  # None: the lines go through `job_log`
         self.json_lines = False  # with level, logger and message (log format "json")
 
-    def record(self, held: Held, status: str, now: float, ts: str) -> None:
-        """The job's line, `status` its outcome, `now` (time.monotonic) when it finished."""
+    def record(self, held: Held, status: str, now: float, ts: str, error: str | None = None) -> None:
+        """The job's line, `status` its outcome, `now` (time.monotonic) when it finished;
+        `error`: the failure the worker reported (sent to failJob), sanitised here as the
+        server sanitises what it stores (sanitize.py), so the line says what the job says."""
         job_type = self._type_json.get(held.type) or json.dumps(held.type)
         duration = round((now - held.started) * 1000, 1)
         fields = (
             f'"event": "job", "id": {held.id_json}, "type": {job_type},'
-            f' "attempt": {held.attempt}, "outcome": "{status}", "duration_ms": {duration!r}}}'
+            f' "attempt": {held.attempt}, "outcome": "{status}", "duration_ms": {duration!r}'
         )
+        if error is not None:
+            fields += f', "error": {json.dumps(sanitize_error(error, LOGGED_ERROR_CHARS))}'
+        fields += "}"
         if self.json_lines:  # as logformat.JsonFormatter writes a record, with the job's fields
             level = "warning" if status in UNSETTLED_OUTCOMES else "info"
             message = json.dumps(f"job {held.id} {status}")
