@@ -26,6 +26,7 @@ from queuelog.sdk.types import (
     TypeControl,
     Unchanged,
 )
+from queuelog.sdk.websocket import WebSocketUnavailable
 from queuelog.sdk.wire import Data, ServerError, ServerUnreachable
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Schedule",
     "ServerError",
     "ServerUnreachable",
+    "WebSocketUnavailable",
     "TypeControl",
     "Unchanged",
     "resolve_key",

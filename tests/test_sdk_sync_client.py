@@ -22,7 +22,7 @@ from queuelog.sdk.session import Session
 from queuelog.sdk.worker_calls import WorkerCalls
 
 REPO = Path(__file__).resolve().parent.parent
-ASYNC_ONLY = {"execute", "post_json", "aclose", "open_socket"}
+ASYNC_ONLY = {"execute", "post_json", "aclose"}
 
 
 def blocking_calls() -> list[str]:

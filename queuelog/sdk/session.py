@@ -56,8 +56,8 @@ class Session:
             except (ValueError, UnicodeError):
                 self._plain = None
 
-    def open_socket(self) -> contextlib.AbstractAsyncContextManager[GraphQLSocket]:
-        """`async with session.open_socket() as socket`: a websocket to the server, for one
+    def _open_socket(self) -> contextlib.AbstractAsyncContextManager[GraphQLSocket]:
+        """`async with session._open_socket() as socket`: a websocket to the server, for one
         subscription, authenticated with this session's key (websocket.py)."""
         return GraphQLSocket.open(self.url, self._key)
 

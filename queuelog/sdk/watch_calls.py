@@ -33,7 +33,7 @@ class WatchCalls(Session):
         Raises WebSocketUnavailable (a ServerUnreachable) when no websocket can be opened or it
         closes under the reader, Unauthenticated for a key the server refuses.
         """
-        async with self.open_socket() as socket:
+        async with self._open_socket() as socket:
             await socket.subscribe(query, variables)
             while (data := await socket.next()) is not None:
                 yield data
@@ -50,7 +50,7 @@ class WatchCalls(Session):
         """
         last: Job | None = None
         try:
-            async with self.open_socket() as socket:
+            async with self._open_socket() as socket:
                 await socket.subscribe(JOB_UPDATED, {"id": id})
                 while (data := await socket.next()) is not None:
                     last = Job.from_graphql(data["jobUpdated"])

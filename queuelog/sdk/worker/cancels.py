@@ -88,7 +88,7 @@ class Cancels:
 
     async def _subscribed(self, session: Session) -> None:
         """One connection, from its opening until it has been idle long enough."""
-        async with session.open_socket() as socket:
+        async with session._open_socket() as socket:
             await socket.subscribe(CANCEL_REQUESTS)
             await socket.synchronise()
             await self._catch_up()
