@@ -25,6 +25,7 @@ from queuelog.sdk.worker.executor import Executor, TypeTimeouts
 from queuelog.sdk.worker.held import Held, HeldJobs
 from queuelog.sdk.worker.job import Discard, Handler, JobContext, Retry
 from queuelog.sdk.worker.outcomes import STOPPED, TIMED_OUT, Outcome
+from queuelog.sdk.worker.progress import ProgressReports
 
 
 class Reports:
@@ -55,7 +56,8 @@ def execute(
         held, reports = HeldJobs(concurrency=4), Reports()
         timeouts = TypeTimeouts(client, list(handlers), lambda refusal: None)
         timeouts.seconds = type_timeouts or {}
-        executor = Executor(client, handlers, held, reports, timeouts)
+        progress = ProgressReports(client, lambda refusal: None)
+        executor = Executor(client, handlers, held, reports, timeouts, progress)
         executor.run(jobs, 100.0)
         if then is not None:
             await then(executor, held, reports)

@@ -5,7 +5,9 @@ Proven: the jobs of a claim are heartbeated a third of their lease apart (never 
 than MIN_HEARTBEAT_INTERVAL; the server's default lease when the claim does not say), and
 the sweep comes often enough for that; a job is heartbeated only once due, with the attempt
 it holds, and then not again before its interval; a job whose heartbeat is refused as not
-its own (CONFLICT, NOT_FOUND) is never heartbeated again; an unknown key is passed on.
+its own (CONFLICT, NOT_FOUND) is never heartbeated again; an unknown key is passed on; a
+heartbeat answered with `cancelRequested` hands that job to the cancel request (the fallback
+when the worker's websocket is away), and no other job.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from worker_units import ScriptedClient, claimed, job_with_status, until
@@ -24,7 +27,7 @@ from queuelog.sdk.worker.job import JobContext
 
 
 def test_a_claims_jobs_are_heartbeated_a_third_of_their_lease_apart() -> None:
-    heartbeats = Heartbeats(ScriptedClient(), HeldJobs(1), lambda refusal: None)
+    heartbeats = Heartbeats(ScriptedClient(), HeldJobs(1), lambda refusal: None, lambda job: None)
     at = datetime(2030, 1, 1, tzinfo=UTC)
     job = claimed("1", claimed_at=at)
     assert heartbeats.interval(job, at) == 100.0  # worker_units.LEASE is 300 s
@@ -40,14 +43,15 @@ def test_only_due_jobs_are_heartbeated_and_a_lost_lease_stops_them() -> None:
             raise Conflict("job 2 is not RUNNING")
         if id == "4":
             raise Unauthenticated("revoked key")
-        return job_with_status(id, "RUNNING")
+        return replace(job_with_status(id, "RUNNING"), cancel_requested=id == "1")
 
     client = ScriptedClient({"heartbeat": heartbeat})
     refused: list[QueuelogError] = []
+    cancel_requested: list[str] = []
 
     async def main() -> dict[str, Held]:
         held = HeldJobs(4)
-        heartbeats = Heartbeats(client, held, refused.append)
+        heartbeats = Heartbeats(client, held, refused.append, lambda job: cancel_requested.append(job.id))
         now = time.monotonic()
         at = datetime(2030, 1, 1, tzinfo=UTC)
         heartbeats.interval({**claimed("0"), "leaseExpiresAt": (at + timedelta(seconds=0.6)).isoformat()}, at)
@@ -72,3 +76,4 @@ def test_only_due_jobs_are_heartbeated_and_a_lost_lease_stops_them() -> None:
     assert jobs["1"].next_beat > time.monotonic() + 50  # its interval after the beat
     assert jobs["2"].next_beat == math.inf and jobs["4"].next_beat == math.inf
     assert [type(r) for r in refused] == [Unauthenticated]
+    assert cancel_requested == ["1"]

@@ -25,6 +25,7 @@ from queuelog.sdk.worker.held import HeldJobs
 from queuelog.sdk.worker.job import JobContext
 from queuelog.sdk.worker.job_log import JobLog
 from queuelog.sdk.worker.producer import CLAIM_FIELDS, CLAIM_WAIT_SECONDS, Producer
+from queuelog.sdk.worker.progress import ProgressReports
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -71,8 +72,9 @@ def test_a_lost_claims_jobs_are_taken_over_before_the_next_claim() -> None:
 
         completer = Completer(client, held, JobLog(["t"]), stopping, lambda refusal: None)
         timeouts = TypeTimeouts(client, ["t"], lambda refusal: None)
-        executor = Executor(client, {"t": handler}, held, completer, timeouts)
-        heartbeats = Heartbeats(client, held, lambda refusal: None)
+        progress = ProgressReports(client, lambda refusal: None)
+        executor = Executor(client, {"t": handler}, held, completer, timeouts, progress)
+        heartbeats = Heartbeats(client, held, lambda refusal: None, lambda job: None)
         producer = Producer(client, ["t"], held, executor, completer, heartbeats, stopping, lambda r: None)
         claiming = asyncio.create_task(producer.claim_until_stopped())
         await until(lambda: len(started) == 3, "the claimed job and two taken over")
