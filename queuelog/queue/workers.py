@@ -41,10 +41,7 @@ from queuelog.sanitize import sanitize_error
 from queuelog.settings import Settings
 from queuelog.shared_reads import ControlWatch, Recent
 from queuelog.stopping import Stopping
-from queuelog.storage.group_commit import ParkedClaim
-from queuelog.storage.operations.attempts import AttemptEvent, attempts_of
-from queuelog.storage.operations.claims import Claimed
-from queuelog.storage.repository import ClaimerRevoked, Repository
+from queuelog.storage import AttemptEvent, Claimed, ClaimerRevoked, ParkedClaim, Repository, attempts_of
 from queuelog.wakeup import WorkSignal
 
 # Where `attempts` gets a job's events that carry an attempt: (job id, how many attempts).

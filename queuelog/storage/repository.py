@@ -73,7 +73,6 @@ from queuelog.storage.operations import (
     settlements,
 )
 from queuelog.storage.operations.bulk import Part as BulkPart
-from queuelog.storage.operations.claims import ClaimerRevoked as ClaimerRevoked
 from queuelog.storage.operations.pacing import Pacing
 from queuelog.storage.operations.schedules import Fired
 from queuelog.storage.schema.codec import micros_to_datetime
