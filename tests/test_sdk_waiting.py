@@ -12,6 +12,8 @@ Proven:
   PRODUCER key; the server's refusals raise the SDK's errors (NotFound for an unknown job,
   BadInput for an unknown event kind, an unknown field); leaving early (`break`, `aclose()`) closes its
   websocket;
+- Ctrl-C inside a blocking `watch` or `wait` raises KeyboardInterrupt in the caller, prints
+  nothing else, and leaves the client usable;
 - on PostgreSQL, a job enqueued and completed through one server is followed through the
   other: `subscribe` hears its COMPLETED, and `wait` (started before) returns it, result and all.
 """
@@ -22,6 +24,9 @@ import asyncio
 import contextlib
 import copy
 import pickle
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -180,6 +185,54 @@ def test_leaving_a_subscription_early_closes_its_websocket(
 
     assert asyncio.run(asyncio.wait_for(main(), TIMEOUT)) == ["PENDING", "PENDING"]
     admin.cancel_job(job.id)
+
+
+# A user's script that follows a job and is interrupted (Ctrl-C), in watch, then in wait, and
+# carries on with the same client each time.
+INTERRUPTED_SCRIPT = """
+import sys
+from queuelog.client import Client
+
+url, key, job_id = sys.argv[1:]
+with Client(url, key) as client:
+    try:
+        for job in client.watch(job_id):
+            print("watching", job.status, flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", client.get(job_id).status, flush=True)
+    try:
+        print("waiting", flush=True)
+        client.wait(job_id, 600)
+    except KeyboardInterrupt:
+        print("interrupted", client.get(job_id).status, flush=True)
+print("done", flush=True)
+"""
+
+
+def test_ctrl_c_in_a_blocking_watch_or_wait_leaves_the_client_usable(server: Server, admin: Client) -> None:
+    job = admin.enqueue("w_sub", run_at=datetime.now(UTC) + timedelta(days=1))
+    script = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_SCRIPT, server.url, server.admin_key, job.id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert script.stdout is not None
+        seen = []
+        for expected in ("watching PENDING", "interrupted PENDING", "waiting", "interrupted PENDING", "done"):
+            if expected.startswith("interrupted"):
+                time.sleep(0.3)  # inside the blocking call
+                script.send_signal(signal.SIGINT)
+            seen.append(script.stdout.readline().strip())
+        assert seen == ["watching PENDING", "interrupted PENDING", "waiting", "interrupted PENDING", "done"]
+        assert script.wait(TIMEOUT) == 0
+        assert script.stderr is not None
+        stderr = script.stderr.read()
+        assert stderr == "", stderr  # no traceback, no "already running", no "never retrieved"
+    finally:
+        script.kill()
+        admin.cancel_job(job.id)
 
 
 # --- across two servers on PostgreSQL ---------------------------------------------------------------

@@ -23,6 +23,9 @@ from queuelog.sdk.session import DEFAULT_TIMEOUT, resolve_key
 from queuelog.sdk.types import EnqueuedJob, Job, JobWaiter
 from queuelog.sdk.wire import Data
 
+# How long an interrupted call may take to end once cancelled (its cleanup, a socket's close).
+INTERRUPTED_CALL_GRACE = 5.0
+
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
@@ -140,8 +143,25 @@ class Client:
         return AsyncClient(url, key, timeout=timeout)
 
     def _call(self, coroutine: Awaitable[R]) -> R:
-        future: Future[R] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
-        return future.result()
+        ended = threading.Event()
+
+        async def tracked() -> R:
+            try:
+                return await coroutine
+            finally:
+                ended.set()
+
+        future: Future[R] = asyncio.run_coroutine_threadsafe(tracked(), self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Interrupted while the loop thread still runs the call (Ctrl-C in a blocking wait,
+            # watch or subscribe): cancel it and let it end, so that what it holds (a
+            # subscription's generator, its websocket) can be closed next, not found running.
+            if not future.done():
+                future.cancel()
+                ended.wait(INTERRUPTED_CALL_GRACE)
+            raise
 
     def __enter__(self) -> Client:
         return self
