@@ -1,7 +1,7 @@
 """The dashboard's own reads, word for word, and their latency on a big queue (issue 8 part 3).
 
 The documents below are the ones the page sends, from queuelog/web/static/dashboard/queries.js
-(whitespace aside); tests/test_browser.py checks that every query the page posts is one of
+(whitespace aside); tests/browser/test_browser.py checks that every query the page posts is one of
 them, so that these rows time what the page really asks. `dashboard_latencies` sends each
 view the page can show, and each poll it repeats, one request at a time on a keep-alive
 connection, with one key (figure 6 runs it for four, each seeing the table differently).

@@ -4,7 +4,7 @@ The SDK builds one from its arguments and sends it (`as_input`); the server read
 the GraphQL input (schema/inputs.py EnqueueJobInput, which names the same fields), validates
 it into a model.NewJob (a subclass, as storage writes it), and compares a replayed one with
 the job it made (storage/operations.py). A new enqueue field is a field here and in
-EnqueueJobInput; tests/test_enqueue_request.py keeps the SDK's arguments in step.
+EnqueueJobInput; tests/api/test_enqueue_request.py keeps the SDK's arguments in step.
 
 Two fields hold other values on each side, hence the type parameters: `priority` is the name
 the SDK sends (`EnqueueRequest[str, str]`) and a model.Priority on the server

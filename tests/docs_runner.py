@@ -1,6 +1,6 @@
 """Runs every fenced code block of a Markdown file (README.md, docs/*.md) against real servers.
 
-tests/test_docs.py runs README.md and each docs/*.md this way, one pytest case per file. A file
+tests/documentation/test_docs.py runs README.md and each docs/*.md this way, one pytest case per file. A file
 is one session, run top to bottom in a fresh directory (its cwd) that looks like the
 repository root: `.venv` is the test venv and the repository's top-level folders (examples/,
 bench/, deploy/, docs/, ...; not tests/ or queuelog/) are linked in. Write commands as a user

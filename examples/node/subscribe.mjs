@@ -5,7 +5,7 @@
 //
 // URL is the server (default http://127.0.0.1:8000); COUNT stops after that many events
 // (default: until Ctrl-C). Any key may subscribe and sees the jobs its role may see.
-// docs/http.md explains it; tests/test_reference_docs.py runs it against a real server.
+// docs/http.md explains it; tests/documentation/test_reference_docs.py runs it against a real server.
 import { createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 

@@ -5,7 +5,7 @@
 
 The schema is built by `build_schema`, as the server builds it (settings change its limits,
 never its types), and printed by Strawberry. docs/schema.graphql is this command's output;
-tests/test_reference_docs.py fails when the two differ.
+tests/documentation/test_reference_docs.py fails when the two differ.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ _JOB_FROM_GRAPHQL = tuple(
     for f in fields(Job)
 )
 
-# The selection is the Job dataclass's fields (tests/test_job_fields.py keeps those equal to
+# The selection is the Job dataclass's fields (tests/api/test_job_fields.py keeps those equal to
 # the schema's). Workers ask for everything but `error`, which only ADMIN keys may read
 # (any other key would get a FORBIDDEN error per job for it).
 JOB_FIELDS = " ".join(graphql_name(f.name) for f in fields(Job))

@@ -23,7 +23,7 @@ exact: SQLite keeps microseconds since 1970, binary timestamptz is microseconds 
 own: job_counts is recounted from the copied jobs with the server's own definition
 (counters.count_keys). Each id sequence restarts past the highest id the source ever gave
 out (AUTOINCREMENT remembers the ids of pruned jobs too), so a new job never takes the id of
-an old one. tests/test_copy_to_postgres.py checks that every table of a migrated database
+an old one. tests/storage/test_copy_to_postgres.py checks that every table of a migrated database
 is one or the other.
 """
 
@@ -102,7 +102,7 @@ KEYED = (
     job_minutes,  # the throughput per minute, as it was: finished jobs may have been pruned since
 )
 COPIED = (*WITH_IDS, *KEYED)
-# Not copied, and why (tests/test_copy_to_postgres.py names the same).
+# Not copied, and why (tests/storage/test_copy_to_postgres.py names the same).
 NOT_COPIED = {
     "alembic_version": "the schema's revision: the CLI migrates both ends to head before copying",
     job_counts.name: "derived: recounted from the copied jobs, as the server counts them",

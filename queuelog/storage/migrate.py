@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 MIGRATION_LOCK = 0x71756575  # "queu": the advisory lock that serialises migrations
 MIGRATION_LOCK_POLL_SECONDS = 0.1
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
-# The newest migration's revision (tests/test_migrations.py checks it is alembic's head).
+# The newest migration's revision (tests/storage/test_migrations.py checks it is alembic's head).
 HEAD_REVISION = "0017"
 
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
+from cli.test_cli import assert_one_line_error, cli
 from conftest import Server
-from test_cli import assert_one_line_error, cli
 from websockets.sync.client import connect
 
 from queuelog.errors import MAX_ECHOED, echo, shorten_echoes

@@ -241,7 +241,7 @@ def test_keys_create_makes_an_owner_only_database(tmp_path: Path) -> None:
 
 
 def test_copy_database_tightens_its_sqlite_source(tmp_path: Path) -> None:
-    """The target is always PostgreSQL (a SQLite one is refused: tests/test_copy_to_postgres.py);
+    """The target is always PostgreSQL (a SQLite one is refused: tests/storage/test_copy_to_postgres.py);
     the source is the SQLite file copy-database touches."""
     require_backend("postgresql")
     database = tmp_path / "source.db"

@@ -18,7 +18,7 @@ nothing else. /metrics (200 and 401), /healthz and the 401 of /graphql say
 
 SQLite only: both checks run in front of every route, before any database access, so the
 backend changes nothing they decide; /metrics and /healthz bodies are covered on both backends
-by test_lifecycle.py and test_counters.py.
+by api/test_lifecycle.py and storage/test_counters.py.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from cli.test_cli import cli
 from conftest import Server, serving
-from test_cli import cli
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 

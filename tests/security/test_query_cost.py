@@ -11,7 +11,7 @@ Proven here, on both databases:
   limit in the message, nothing enqueued, not even the batch's one new job), while the same
   document for 2 inputs is answered in full;
 - the largest allowed document, a page of 100 jobs with every field and `events(last: 100)`,
-  is answered (tests/test_statement_counts.py pins its reads: one of job_events for the whole
+  is answered (tests/storage/test_statement_counts.py pins its reads: one of job_events for the whole
   page, however many jobs and aliases);
 - the cost counts the request's own variables, exactly, on the compiled path and on
   Strawberry's, over HTTP and for subscriptions (a server with QUEUELOG_MAX_COST=500, where

@@ -1,5 +1,5 @@
 """The tables, in SQLAlchemy Core. Alembic migrations create them; this file describes them
-(tests/test_migrations.py checks that the two agree).
+(tests/storage/test_migrations.py checks that the two agree).
 
 `jobs` keeps the design note's columns under their names (priority stored 0/10/20/30,
 status lowercase) and adds what the contract needs; its columns are named as the fields

@@ -51,7 +51,7 @@ NEXT_REVISION = "revision = jobs.revision + 1"
 READY = "status = 'pending' AND delayed = 0"
 # A ready job a claim may take: not past its expiry (API.md section 12). A job without one
 # passes on the first term, and the claim's head reads visit the row to lock it all the
-# same: their plans do not change (tests/test_expiry_plans.py). The sweep cancels expired
+# same: their plans do not change (tests/steering/test_expiry_plans.py). The sweep cancels expired
 # jobs within a second.
 UNEXPIRED = f"(expires_at IS NULL OR expires_at > {NOW})"
 CLAIMABLE = f"{READY} AND {UNEXPIRED}"

@@ -39,7 +39,7 @@ IS_RUNNING = jobs.c.status == literal_column(f"'{RUNNING}'")
 READY = "status = 'pending' AND delayed = 0"
 # A ready job a claim may take: not past its expiry (API.md section 12). A job without one
 # passes on the first term, and the head reads read the row all the same: their plans do
-# not change (tests/test_expiry_plans.py). The sweep cancels expired jobs within a second.
+# not change (tests/steering/test_expiry_plans.py). The sweep cancels expired jobs within a second.
 UNEXPIRED = "(expires_at IS NULL OR expires_at > :now)"
 CLAIMABLE = f"{READY} AND {UNEXPIRED}"
 DELAYED = "status = 'pending' AND delayed = 1"

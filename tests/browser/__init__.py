@@ -1,0 +1,1 @@
+"""GraphiQL and the dashboard in a real browser (Debian's chromium driven by playwright)."""

@@ -1,0 +1,1 @@
+"""The `queuelog` command line, run as real subprocesses."""

@@ -1,0 +1,1 @@
+"""The README, docs/, examples/ and deploy/ run and checked as written."""
