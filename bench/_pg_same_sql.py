@@ -221,6 +221,7 @@ COUNTER_SHARDS = 16  # database.py COUNTER_SHARDS
 MICROS_PER_MINUTE = 60_000_000
 PRIORITIES = {"LOW": 0, "MEDIUM": 10, "HIGH": 20, "CRITICAL": 30}
 ORIGIN = "baseline0000"  # a server id, as notify payloads start with one
+NOTIFY_PAYLOAD_MAX = 7000  # database.py
 
 
 def queuelog_text() -> dict[str, str]:
@@ -356,9 +357,20 @@ def counter_rows(moves: Iterable[Move], shard: int, now_us: int) -> tuple[list[d
     return counts, finished
 
 
-def notify_payload(items: Iterable[tuple[str, int, str]]) -> str:
-    """`origin kind:id:status ...` (database.py notify_payloads; under its size limit here)."""
-    return " ".join([ORIGIN, *(f"{kind}:{job_id}:{status}" for kind, job_id, status in items)])
+def notify_payloads(items: Iterable[tuple[str, int, str]]) -> list[str]:
+    """`origin kind:id:status ...`, split to stay under PostgreSQL's payload limit
+    (database.py notify_payloads)."""
+    payloads, current, size = [], [ORIGIN], len(ORIGIN)
+    for kind, job_id, status in items:
+        item = f"{kind}:{job_id}:{status}"
+        if size + len(item) + 1 > NOTIFY_PAYLOAD_MAX:
+            payloads.append(" ".join(current))
+            current, size = [ORIGIN], len(ORIGIN)
+        current.append(item)
+        size += len(item) + 1
+    if len(current) > 1:
+        payloads.append(" ".join(current))
+    return payloads
 
 
 # --- the transactions (psycopg 3, sync; one per call, as a write batch of one operation) ---------
@@ -417,7 +429,8 @@ def _finish(
             conn.cursor(binary=True).executemany(ADD_TO_COUNT, counts)
         if finished:
             conn.cursor(binary=True).executemany(ADD_TO_MINUTE, finished)
-        conn.execute(NOTIFY, (EVENTS_CHANNEL, notify_payload(notified)))
+        for payload in notify_payloads(notified):
+            conn.execute(NOTIFY, (EVENTS_CHANNEL, payload))
         conn.commit()
 
 
