@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import _baseline_app as base
-from bench import _pg
+from bench import _baseline_pg_same_app as same_app
+from bench import _pg, _pg_same_sql
 from bench._common import (
+    BENCH_DIR,
+    PROJECT_DIR,
     ServerProcess,
     make_keys,
+    migrate,
     py_spy,
     queuelog_ready,
     sqlite_url,
@@ -111,14 +115,23 @@ class Settings:
 
 @dataclass
 class BaselineDb:
-    """Where a bare baseline keeps its jobs: a SQLite file, or a PostgreSQL database (its URL)."""
+    """Where a bare baseline keeps its jobs: a SQLite file, or a PostgreSQL database (its URL);
+    `same_sql`: a PostgreSQL database with queuelog's schema, for the same-statements baseline
+    (`_baseline_pg_same_app.py`)."""
 
     location: str
     postgres: bool
+    same_sql: bool = False
 
     @property
     def app(self) -> str:
+        if self.same_sql:
+            return "bench._baseline_pg_same_app:create_app"
         return "_baseline_pg_app:create_app" if self.postgres else "_baseline_app:create_app"
+
+    @property
+    def app_dir(self) -> Path:
+        return PROJECT_DIR if self.same_sql else BENCH_DIR
 
     @property
     def env(self) -> dict[str, str]:
@@ -133,11 +146,16 @@ class BaselineDb:
 
     def maintain(self) -> None:
         """PostgreSQL: VACUUM ANALYZE its table (see Context.maintain); nothing on SQLite."""
-        if self.postgres:
+        if self.same_sql:
+            _pg.vacuum_analyze(self.location)  # queuelog's tables, as Context.maintain
+        elif self.postgres:
             _pg.vacuum_analyze(self.location, ("jobs",))
 
     def insert_pending(self, n: int) -> None:
         """n pending no-op jobs, in one transaction (topping a queue up; not measured)."""
+        if self.same_sql:
+            same_app.fill(self.location, n)
+            return
         if self.postgres:
             _pg.fill_pending(self.location, n)
             return
@@ -238,9 +256,20 @@ class Context:
         base.connect(str(path)).close()
         return BaselineDb(str(path), postgres=False)
 
+    def same_sql_db(self, name: str = "same") -> BaselineDb:
+        """PostgreSQL: an empty database migrated to queuelog's schema, for the baseline that
+        sends queuelog's own statements (after checking they still are queuelog's)."""
+        _pg_same_sql.check()
+        url = self.database_url(name)
+        migrate(url)
+        return BaselineDb(url, postgres=True, same_sql=True)
+
     def baseline(self, db: BaselineDb, name: str = "baseline", wait: bool = True) -> ServerProcess:
-        """The bare Starlette baseline (`_baseline_app.py` / `_baseline_pg_app.py`) on `db`."""
-        server = self.server(start_uvicorn(self.dir(), db.app, env=db.env, name=name, wait=wait))
+        """The bare Starlette baseline (`_baseline_app.py` / `_baseline_pg_app.py`, or
+        `_baseline_pg_same_app.py` on a `same_sql` database) on `db`."""
+        server = self.server(
+            start_uvicorn(self.dir(), db.app, app_dir=db.app_dir, env=db.env, name=name, wait=wait)
+        )
         self.watch_database(server, db.location)
         return server
 

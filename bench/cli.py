@@ -136,9 +136,9 @@ FIGURES: dict[str, tuple[int, str, str, FigureFn, bool]] = {
 }
 # The baseline column on `--database postgresql` where it differs from SQLite's.
 POSTGRES_BASELINES = {
-    "enqueue": "bare Starlette + psycopg 3 async on PostgreSQL (8 conns), one INSERT",
-    "claim": "bare Starlette + psycopg 3 async on PostgreSQL, the same UPDATEs (SKIP LOCKED)",
-    "batch": "raw psycopg (sync) on PostgreSQL in this process, same batches (a ceiling)",
+    "enqueue": "bare Starlette + psycopg 3 async (8 conns), one INSERT; then queuelog's own statements",
+    "claim": "bare Starlette + psycopg 3 async, the same UPDATEs (SKIP LOCKED); then queuelog's own SQL",
+    "batch": "raw psycopg (sync) in this process, same batches (a ceiling); then queuelog's own SQL",
     "e2e": "PgQueuer's worker (pgqueuer.run), then procrastinate's worker; best config of each",
     "dispatch": "bare Starlette + psycopg 3 on PostgreSQL, long poll (asyncio future)",
 }

@@ -16,8 +16,15 @@ UPDATE. No HTTP, no JSON: a ceiling for context, not a target (one row, one inde
 The target's baseline is `bench/storage_floor.py --sql-only`, run here in the same process
 right after: queuelog's own statements on its migrated schema through stdlib sqlite3, with
 no queuelog code above them. Its CPU per job is the floor no server can go under on one
-core; each phase must reach >= 0.75x of its jobs/s (1 / CPU per job). SQLite only: the floor
-is SQLite's statements.
+core; each phase must reach >= 0.75x of its jobs/s (1 / CPU per job).
+
+On PostgreSQL the target's baseline is `storage_floor.py --sql-only --database postgresql`
+(`sql_floor_pg`): queuelog's own PostgreSQL statements (bench/_pg_same_sql.py), the same
+transactions queuelog runs for a batch of 100, on raw psycopg (sync) in this process, one
+connection, on a fresh database migrated to queuelog's schema. Its rate is jobs/s of wall
+time (it waits for each COMMIT's flush, as queuelog does); each phase must reach >= 0.7x of
+it (issue 31). Its CPU per job, this process's and its backend's, is shown beside
+queuelog's server and backends.
 
 On `--database postgresql` queuelog serves from a fresh PostgreSQL database and the ceiling
 runs the same phases on raw psycopg (`raw_ceiling_pg`); both tables get VACUUM ANALYZE
@@ -47,12 +54,13 @@ from bench._common import (
     cpu_delta,
     graphql_body,
     graphql_data,
+    migrate,
     percentile,
     process_cpu_seconds,
 )
 from bench._context import Context
 from bench._report import Figure, ms, num, ratio, rx
-from bench.storage_floor import measure_sql
+from bench.storage_floor import measure_sql, measure_sql_pg
 from queuelog.storage.engine import create_sync_engine
 from queuelog.storage.migrate import upgrade_to_head
 
@@ -62,6 +70,7 @@ ENQUEUE_MANY = (
 CLAIM_MANY = "mutation ClaimMany { claimJobs(limit: 100) { id type payload attempt } }"
 BATCH = 100
 FLOOR_TARGET = 0.75  # of storage_floor.py --sql-only's jobs/s, same run
+PG_FLOOR_TARGET = 0.7  # PostgreSQL (issue 31): of the same statements' jobs/s on raw psycopg
 FLOOR_BATCHES = 300
 
 
@@ -221,6 +230,7 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
         "complete": f"completeJobs (100 items), {len(workers)} conns",
     }
     floor = None if s.postgres else sql_floor(ctx)
+    pg_floor = sql_floor_pg(ctx) if s.postgres else None
     for name, title in titles.items():
         q, c = phases[name], ceiling[name]
         fig.add(
@@ -237,6 +247,8 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
                 f">= {FLOOR_TARGET:g}x",
                 met=r is not None and r >= FLOOR_TARGET,
             )
+        if pg_floor is not None:
+            _pg_floor_rows(fig, q, pg_floor[name])
         fig.add(
             "  per call p50 / p99, ms",
             f"{ms(percentile(q.calls, 50))} / {ms(percentile(q.calls, 99))}",
@@ -263,7 +275,43 @@ def batch_figure(ctx: Context, fig: Figure) -> None:
         "queuelog": {k: v.summary() for k, v in phases.items()},
         "ceiling": {k: v.summary() for k, v in ceiling.items()},
         "sql_floor_us_per_job": floor,
+        "pg_sql_floor": pg_floor,
     }
+
+
+def _pg_floor_rows(fig: Figure, q: Phase, floor: dict[str, float]) -> None:
+    """queuelog's phase against its own statements on raw psycopg: jobs/s (the target), and
+    CPU per job of the process (queuelog's server; the floor's bench process) and of PostgreSQL."""
+    r = ratio(q.rate, floor["rate"])
+    fig.add(
+        "  against the same statements, raw psycopg",
+        "",
+        num(floor["rate"], 0, "jobs/s"),
+        rx(r),
+        f">= {PG_FLOOR_TARGET:g}x",
+        met=r is not None and r >= PG_FLOOR_TARGET,
+    )
+    q_cpu = q.server_cpu / q.jobs if q.server_cpu is not None and q.jobs else None
+    q_db = q.db_cpu / q.jobs if q.db_cpu is not None and q.jobs else None
+    f_cpu, f_db = floor["cpu_us"] / 1e6, floor["db_cpu_us"] / 1e6
+    fig.add("    process CPU per job, ms (server; floor)", ms(q_cpu), ms(f_cpu), rx(ratio(q_cpu, f_cpu)))
+    fig.add("    PostgreSQL CPU per job, ms", ms(q_db), ms(f_db), rx(ratio(q_db, f_db)))
+
+
+def sql_floor_pg(ctx: Context) -> dict[str, dict[str, float]]:
+    """`storage_floor.py --sql-only --database postgresql` in this process, on a fresh database
+    migrated to queuelog's schema: per phase, jobs/s and CPU per job (here and PostgreSQL)."""
+    url = ctx.database_url("floor")
+    migrate(url)
+    floor = measure_sql_pg(url, FLOOR_BATCHES, ctx.settings.batch_seconds)
+    ctx.log(
+        "storage floor on PostgreSQL (SQL only): "
+        + ", ".join(
+            f"{k} {v['rate']:,.0f} jobs/s, {v['cpu_us']:.1f} + {v['db_cpu_us']:.1f} us per job"
+            for k, v in floor.items()
+        )
+    )
+    return floor
 
 
 def sql_floor(ctx: Context) -> dict[str, float]:

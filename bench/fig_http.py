@@ -115,47 +115,57 @@ def _rate_rows(
     target: float | None,
     op_name: str,
     threads: int | None = None,
+    indent: str = "",
+    label: str = "baseline",
 ) -> None:
     q_rate, b_rate = q_ops / q.seconds, b_ops / b.seconds
     r = ratio(q_rate, b_rate)
     met = None if target is None or r is None else r >= target
     fig.add(
-        title, num(q_rate, 0, unit), num(b_rate, 0, unit), rx(r), f">= {target}x" if target else "", met=met
+        indent + title,
+        num(q_rate, 0, unit),
+        num(b_rate, 0, unit),
+        rx(r),
+        f">= {target}x" if target else "",
+        met=met,
     )
     qp = [weighted_percentile(q.points, p) for p in (50, 99)]
     bp = [weighted_percentile(b.points, p) for p in (50, 99)]
     fig.add(
-        "  latency p50 / p99, ms (per request)",
+        indent + "  latency p50 / p99, ms (per request)",
         f"{ms(qp[0])} / {ms(qp[1])}",
         f"{ms(bp[0])} / {ms(bp[1])}",
         f"{rx(ratio(qp[0], bp[0]))} / {rx(ratio(qp[1], bp[1]))}",
     )
     q_cpu = q.server_cpu / q_ops if q.server_cpu is not None and q_ops else None
     b_cpu = b.server_cpu / b_ops if b.server_cpu is not None and b_ops else None
-    fig.add(f"  server CPU per {op_name}, ms", ms(q_cpu), ms(b_cpu), rx(ratio(q_cpu, b_cpu)))
+    fig.add(f"{indent}  server CPU per {op_name}, ms", ms(q_cpu), ms(b_cpu), rx(ratio(q_cpu, b_cpu)))
     if q.db_cpu is not None and b.db_cpu is not None:
         q_db = q.db_cpu / q_ops if q_ops else None
         b_db = b.db_cpu / b_ops if b_ops else None
-        fig.add(f"  PostgreSQL CPU per {op_name}, ms", ms(q_db), ms(b_db), rx(ratio(q_db, b_db)))
+        fig.add(f"{indent}  PostgreSQL CPU per {op_name}, ms", ms(q_db), ms(b_db), rx(ratio(q_db, b_db)))
         q_all = q_cpu + q_db if q_cpu is not None and q_db is not None else None
         b_all = b_cpu + b_db if b_cpu is not None and b_db is not None else None
-        fig.add("  server + PostgreSQL CPU, ms", ms(q_all), ms(b_all), rx(ratio(q_all, b_all)))
+        fig.add(indent + "  server + PostgreSQL CPU, ms", ms(q_all), ms(b_all), rx(ratio(q_all, b_all)))
     fig.add(
-        f"  client CPU ({client_name(ctx, threads)}), of wall",
+        f"{indent}  client CPU ({client_name(ctx, threads)}), of wall",
         num(100 * (q.client_cpu or 0) / q.seconds, 0, "%"),
         num(100 * (b.client_cpu or 0) / b.seconds, 0, "%"),
     )
-    for label, r_ in (("queuelog", q), ("baseline", b)):
+    for who, r_ in (("queuelog", q), (label, b)):
         if r_.client_cpu is not None and r_.client_cpu / r_.seconds > 0.6:
             fig.notes.append(
-                f"the load generator used {100 * r_.client_cpu / r_.seconds:.0f}% CPU on {label}: "
+                f"the load generator used {100 * r_.client_cpu / r_.seconds:.0f}% CPU on {who}: "
                 "it may be what limits that rate"
             )
         if r_.errors:
-            fig.notes.append(f"{label}: {r_.errors} failed requests; first: {r_.first_error}")
+            fig.notes.append(f"{who}: {r_.errors} failed requests; first: {r_.first_error}")
 
 
 UNCOMPILED = ("--no-compiled",)
+# PostgreSQL: the second baseline of figures 1 and 2, which the target compares against.
+SAME_TITLE = "same statements, bare (_baseline_pg_same_app)"
+SAME_LABEL = "same-statements baseline"
 
 
 @functools.cache
@@ -201,6 +211,9 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         "queuelog": (queuelog, "/graphql", bearer(producer)),
         "baseline": (baseline, "/enqueue", {}),
     }
+    same_db = ctx.same_sql_db() if s.postgres else None
+    if same_db is not None:
+        targets["same"] = (ctx.baseline(same_db, name="same"), "/enqueue", {})
     if compiled_switch_available():
         uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
         uncompiled_producer = ctx.keys(uncompiled, [("bench-producer", "producer")])["bench-producer"]
@@ -227,15 +240,25 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         q.requests,
         b.requests,
         ctx,
-        0.5,
+        None if same_db is not None else 0.5,
         "request",
     )
+    sm = pool(rounds["same"]) if "same" in rounds else None
+    if sm is not None:
+        _rate_rows(
+            fig, SAME_TITLE, "req/s", q, sm, q.requests, sm.requests, ctx, 0.5, "request", label=SAME_LABEL
+        )
     u = pool(rounds["uncompiled"]) if "uncompiled" in rounds else None
     if u is not None:
         _uncompiled_row(fig, "req/s", q.requests, q, u.requests, u)
     fig.notes.append(
         "per-round throughput ratios: " + per_round(rounds["queuelog"], rounds["baseline"], lambda r: r.rate)
     )
+    if sm is not None:
+        fig.notes.append(
+            "per-round ratios to the same statements: "
+            + per_round(rounds["queuelog"], rounds["same"], lambda r: r.rate)
+        )
 
     # Every answered request must have stored one job (wrk cannot check bodies cheaply).
     answered_q = q.requests + warm["queuelog"].requests + 1
@@ -247,7 +270,10 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
 
     stored_q, stored_b = ctx.run(stored()), baseline_db.count()
     slack = s.enqueue_connections * (s.http_rounds + 1)
-    for label, answered, count in (("queuelog", answered_q, stored_q), ("baseline", answered_b, stored_b)):
+    checks = [("queuelog", answered_q, stored_q), ("baseline", answered_b, stored_b)]
+    if sm is not None and same_db is not None:
+        checks.append((SAME_LABEL, sm.requests + warm["same"].requests + 1, same_db.count()))
+    for label, answered, count in checks:
         if not answered <= count <= answered + slack:
             fig.notes.append(f"{label}: {answered} requests answered but {count} jobs stored")
     fig.data = {
@@ -255,9 +281,10 @@ def enqueue_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.enqueue_connections,
         "queuelog": round_summary(q),
         "baseline": round_summary(b),
+        "same_statements": round_summary(sm) if sm is not None else None,
         "uncompiled": round_summary(u) if u is not None else None,
         "rounds": {k: [round_summary(r) for r in v] for k, v in rounds.items()},
-        "jobs_stored": {"queuelog": stored_q, "baseline": stored_b},
+        "jobs_stored": {label: count for label, _, count in checks},
     }
 
 
@@ -281,17 +308,21 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "queuelog": (queuelog, "/graphql", "/graphql", bearer(keys["bench-worker"])),
         "baseline": (baseline, "/claim", "/complete", {}),
     }
+    databases = {"baseline": baseline_db}
+    if s.postgres:
+        databases["same"] = ctx.same_sql_db()
+        targets["same"] = (ctx.baseline(databases["same"], name="same"), "/claim", "/complete", {})
     producers = {"queuelog": keys["bench-producer"]}
     if compiled_switch_available():
         uncompiled = ctx.queuelog(extra_args=UNCOMPILED, name="uncompiled")
         uncompiled_keys = ctx.keys(uncompiled, specs)
         targets["uncompiled"] = (uncompiled, "/graphql", "/graphql", bearer(uncompiled_keys["bench-worker"]))
         producers["uncompiled"] = uncompiled_keys["bench-producer"]
-    best_rate = {"queuelog": 1000.0, "baseline": 5000.0, "uncompiled": 1000.0}
+    best_rate = {"queuelog": 1000.0, "baseline": 5000.0, "same": 2000.0, "uncompiled": 1000.0}
 
     def pending(name: str) -> int:
-        if name == "baseline":
-            return baseline_db.count("WHERE status = 'pending'")
+        if name in databases:
+            return databases[name].count("WHERE status = 'pending'")
         server = targets[name][0]
 
         async def go() -> int:
@@ -305,15 +336,15 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         need = int(max(4000, 2 * best_rate[name] * seconds)) - pending(name)
         if need <= 0:
             return
-        if name == "baseline":
-            baseline_db.insert_pending(need)
+        if name in databases:
+            databases[name].insert_pending(need)
         else:
             ctx.run(enqueue_many(targets[name][0].url, producers[name], need, batch=1000, connections=2))
 
     def load(name: str, seconds: int) -> Round:
         top_up(name, seconds)
-        if name == "baseline":
-            baseline_db.maintain()
+        if name in databases:
+            databases[name].maintain()
         else:
             ctx.maintain(targets[name][0])
         server, claim_path, complete_path, headers = targets[name]
@@ -360,10 +391,27 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         q_done,
         b_done,
         ctx,
-        0.5,
+        None if "same" in rounds else 0.5,
         "round trip",
         s.claim_connections,
     )
+    sm = pool(rounds["same"]) if "same" in rounds else None
+    if sm is not None:
+        sm_done = sm.counters.get("completed", 0)
+        _rate_rows(
+            fig,
+            SAME_TITLE,
+            "rt/s",
+            q,
+            sm,
+            q_done,
+            sm_done,
+            ctx,
+            0.5,
+            "round trip",
+            s.claim_connections,
+            label=SAME_LABEL,
+        )
     u = pool(rounds["uncompiled"]) if "uncompiled" in rounds else None
     if u is not None:
         _uncompiled_row(fig, "rt/s", q_done, q, u.counters.get("completed", 0), u)
@@ -373,7 +421,15 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
             rounds["queuelog"], rounds["baseline"], lambda r: r.counters.get("completed", 0) / r.seconds
         )
     )
-    for label, r in (("queuelog", q), ("baseline", b)):
+    if sm is not None:
+        fig.notes.append(
+            "per-round round-trip ratios to the same statements: "
+            + per_round(
+                rounds["queuelog"], rounds["same"], lambda r: r.counters.get("completed", 0) / r.seconds
+            )
+        )
+    checked = [("queuelog", q), ("baseline", b)] + ([(SAME_LABEL, sm)] if sm is not None else [])
+    for label, r in checked:
         if r.counters.get("empty"):
             left = r.counters.get("pending_after_empty_round", 0)
             fig.notes.append(
@@ -389,6 +445,7 @@ def claim_complete_figure(ctx: Context, fig: Figure) -> None:
         "connections": s.claim_connections,
         "queuelog": round_summary(q, q_done),
         "baseline": round_summary(b, b_done),
+        "same_statements": round_summary(sm, sm.counters.get("completed", 0)) if sm is not None else None,
         "uncompiled": round_summary(u, u.counters.get("completed", 0)) if u is not None else None,
         "rounds": {
             k: [round_summary(r, r.counters.get("completed", 0)) for r in v] for k, v in rounds.items()

@@ -14,6 +14,15 @@ through stdlib sqlite3, with no Repository and no Python model: one transaction 
 executemany INSERT of the jobs and of their job_events rows; the claim UPDATE ... RETURNING
 and its events; the read of the held rows, the guarded completion UPDATEs and their
 events. The SQL's own cost per job, below which no code above it can go.
+
+`--sql-only --database postgresql [--postgres-url URL]` does the same on PostgreSQL: a fresh
+database `qlbench_...` on the cluster of URL, migrated to queuelog's schema (dropped after),
+and the transactions queuelog runs for enqueueJobs / claimJobs(limit: 100) / completeJobs of
+100, each statement and round trip as queuelog sends them (bench/_pg_same_sql.py), through
+raw psycopg 3 (sync) on one connection. It reports the bench process's CPU per job, the CPU
+of the PostgreSQL backend of that connection per job (from /proc, when PostgreSQL runs on
+this machine), and jobs/s of wall time: one connection, one transaction after another, each
+COMMIT waiting for its flush at the server's synchronous_commit.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from bench import _pg
+from bench import _pg_same_sql as same
+from bench._common import migrate, process_cpu_seconds
 from queuelog.model import Completion, EventKind, JobStatus, NewJob, Priority
 from queuelog.retry_policy import RetryPolicy
 from queuelog.storage.engine import create_sync_engine
@@ -118,13 +130,94 @@ def measure_sql(path: str, batches: int) -> dict[str, float]:
     return {name: seconds / (batches * BATCH) * 1e6 for name, seconds in timings.items()}
 
 
+def measure_sql_pg(url: str, batches: int, seconds: float | None = None) -> dict[str, dict[str, float]]:
+    """The three phases of queuelog's PostgreSQL statements on `url` (a database migrated to
+    queuelog's schema), `batches` transactions of 100 each (or until `seconds` pass, or the
+    claims find nothing); per phase: `cpu_us` (this process) and `db_cpu_us` (the backend,
+    None when not readable) per job, `rate` (jobs/s, wall) and `jobs`."""
+    same.check()
+    out: dict[str, dict[str, float]] = {}
+    items = [({"type": "noop", "payload": {"n": i}}, f'{{"n":{i}}}') for i in range(BATCH)]
+    result = '{"ok":true}'
+    with contextlib.closing(same.connect(url)) as conn:
+        backend = conn.info.backend_pid if _pg.is_local(url) else None
+
+        def phase(name: str, body: Callable[[], int]) -> None:
+            jobs = 0
+            deadline = None if seconds is None else time.perf_counter() + seconds
+            cpu, db_cpu = time.process_time(), process_cpu_seconds(backend) if backend else None
+            started = time.perf_counter()
+            for _ in range(batches):
+                done = body()
+                jobs += done
+                if not done or (deadline is not None and time.perf_counter() > deadline):
+                    break
+            wall = time.perf_counter() - started
+            cpu = time.process_time() - cpu
+            db_after = process_cpu_seconds(backend) if backend else None
+            db = db_after - db_cpu if db_cpu is not None and db_after is not None else None
+            out[name] = {
+                "jobs": jobs,
+                "cpu_us": cpu / jobs * 1e6 if jobs else float("nan"),
+                "db_cpu_us": db / jobs * 1e6 if db is not None and jobs else float("nan"),
+                "rate": jobs / wall if wall else float("nan"),
+            }
+
+        held: list[list[tuple[int, int]]] = []
+        phase("enqueue", lambda: len(same.tx_enqueue(conn, items, "bench-producer")))
+        _pg.vacuum_analyze(url)  # as figure 3 does between these phases, on both sides
+
+        def claim() -> int:
+            rows = same.tx_claim(conn, "bench-worker", BATCH)
+            if rows:
+                held.append([(row[same.COL_ID], row[same.COL_ATTEMPT]) for row in rows])
+            return len(rows)
+
+        phase("claim", claim)
+
+        def complete() -> int:
+            if not held:
+                return 0
+            part = held.pop(0)
+            done = same.tx_complete(conn, "bench-worker", [(i, a, result) for i, a in part])
+            if len(done) != len(part):
+                raise RuntimeError(f"the floor completed {len(done)} of {len(part)}")
+            return len(done)
+
+        phase("complete", complete)
+    return out
+
+
+def run_sql_pg(base_url: str, batches: int, seconds: float | None = None) -> dict[str, dict[str, float]]:
+    """measure_sql_pg on a fresh database of `base_url`'s cluster, dropped after."""
+    url = _pg.create_database(base_url, "floor")
+    try:
+        migrate(url)
+        return measure_sql_pg(url, batches, seconds)
+    finally:
+        _pg.drop_database(base_url, url)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=200, help="batches of 100 per operation")
     parser.add_argument(
         "--sql-only", action="store_true", help="queuelog's statements on stdlib sqlite3 alone"
     )
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--postgres-url", default=_pg.DEFAULT_URL, help="a cluster to create a database on")
     args = parser.parse_args()
+    if args.database == "postgresql":
+        if not args.sql_only:
+            parser.error("--database postgresql runs --sql-only only")
+        phases = run_sql_pg(args.postgres_url, args.batches)
+        print(f"queuelog's SQL alone (psycopg 3, one connection), batches of {BATCH}: per job")
+        for name, p in phases.items():
+            print(
+                f"  {name:<9} {p['cpu_us']:6.1f} us here + {p['db_cpu_us']:6.1f} us PostgreSQL"
+                f"   {p['rate']:8,.0f} jobs/s ({p['jobs']:,.0f} jobs)"
+            )
+        return
     with tempfile.TemporaryDirectory() as directory:
         url = f"sqlite:///{Path(directory) / 'floor.db'}"
         engine = create_sync_engine(url)
