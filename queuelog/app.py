@@ -36,7 +36,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import ErrorMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage, ErrorMessage
 
 from queuelog import maintenance
 from queuelog.auth import Principal
@@ -66,6 +66,8 @@ log = logging.getLogger("queuelog.app")
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 20
 REVOKED_MESSAGE = "the API key of this connection has been revoked"
 GOING_AWAY = "the server is stopping"
+TRY_AGAIN_LATER = 1013  # a WebSocket close code (RFC 6455 registry): the service is unavailable for now
+DATABASE_UNAVAILABLE_REASON = "the database is unavailable; try again"
 KEY_WATCH_SECONDS = 0.5
 
 
@@ -108,6 +110,15 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
             return await super().handle()
         finally:
             sockets.discard(self)
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        """As Strawberry's, but a key that could not be checked because the database is
+        unavailable closes the socket with 1013 (try again later): 4403 would tell the client
+        its key is refused, and an SDK worker stops on that."""
+        try:
+            await super().handle_connection_init(message)
+        except DatabaseUnavailable:
+            await self.websocket.close(code=TRY_AGAIN_LATER, reason=DATABASE_UNAVAILABLE_REASON)
 
     async def key_revoked(self, read_now: bool = False) -> bool:
         if not self.connection_acknowledged:
@@ -238,7 +249,7 @@ class GraphQLView(GraphQL[RequestContext, None]):
                 principal, generation = await self.services.authenticator.authenticate(authorization)
             except DatabaseUnavailable as exc:
                 log.warning("websocket refused: %s", exc.message)
-                raise ConnectionRejectionError() from None
+                raise  # closed 1013 (TransportWSHandler.handle_connection_init), not 4403
         if principal is None:
             raise ConnectionRejectionError()
         context.principal = principal

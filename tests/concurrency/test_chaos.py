@@ -872,7 +872,9 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
 ) -> None:
     """Server 1 is cut off from PostgreSQL while a websocket to it holds a jobUpdated
     subscription. An operation sent then fails (the database does not answer), alone: the
-    socket stays open, and once server 1 reaches the database again the subscription goes on
+    socket stays open; a new connection then is closed 1013 (try again later: its key could not
+    be checked), which the SDK takes for an unavailable websocket, never a refused key (an SDK
+    worker stops on that); and once server 1 reaches the database again the subscription goes on
     (the job's completion reaches it, maybe after its RUNNING state once more: around an
     outage a subscriber may get an event twice, never miss one)."""
     cluster, one, _ = behind_a_proxy(start_cluster, pg_database, partition, alone=True)
@@ -900,6 +902,18 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
                 assert message["type"] == "error" or message.get("payload", {}).get("errors"), message
             except ConnectionClosed as closed:
                 outcome["the operation"] = f"socket closed: {closed}"
+            # A new connection's key cannot be checked now: try again later, not "refused".
+            with pytest.raises(ConnectionClosed) as closed_at_init:
+                async with open_socket(one, worker.secret):
+                    pass
+            rcvd = closed_at_init.value.rcvd
+            outcome["a new connection"] = (rcvd.code, rcvd.reason) if rcvd is not None else None
+            try:
+                async for _ in working.watch(held.id):
+                    pass
+            except Exception as exc:  # ServerUnreachable (or WebSocketUnavailable), not Unauthenticated
+                unreachable = isinstance(exc, ServerUnreachable)
+                outcome["the SDK's error"] = "ServerUnreachable" if unreachable else repr(exc)
             await reconnect(http, partition, one)
             deadline = time.monotonic() + 30
             while True:  # the first writes may still meet the connection the cut broke
@@ -926,7 +940,12 @@ def test_an_operation_sent_while_the_database_is_unreachable_leaves_the_websocke
     outcome = run(scenario())
     print(outcome)
     assert outcome.pop("before it", []) in ([], ["RUNNING"]), outcome
-    assert outcome == {"the operation": "error", "the subscription": "COMPLETED"}, outcome
+    assert outcome == {
+        "the operation": "error",
+        "a new connection": (1013, "the database is unavailable; try again"),
+        "the SDK's error": "ServerUnreachable",
+        "the subscription": "COMPLETED",
+    }, outcome
 
 
 def test_a_worker_reports_a_job_it_finished_while_the_database_was_unreachable(

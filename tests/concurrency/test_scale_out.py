@@ -1171,7 +1171,12 @@ def test_a_key_revoked_under_load_is_refused_by_every_request_sent_after_the_rev
                         return
 
             tasks = [asyncio.ensure_future(stream(cluster.servers[n % 2], n)) for n in range(streams)]
-            await asyncio.sleep(1.5)  # the streams run, the key is cached on both servers
+            # The streams run and the key is cached on both servers: two answers a stream (at
+            # least 1.5 s; longer on a loaded machine, where no fixed sleep could be sure).
+            await asyncio.sleep(1.5)
+            deadline = time.monotonic() + 60
+            while len(outcomes) < 2 * streams and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             revoke_began.set()
             engine = create_sync_engine(pg_database)
             try:
