@@ -278,9 +278,9 @@ class Statements:
     DELETE_EVENTS_OF: ClassVar[str]
     MAX_EVENT_ID: ClassVar[str]
     # Only where `concurrent_writes` (event ids may commit out of order): the read's
-    # snapshot's oldest transaction still running and the next to start (xmin, xmax). An
-    # event id not seen in a snapshot belongs to a transaction below its xmax, or will never
-    # commit; once a later snapshot's xmin has passed that xmax, a read of it settles it for
+    # snapshot's oldest transaction still running and the next transaction id (xmin, next).
+    # An event id not seen in a snapshot belongs to a transaction below that next id, or will
+    # never commit; once a later snapshot's xmin has passed it, a read of it settles it for
     # good.
     EVENT_HORIZON: ClassVar[str]
     EVENTS_WITH_IDS: ClassVar[str]

@@ -329,9 +329,43 @@ def test_the_postgresql_tail_delivers_an_event_committed_long_after_its_id_was_t
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_the_postgresql_tail_waits_for_a_hole_whose_transaction_began_after_the_newest_commit(
+    databases: Databases,
+) -> None:
+    """The hole's transaction took its transaction id after the one that commits the higher
+    event id took its own: so it runs above the snapshot's xmax, which is one past the newest
+    transaction that ended, not the next id. The tail gave that hole up at once (xmin = xmax,
+    nothing listed as running) and never delivered its event; it must wait for it."""
+    url = databases.fresh()
+
+    async def scenario() -> None:
+        delivered: list[int] = []
+        db = PostgresDatabase(url, lambda events: None, batch)
+        db.own_events = own = OwnEvents()
+        tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
+        await tail.start()
+        await tail.close()  # drive poll() by hand below
+        with psycopg.connect(url) as quick, psycopg.connect(url) as slow:
+            quick.execute("SELECT pg_current_xact_id()")  # quick's transaction id first
+            late = insert_pg_job_and_event(slow)  # a later transaction id, the lower event id
+            early = insert_pg_job_and_event(quick)  # the higher event id, committed first
+            quick.commit()
+            await tail.poll()
+            assert delivered == [early]
+            await tail.poll()  # slow still runs: its id is still a hole
+            slow.commit()
+            await tail.poll()
+            assert delivered == [early, late]
+        await db.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_listener_checkpoint_is_safe_once_every_transaction_running_then_has_ended() -> None:
-    """(newest id, xmin, xmax) per checkpoint. A checkpoint's newest id becomes the safe point
-    once a checkpoint's xmin has passed its xmax, as told by the checkpoint after that one
+    """(newest id, xmin, next transaction id) per checkpoint. A checkpoint's newest id becomes
+    the safe point once a checkpoint's xmin has passed its next transaction id, as told by the
+    checkpoint after that one
     (so that the notifications of transactions that ended just before have arrived)."""
     checkpoints = Checkpoints()
     checkpoints.add(10, 100, 105)

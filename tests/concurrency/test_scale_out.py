@@ -513,9 +513,25 @@ def test_three_servers_and_24_sdk_workers_complete_960_jobs_each_exactly_once(
 
                 def who_heard_what() -> str:
                     heard_of = [f"server {s + 1}: {len(counts)}" for s, counts in enumerate(heard)]
+                    missed = []
+                    for s, counts in enumerate(heard):
+                        unheard = sorted(set(enqueued) - set(counts), key=int)[:20]
+                        if not unheard:
+                            continue
+                        rows = sql(
+                            pg_database,
+                            "SELECT j.id, j.worker_id, e.id, e.at FROM jobs j JOIN job_events e"
+                            " ON e.job_id = j.id AND lower(e.kind) = 'completed'"
+                            " WHERE j.id = ANY(%s) ORDER BY e.id",
+                            [[int(i) for i in unheard]],
+                        )
+                        missed.append(
+                            f"server {s + 1} missed (job, worker, its home server, event id, at): "
+                            + "; ".join(f"{j} {w} {home_of.get(w, -1) + 1} {e} {at}" for j, w, e, at in rows)
+                        )
                     return (
                         f"every subscriber heard every completion ({', '.join(heard_of)} of"
-                        f" {DRAIN_JOBS}); the servers' logs:\n{cluster.logs()}"
+                        f" {DRAIN_JOBS}); {' / '.join(missed)}; the servers' logs:\n{cluster.logs()}"
                     )
 
                 await wait_until(every_subscriber_heard_all, 30, who_heard_what)

@@ -18,9 +18,11 @@ On SQLite, ids are committed in order (one writer at a time holds the write lock
 PostgreSQL a lower id may commit after a higher one, however long after: ids skipped over
 are kept as holes and read again at every poll until they appear, or until PostgreSQL says
 that no transaction that may still write them is running (a rolled-back transaction leaves a
-hole forever): a hole found in a snapshot belongs to a transaction below that snapshot's
-xmax, so once a later snapshot's xmin has passed it and the hole is still not there, it never
-will be (reads.events_since reads the holes and that horizon in one snapshot). No committed
+hole forever): a hole found in a snapshot belongs to a transaction that had its id when the
+snapshot was taken, so below the next transaction id of that moment; once a later
+snapshot's xmin has passed that id and the hole is still not there, it never will be
+(reads.events_since reads the holes and that horizon in one snapshot; statements/server.py
+SNAPSHOT_HORIZON says why not the snapshot's xmax). No committed
 event is missed. This relies on two things PostgreSQL does: an event's id is taken from its
 sequence (one id at a time, no per-session cache) by a transaction that already has its
 transaction id (it wrote its jobs first). The tail starts once every transaction running
@@ -74,18 +76,18 @@ HOLE_SECONDS = 30.0
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hole:
-    """An event id skipped over: when it was first missed, and (PostgreSQL) the xmax of the
-    snapshot it was missed in."""
+    """An event id skipped over: when it was first missed, and (PostgreSQL) the next
+    transaction id as of the snapshot it was missed in."""
 
     since: float
-    xmax: int | None
+    next_xid: int | None
 
     def settled(self, now: float, horizon: Horizon | None) -> bool:
         """Whether it can no longer appear, by a read (that did not find it) whose snapshot
         had `horizon`."""
-        if self.xmax is None or horizon is None:
+        if self.next_xid is None or horizon is None:
             return now - self.since > HOLE_SECONDS
-        return horizon[0] >= self.xmax
+        return horizon[0] >= self.next_xid
 
 
 async def settle_running_transactions(db: Database) -> None:

@@ -62,15 +62,16 @@ def last_event_id(conn: Connection) -> int:
     return row[0] if row is not None and row[0] is not None else 0
 
 
-# The read's snapshot's (xmin, xmax) where event ids may commit out of order (statements.py).
+# The read's snapshot's (xmin, next transaction id) where event ids may commit out of order
+# (postgres/statements/server.py SNAPSHOT_HORIZON).
 Horizon = tuple[int, int]
 
 
 def event_horizon(conn: Connection) -> Horizon | None:
     if not conn.can.concurrent_writes:
         return None  # ids commit in order
-    xmin, xmax = conn.execute(conn.sql.EVENT_HORIZON).fetchone()
-    return int(xmin), int(xmax)
+    xmin, next_xid = conn.execute(conn.sql.EVENT_HORIZON).fetchone()
+    return int(xmin), int(next_xid)
 
 
 def events_since(

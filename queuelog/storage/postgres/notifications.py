@@ -11,9 +11,10 @@ short back-off. Notifications sent meanwhile are lost, so once it LISTENs again 
 committed. The safe point is not simply the newest id it knew of while connected: a lower
 id may commit after a higher one, and a transaction that took its id before the newest
 committed may commit while the listener is away. So every CHECKPOINT_SECONDS it reads the
-newest id with its snapshot's horizon (xmin, xmax: `Checkpoints`); the newest id of a
-checkpoint becomes safe once a later checkpoint's xmin has passed that checkpoint's xmax
-(every transaction running then, which may hold a lower id, has ended while this connection
+newest id with its snapshot's horizon (xmin, and the next transaction id: `Checkpoints`;
+statements/server.py SNAPSHOT_HORIZON); the newest id of a checkpoint becomes safe once a
+later checkpoint's xmin has passed that checkpoint's next transaction id (every transaction
+running then, which may hold a lower id, has ended while this connection
 listened) - a checkpoint later still, so that their notifications have arrived. At start, it
 listens only once every transaction running then has ended (at most
 STARTUP_SETTLE_SECONDS): what committed before is history. Around an outage a subscriber may
@@ -48,29 +49,30 @@ class Checkpoints:
 
     `safe`: every event whose id is at most this has reached the listener, or never will
     commit (None until the first connection). `add` takes each checkpoint in order; one
-    confirms the checkpoints before it whose xmax the previous checkpoint's xmin has passed."""
+    confirms the checkpoints before it whose next transaction id the previous checkpoint's
+    xmin has passed."""
 
     def __init__(self) -> None:
         self.safe: int | None = None
-        self._unconfirmed: deque[tuple[int, int]] = deque()  # (newest id, xmax), oldest first
+        self._unconfirmed: deque[tuple[int, int]] = deque()  # (newest id, next xid), oldest first
         self._confirm_with: int | None = None  # the xmin of the checkpoint before the last
 
-    def add(self, newest: int, xmin: int, xmax: int) -> None:
+    def add(self, newest: int, xmin: int, next_xid: int) -> None:
         if self._confirm_with is not None:
             while self._unconfirmed and self._unconfirmed[0][1] <= self._confirm_with:
                 confirmed, _ = self._unconfirmed.popleft()
                 if self.safe is not None and confirmed > self.safe:
                     self.safe = confirmed
-        self._unconfirmed.append((newest, xmax))
+        self._unconfirmed.append((newest, next_xid))
         self._confirm_with = xmin
 
 
 def _checkpoint(connection: psycopg.Connection[Any]) -> tuple[int, int, int]:
-    """(newest event id or 0, xmin, xmax), from one snapshot."""
+    """(newest event id or 0, xmin, next transaction id), from one snapshot."""
     row = connection.execute(LISTENER_CHECKPOINT).fetchone()
     assert row is not None
-    newest, xmin, xmax = row
-    return newest or 0, xmin, xmax
+    newest, xmin, next_xid = row
+    return newest or 0, xmin, next_xid
 
 
 def parse_payload(payload: str) -> tuple[str, list[RemoteEvent]]:
@@ -120,14 +122,14 @@ class Notifications:
                     checkpoints = self._checkpoints
                     if checkpoints.safe is None:
                         self._settle(connection)
-                    latest, xmin, xmax = _checkpoint(connection)
+                    latest, xmin, next_xid = _checkpoint(connection)
                     if checkpoints.safe is None:
                         checkpoints.safe = latest  # before: history
                     elif latest > checkpoints.safe:
                         # From the safe point as it was: the checkpoint taken now confirms
                         # those before the drop, whose notifications may have been lost.
                         self._loop.call_soon_threadsafe(self._missed, checkpoints.safe, latest)
-                    checkpoints.add(latest, xmin, xmax)
+                    checkpoints.add(latest, xmin, next_xid)
                     self._listening.set()
                     failures = 0
                     self._receive(connection)
@@ -144,10 +146,10 @@ class Notifications:
     def _settle(self, connection: psycopg.Connection[Any]) -> None:
         """At the first connection, until every transaction running once it LISTENs has
         ended (at most STARTUP_SETTLE_SECONDS): they notify it, or committed before."""
-        _, _, xmax = _checkpoint(connection)
+        _, _, next_xid = _checkpoint(connection)
         deadline = time.monotonic() + STARTUP_SETTLE_SECONDS
         while time.monotonic() < deadline and not self._stop.wait(SETTLE_POLL_SECONDS):
-            if _checkpoint(connection)[1] >= xmax:
+            if _checkpoint(connection)[1] >= next_xid:
                 return
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:

@@ -4,6 +4,7 @@ every write batch adds, and their reads."""
 from __future__ import annotations
 
 from queuelog.storage.postgres.statements.fragments import among_ids, id_list, ts
+from queuelog.storage.postgres.statements.server import SNAPSHOT_HORIZON
 from queuelog.storage.statements import EVENT_TAIL_BATCH, Statements
 
 
@@ -17,10 +18,7 @@ class EventStatements(Statements, part=True):
     )
     DELETE_EVENTS_OF = f"DELETE FROM job_events WHERE {among_ids('job_id', 'ids')}"
     MAX_EVENT_ID = "SELECT MAX(id) FROM job_events"
-    EVENT_HORIZON = (
-        "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint"
-        " FROM pg_current_snapshot() AS s"
-    )
+    EVENT_HORIZON = f"SELECT {SNAPSHOT_HORIZON} FROM pg_current_snapshot() AS s"
     EVENTS_WITH_IDS = (
         f"SELECT id, job_id, kind, status FROM job_events WHERE {among_ids('id', 'ids')} ORDER BY id"
     )
