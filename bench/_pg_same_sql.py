@@ -15,7 +15,7 @@ job_minutes deltas (one upsert per counter row, in key order, on one of 16 shard
 NOTIFY. What they leave out is queuelog's Python: GraphQL, keys, the group commit, the
 repository, the codec. Per transaction (`tx_*` below):
 
-1. BEGIN, FORCE_GENERIC_PLANS and DB_NOW (the batch's clock), pipelined: one round trip;
+1. BEGIN and OPEN_WRITE_BATCH (generic plans, no JIT, the batch's clock), pipelined: one round trip;
 2. the operation's statements: INSERT_JOB (or INSERT_JOBS_AT_ONCE); OVERDUE + PENDING_TYPES +
    PROMOTE_PENDING pipelined, then CLAIM_JOBS; COMPLETE_HELD (or COMPLETE_MANY);
 3. the events (INSERT_EVENT, or INSERT_EVENTS_AT_ONCE for more than one), the counter
@@ -36,12 +36,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 # --- the statements (queuelog/storage/postgres/statements/; `python -m bench._pg_same_sql`) ---
-# plans.py FORCE_GENERIC_PLANS
-FORCE_GENERIC_PLANS = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+# plans.py OPEN_WRITE_BATCH
+OPEN_WRITE_BATCH = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),"
+    " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 )
 # server.py
-DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 EVENTS_CHANNEL = "queuelog_events"
 # @generated: the block below is `python -m bench._pg_same_sql`'s output
@@ -234,8 +234,7 @@ def queuelog_text() -> dict[str, str]:
         "INSERT_JOBS_AT_ONCE": sending.INSERT_JOBS_AT_ONCE.sql,
         "INSERT_EVENTS_AT_ONCE": sending.INSERT_EVENTS_AT_ONCE.sql,
         "CLAIM_JOBS": S.claim_jobs(1),  # any number of types: one array parameter
-        "FORCE_GENERIC_PLANS": plans.FORCE_GENERIC_PLANS,
-        "DB_NOW": server.DB_NOW,
+        "OPEN_WRITE_BATCH": plans.OPEN_WRITE_BATCH,
         "NOTIFY": server.NOTIFY,
         "EVENTS_CHANNEL": server.EVENTS_CHANNEL,
     }
@@ -399,9 +398,8 @@ def connect(url: str) -> Any:
 def _begin(conn: Any) -> int:
     """BEGIN, the generic-plan switch and the clock: one round trip; the clock's microseconds."""
     with conn.pipeline():
-        conn.execute(FORCE_GENERIC_PLANS)
-        opened = conn.execute(DB_NOW)
-    return int(opened.fetchone()[0])
+        opened = conn.execute(OPEN_WRITE_BATCH)
+    return int(opened.fetchone()[2])
 
 
 def _rows(cursor: Any) -> list[Any]:

@@ -25,7 +25,7 @@ from queuelog.storage.operations import claims, enqueue
 from queuelog.storage.operations.running import complete
 from queuelog.storage.postgres import database as postgres
 from queuelog.storage.postgres.connection import conninfo
-from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
+from queuelog.storage.postgres.statements.plans import OPEN_WRITE_BATCH
 from queuelog.storage.repository import Repository
 from queuelog.storage.transaction import WriteTx
 
@@ -353,4 +353,4 @@ def test_a_batch_of_completions_and_claims_runs_in_one_plan_mode(
     switches = [
         query for query in batch_sent if "plan_cache_mode" in query and "current_setting" not in query
     ]
-    assert switches == [FORCE_GENERIC_PLANS]  # with BEGIN, once
+    assert switches == [OPEN_WRITE_BATCH]  # with BEGIN and the clock's read, once

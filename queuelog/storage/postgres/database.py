@@ -54,7 +54,7 @@ from queuelog.storage.postgres import vacuum
 from queuelog.storage.postgres.connection import POSTGRES, PgConnection, close_quietly, connect
 from queuelog.storage.postgres.notifications import Notifications
 from queuelog.storage.postgres.statements import PostgresStatements
-from queuelog.storage.postgres.statements.plans import FORCE_GENERIC_PLANS
+from queuelog.storage.postgres.statements.plans import OPEN_WRITE_BATCH
 from queuelog.storage.postgres.statements.server import DB_NOW, EVENTS_CHANNEL, NOTIFY
 from queuelog.storage.schema.types import from_micros
 from queuelog.storage.transaction import RunAgain, WriteTx
@@ -240,9 +240,8 @@ class PostgresDatabase(GroupCommit):
         connection = PgConnection(raw, locking=True, generic=True)
         before = clock.utcnow()
         with raw.pipeline():  # psycopg's BEGIN and the clock's read: one round trip, not two
-            raw.execute(FORCE_GENERIC_PLANS)
-            opened = raw.execute(DB_NOW)
-        now_us = opened.fetchone()[0]  # type: ignore[index]
+            opened = raw.execute(OPEN_WRITE_BATCH)
+        now_us = opened.fetchone()[2]  # type: ignore[index]
         tx = WriteTx(connection, from_micros(now_us), read_clock=lambda: _database_now(raw))
         tx.counter_shard = random.randrange(COUNTER_SHARDS)
         self.db_clock.observe(tx.now, before, clock.utcnow())

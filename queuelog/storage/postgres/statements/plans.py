@@ -72,5 +72,11 @@ GENERIC_PLANS = frozenset(
 FORCE_GENERIC_PLANS = (
     "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
 )
+# A write batch's first statement: generic plans and no JIT for the transaction, and the
+# database's clock (server.DB_NOW's value), in one statement.
+OPEN_WRITE_BATCH = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),"
+    " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+)
 # The server's own mode, until the transaction ends.
 DEFAULT_PLANS = "SET LOCAL plan_cache_mode TO DEFAULT"
