@@ -1,8 +1,9 @@
 """A randomised, model-checked concurrency test: a seeded random history through several
 servers, checked against the contract's rules at every moment (tests/history/).
 
-On PostgreSQL three `queuelog serve` processes share the database (one server's LISTEN
-connection is ended mid-run); on SQLite one `queuelog serve --workers 2`. Producers,
+On PostgreSQL three `queuelog serve` processes share the database (one hears the others by
+the job_events tail, two by LISTEN/NOTIFY, and one of those LISTEN connections is ended
+mid-run); on SQLite one `queuelog serve --workers 2`. Producers,
 workers and an admin run random mixes of every operation on random servers (section 12's
 too: cancels of running jobs, snoozes, expiring jobs, edits and run-nows racing claims,
 progress reports) while subscribers follow a sample of the jobs; then a drain, and the

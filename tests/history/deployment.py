@@ -1,8 +1,11 @@
 """The deployment a history runs on: several `queuelog serve` processes on one database.
 
-On PostgreSQL, 2-3 separate servers share the database. On SQLite, one `queuelog serve
---workers 2`: two processes on one file behind one port, each new connection landing on
-either of them (`servers == 1`, but the clients' connections spread over both processes).
+On PostgreSQL, 2-3 separate servers share the database, the last of them hearing the others
+through the job_events tail (`--event-feed poll`, as behind PgBouncer in transaction mode),
+the rest by LISTEN/NOTIFY: subscribers on each see what both feeds deliver. On SQLite, one
+`queuelog serve --workers 2`: two processes on one file behind one port, each new
+connection landing on either of them (`servers == 1`, but the clients' connections spread
+over both processes).
 """
 
 from __future__ import annotations
@@ -24,12 +27,11 @@ from conftest import Server, launch_server, session_pids, stored_time
 from queuelog import keys as key_admin
 from queuelog.cli import open_migrated
 from queuelog.model import Role
-from queuelog.storage.postgres.statements import PostgresStatements
-from queuelog.storage.postgres.statements.server import LISTEN
+from queuelog.storage.postgres.statements.server import LISTEN, LISTENER_CHECKPOINT
 
 # The two statements a PostgreSQL listener's connection runs (storage/postgres/notifications.py): its
 # backend is the one whose last query is either of them.
-LISTENER_QUERIES = (LISTEN, PostgresStatements.MAX_EVENT_ID)
+LISTENER_QUERIES = (LISTEN, LISTENER_CHECKPOINT)
 SETTINGS: dict[str, Any] = {
     # Retries (failJob without retryInSeconds, lease expiries, timeouts) are due at once: the
     # drain need not wait for back-offs.
@@ -49,6 +51,10 @@ class Deployment:
     @property
     def count(self) -> int:
         return len(self.servers)
+
+    def feed(self, index: int) -> str:
+        """The event feed of PostgreSQL server `index`: the last one polls job_events."""
+        return "poll" if index == self.count - 1 and self.count > 1 else "notify"
 
     def url(self, index: int) -> str:
         return self.servers[index % len(self.servers)].url
@@ -79,6 +85,7 @@ class Deployment:
             database_url=self.database_url,
             admin_key=self.admin_key,
             port=port,
+            event_feed=self.feed(index),
             **self.settings,
         )
         return f"killed and restarted server {index} ({server.url})"
@@ -125,16 +132,19 @@ def start_deployment(
         _, admin_key = key_admin.create_key(engine, "admin", [Role.ADMIN])
     finally:
         engine.dispose()
+    feeds = ["notify"] * (servers - 1) + ["poll"] if servers > 1 else ["notify"]
     with ThreadPoolExecutor(servers) as pool:
         started = list(
             pool.map(
-                lambda _: launch_server(
-                    directory(), database_url=database_url, admin_key=admin_key, **settings
+                lambda feed: launch_server(
+                    directory(), database_url=database_url, admin_key=admin_key, event_feed=feed, **settings
                 ),
-                range(servers),
+                feeds,
             )
         )
-    return Deployment(backend, database_url, admin_key, started, settings, directory)
+    deployment = Deployment(backend, database_url, admin_key, started, settings, directory)
+    assert [deployment.feed(i) for i in range(servers)] == feeds
+    return deployment
 
 
 def epoch(value: int | datetime | None) -> float:
