@@ -295,6 +295,17 @@ def insert_pg_job_and_event(connection: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
+async def hand_driven_pg_tail(url: str) -> tuple[PostgresDatabase, EventTail, list[int]]:
+    """A PostgreSQL event tail whose polls the test makes, and the job ids it delivers."""
+    delivered: list[int] = []
+    db = PostgresDatabase(url, lambda events: None, batch)
+    db.own_events = own = OwnEvents()
+    tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
+    await tail.start()
+    await tail.close()  # polls are the test's own
+    return db, tail, delivered
+
+
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_the_postgresql_tail_delivers_an_event_committed_long_after_its_id_was_taken(
     databases: Databases, monkeypatch: pytest.MonkeyPatch
@@ -306,12 +317,7 @@ def test_the_postgresql_tail_delivers_an_event_committed_long_after_its_id_was_t
     url = databases.fresh()
 
     async def scenario() -> None:
-        delivered: list[int] = []
-        db = PostgresDatabase(url, lambda events: None, batch)
-        db.own_events = own = OwnEvents()
-        tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
-        await tail.start()
-        await tail.close()  # drive poll() by hand below
+        db, tail, delivered = await hand_driven_pg_tail(url)
         with psycopg.connect(url) as slow, psycopg.connect(url, autocommit=True) as quick:
             late = insert_pg_job_and_event(slow)  # not committed: its event id is taken
             early = insert_pg_job_and_event(quick)  # a higher id, committed
@@ -340,12 +346,7 @@ def test_the_postgresql_tail_waits_for_a_hole_whose_transaction_began_after_the_
     url = databases.fresh()
 
     async def scenario() -> None:
-        delivered: list[int] = []
-        db = PostgresDatabase(url, lambda events: None, batch)
-        db.own_events = own = OwnEvents()
-        tail = EventTail(db, own, lambda events: delivered.extend(e.job.id for e in events))
-        await tail.start()
-        await tail.close()  # drive poll() by hand below
+        db, tail, delivered = await hand_driven_pg_tail(url)
         with psycopg.connect(url) as quick, psycopg.connect(url) as slow:
             quick.execute("SELECT pg_current_xact_id()")  # quick's transaction id first
             late = insert_pg_job_and_event(slow)  # a later transaction id, the lower event id
