@@ -29,8 +29,8 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS jobs (
@@ -87,6 +87,7 @@ PRIORITIES = {"LOW": 0, "MEDIUM": 10, "HIGH": 20, "CRITICAL": 30}
 WORKER = "bench-worker"
 PRODUCER = "bench-producer"
 DEFAULT_CONNECTIONS = 8
+R = TypeVar("R")
 
 
 def create_app() -> Any:
@@ -144,29 +145,12 @@ def create_app() -> Any:
             PRODUCER,
         )
         row, _ = await run(INSERT_SQL, params)
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        wake(waiters)
         return JSONResponse({"id": row[0]})
 
     async def claim(request: Request) -> Response:
-        variables = (await request.json()).get("variables") or {}
-        deadline = time.monotonic() + min(30, int(variables.get("waitSeconds") or 0))
-        while True:
-            answer = await claim_one()
-            if answer is not None:
-                return answer
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return JSONResponse(None)
-            waiter = asyncio.get_running_loop().create_future()
-            waiters.add(waiter)
-            try:
-                await asyncio.wait_for(waiter, left)
-            except TimeoutError:
-                pass
-            finally:
-                waiters.discard(waiter)
+        answer = await claim_or_wait(claim_one, waiters, (await request.json()).get("variables") or {})
+        return answer if answer is not None else JSONResponse(None)
 
     async def complete(request: Request) -> Response:
         variables = (await request.json())["variables"]
@@ -189,3 +173,35 @@ def create_app() -> Any:
         ],
         lifespan=lifespan,
     )
+
+
+async def claim_or_wait(
+    claim_one: Callable[[], Awaitable[R | None]],
+    waiters: set[asyncio.Future[None]],
+    variables: dict[str, Any],
+) -> R | None:
+    """`/claim`: a job now, or once an enqueue of this process wakes `waiters`, until
+    `variables.waitSeconds` (at most 30) have passed; None then."""
+    deadline = time.monotonic() + min(30, int(variables.get("waitSeconds") or 0))
+    while True:
+        answer = await claim_one()
+        if answer is not None:
+            return answer
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        waiter = asyncio.get_running_loop().create_future()
+        waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, left)
+        except TimeoutError:
+            pass
+        finally:
+            waiters.discard(waiter)
+
+
+def wake(waiters: set[asyncio.Future[None]]) -> None:
+    """An enqueue committed: every waiting claim looks again."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)

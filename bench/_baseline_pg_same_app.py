@@ -26,12 +26,12 @@ import contextlib
 import json
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from bench import _pg_same_sql as same
+from bench._baseline_pg_app import claim_or_wait, wake
 
 T = TypeVar("T")
 WORKER = "bench-worker"
@@ -101,29 +101,12 @@ def create_app() -> Any:
         item = (await request.json())["variables"]["input"]
         payload = json.dumps(item.get("payload", {}), separators=(",", ":"), ensure_ascii=False)
         (job_id,) = await run(lambda conn: same.tx_enqueue(conn, [(item, payload)], PRODUCER))
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        wake(waiters)
         return JSONResponse({"id": job_id})
 
     async def claim(request: Request) -> Response:
-        variables = (await request.json()).get("variables") or {}
-        deadline = time.monotonic() + min(30, int(variables.get("waitSeconds") or 0))
-        while True:
-            answer = await claim_one()
-            if answer is not None:
-                return answer
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return JSONResponse(None)
-            waiter = asyncio.get_running_loop().create_future()
-            waiters.add(waiter)
-            try:
-                await asyncio.wait_for(waiter, left)
-            except TimeoutError:
-                pass
-            finally:
-                waiters.discard(waiter)
+        answer = await claim_or_wait(claim_one, waiters, (await request.json()).get("variables") or {})
+        return answer if answer is not None else JSONResponse(None)
 
     async def complete(request: Request) -> Response:
         variables = (await request.json())["variables"]
