@@ -52,10 +52,6 @@ class Deployment:
     def count(self) -> int:
         return len(self.servers)
 
-    def feed(self, index: int) -> str:
-        """The event feed of PostgreSQL server `index`: the last one polls job_events."""
-        return "poll" if index == self.count - 1 and self.count > 1 else "notify"
-
     def url(self, index: int) -> str:
         return self.servers[index % len(self.servers)].url
 
@@ -85,7 +81,7 @@ class Deployment:
             database_url=self.database_url,
             admin_key=self.admin_key,
             port=port,
-            event_feed=self.feed(index),
+            event_feed=event_feed(index, self.count),
             **self.settings,
         )
         return f"killed and restarted server {index} ({server.url})"
@@ -132,19 +128,25 @@ def start_deployment(
         _, admin_key = key_admin.create_key(engine, "admin", [Role.ADMIN])
     finally:
         engine.dispose()
-    feeds = ["notify"] * (servers - 1) + ["poll"] if servers > 1 else ["notify"]
     with ThreadPoolExecutor(servers) as pool:
         started = list(
             pool.map(
-                lambda feed: launch_server(
-                    directory(), database_url=database_url, admin_key=admin_key, event_feed=feed, **settings
+                lambda index: launch_server(
+                    directory(),
+                    database_url=database_url,
+                    admin_key=admin_key,
+                    event_feed=event_feed(index, servers),
+                    **settings,
                 ),
-                feeds,
+                range(servers),
             )
         )
-    deployment = Deployment(backend, database_url, admin_key, started, settings, directory)
-    assert [deployment.feed(i) for i in range(servers)] == feeds
-    return deployment
+    return Deployment(backend, database_url, admin_key, started, settings, directory)
+
+
+def event_feed(index: int, servers: int) -> str:
+    """The event feed of PostgreSQL server `index` of `servers`: the last one polls job_events."""
+    return "poll" if index == servers - 1 and servers > 1 else "notify"
 
 
 def epoch(value: int | datetime | None) -> float:
