@@ -108,6 +108,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[RequestContext, None]):
         sockets.add(self)
         try:
             return await super().handle()
+        except Exception as exc:
+            # A message answered after the socket had closed (a connection_init acknowledged
+            # just after the server closed its sockets to stop): Strawberry lets Starlette's
+            # word for that through, and uvicorn would log it with a traceback.
+            if not _socket_gone(exc):
+                raise
+            return None
         finally:
             sockets.discard(self)
 
