@@ -1,0 +1,237 @@
+"""Test servers forked from a process that imported queuelog's server once.
+
+Every `queuelog serve` a test started spent about 0.6 s of CPU importing SQLAlchemy,
+Strawberry, uvicorn, alembic and queuelog before it answered; with some 460 servers in a run,
+that was a third of the CPU of the servers the suite starts. The zygote, one per test process,
+imports them once; each server is a fork of it that runs `python -m queuelog` (the module
+itself, as `-m` runs it) with the test's arguments, environment, working directory and log
+file, in a session of its own. From the CLI's main() on, the server runs the same code as one
+started with `python -m queuelog serve`; only the imports are shared.
+
+The zygote is the servers' parent, so it reaps them: `ForkedProcess` answers poll() and
+wait() by asking it, and signals the server itself (a server's pid is not reused before its
+test has seen its exit, since only that question reaps it).
+
+Run as a script, this file is the zygote: it reads one JSON request per line on stdin and
+answers one JSON line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# What a server imports on its way to serving; anything missing here is imported by the
+# server itself, as it would be without the zygote.
+PRELOADED = (
+    "queuelog.cli",
+    "queuelog.cli.serve",
+    "queuelog.keys",
+    "queuelog.app",
+    "queuelog.storage.migrate",
+    "alembic.command",
+    "alembic.runtime.migration",
+    "uvicorn.main",
+    "uvicorn.config",
+    "uvicorn.loops.uvloop",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.websockets_impl",
+    "uvicorn.lifespan.on",
+    "psycopg",
+    "psycopg_pool",
+)
+
+
+class ForkedProcess:
+    """The parts of subprocess.Popen a test uses, for a server the zygote forked."""
+
+    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
+        self._zygote = zygote
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._zygote.exit_status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.01)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # until the zygote reaps it, the pid is this server's
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """The test process's side: starts the zygote on first use and asks it to fork servers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def can_fork(self, env: dict[str, str]) -> bool:
+        """Whether a server with this environment behaves as it would when started on its own:
+        the interpreter's own settings (PYTHONPATH, PYTHONHASHSEED, ...) are read at its start,
+        so they must be the zygote's."""
+        return _python_settings(env) == _python_settings(_zygote_env())
+
+    def spawn(self, args: list[str], *, env: dict[str, str], cwd: Path, log_path: Path) -> ForkedProcess:
+        """Fork a server running `python -m queuelog *args`, its output into `log_path`."""
+        pid = self._ask({"op": "spawn", "args": args, "env": env, "cwd": str(cwd), "log": str(log_path)})
+        return ForkedProcess(self, pid, [sys.executable, "-m", "queuelog", *args])
+
+    def exit_status(self, pid: int) -> int | None:
+        """The server's returncode as Popen gives it (-N: ended by signal N), None while it runs."""
+        result: int | None = self._ask({"op": "poll", "pid": pid})
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            if self._process is not None:
+                assert self._process.stdin is not None
+                self._process.stdin.close()
+                self._process.wait(timeout=10)
+                self._process = None
+
+    def _ask(self, request: dict[str, Any]) -> Any:
+        with self._lock:
+            process = self._started()
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps(request).encode() + b"\n")
+            process.stdin.flush()
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the server zygote ended (exit status {process.wait()})")
+            answer = json.loads(line)
+            if "error" in answer:
+                raise RuntimeError(f"the server zygote could not {request['op']}: {answer['error']}")
+            return answer["result"]
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            self._process = subprocess.Popen(
+                [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_zygote_env()
+            )
+        return self._process
+
+
+def _zygote_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+
+
+def _python_settings(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
+
+
+# --- the zygote itself ------------------------------------------------------------------------
+
+
+def _serve_requests() -> None:
+    import importlib
+
+    for name in PRELOADED:
+        importlib.import_module(name)
+    replies = os.fdopen(os.dup(1), "w")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)  # nothing a module prints may land in the replies
+    exits: dict[int, int] = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            if request["op"] == "spawn":
+                result: int | None = _fork(request, keep_closed=(replies.fileno(), null))
+            else:
+                result = _exit_status(request["pid"], exits)
+            reply: dict[str, Any] = {"result": result}
+        except Exception as error:  # answered, so the test says what went wrong
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+def _exit_status(pid: int, exits: dict[int, int]) -> int | None:
+    if pid not in exits:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped == 0:
+            return None
+        exits[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return exits[pid]
+
+
+def _fork(request: dict[str, Any], keep_closed: tuple[int, int]) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the zygote's requests
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in (log, *keep_closed):  # the replies' pipe must end with the zygote
+            os.close(fd)
+        os.chdir(request["cwd"])
+        sys.path[0] = os.getcwd()  # as `python -m` has it
+        os.environ.clear()
+        os.environ.update(request["env"])
+        code = _run_cli(request["args"])
+    finally:
+        os._exit(code)
+
+
+def _run_cli(args: list[str]) -> int:
+    """`python -m queuelog *args` in this process: its exit status, after what an interpreter
+    does at exit (atexit, logging's flush, the standard streams' buffers)."""
+    import atexit
+    import logging
+    import runpy
+    import traceback
+
+    sys.argv = ["queuelog", *args]
+    try:
+        runpy.run_module("queuelog", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C of the test run is the tests' to handle
+    sys.path[0] = os.getcwd()  # not tests/: what a server imports comes from where it would
+    _serve_requests()
