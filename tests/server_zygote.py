@@ -42,7 +42,7 @@ PRELOADED = (
     "uvicorn.config",
     "uvicorn.loops.uvloop",
     "uvicorn.protocols.http.httptools_impl",
-    "uvicorn.protocols.websockets.websockets_impl",
+    "uvicorn.protocols.websockets.auto",
     "uvicorn.lifespan.on",
     "psycopg",
     "psycopg_pool",
