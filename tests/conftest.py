@@ -74,6 +74,8 @@ def run_queuelog(
     clean = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
     clean.update(env or {})
     try:
+        if SERVER_ZYGOTE is not None and SERVER_ZYGOTE.can_fork(clean):
+            return SERVER_ZYGOTE.run(list(args), env=clean, cwd=cwd, timeout=timeout)
         return subprocess.run(
             [sys.executable, "-m", "queuelog", *args],
             capture_output=True,

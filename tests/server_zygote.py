@@ -1,16 +1,18 @@
-"""Test servers forked from a process that imported queuelog's server once.
+"""Test servers and CLI runs forked from a process that imported queuelog's server once.
 
 Every `queuelog serve` a test started spent about 0.6 s of CPU importing SQLAlchemy,
-Strawberry, uvicorn, alembic and queuelog before it answered; with some 460 servers in a run,
-that was a third of the CPU of the servers the suite starts. The zygote, one per test process,
-imports them once; each server is a fork of it that runs `python -m queuelog` (the module
-itself, as `-m` runs it) with the test's arguments, environment, working directory and log
-file, in a session of its own. From the CLI's main() on, the server runs the same code as one
-started with `python -m queuelog serve`; only the imports are shared.
+Strawberry, uvicorn, alembic and queuelog before it answered, and every CLI call up to half
+that; with some 460 servers and hundreds of CLI calls in a run, those imports were a third of
+the suite's CPU. The zygote, one per test process, imports them once; each server or CLI run
+is a fork of it that runs `python -m queuelog` (the module itself, as `-m` runs it) with the
+test's arguments, environment, working directory and output files, in a session of its own.
+From the CLI's main() on, it runs the same code as a process started on its own; only the
+imports are shared. A process whose interpreter settings differ (PYTHON* variables) is not
+forked: conftest starts it on its own, as it does `serve --workers 2`.
 
-The zygote is the servers' parent, so it reaps them: `ForkedProcess` answers poll() and
-wait() by asking it, and signals the server itself (a server's pid is not reused before its
-test has seen its exit, since only that question reaps it).
+The zygote is the processes' parent, so it reaps them: `ForkedProcess` answers poll() and
+wait() by asking it, and signals the process itself (a pid is not reused before its test has
+seen its exit, since only that question reaps it).
 
 Run as a script, this file is the zygote: it reads one JSON request per line on stdin and
 answers one JSON line on stdout.
@@ -23,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -95,10 +98,35 @@ class Zygote:
         so they must be the zygote's."""
         return _python_settings(env) == _python_settings(_zygote_env())
 
-    def spawn(self, args: list[str], *, env: dict[str, str], cwd: Path, log_path: Path) -> ForkedProcess:
-        """Fork a server running `python -m queuelog *args`, its output into `log_path`."""
-        pid = self._ask({"op": "spawn", "args": args, "env": env, "cwd": str(cwd), "log": str(log_path)})
-        return ForkedProcess(self, pid, [sys.executable, "-m", "queuelog", *args])
+    def spawn(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        stderr_path: Path | None = None,
+    ) -> ForkedProcess:
+        """Fork a process running `python -m queuelog *args`, its output into `log_path` (its
+        standard error into `stderr_path` when given)."""
+        request = {"op": "spawn", "args": args, "env": env, "cwd": str(cwd), "stdout": str(log_path)}
+        request["stderr"] = str(stderr_path or log_path)
+        return ForkedProcess(self, self._ask(request), [sys.executable, "-m", "queuelog", *args])
+
+    def run(
+        self, args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """`subprocess.run([python, -m, queuelog, *args], capture_output=True, text=True)`, forked."""
+        with tempfile.TemporaryDirectory(prefix="queuelog-cli-") as scratch:
+            out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
+            process = self.spawn(args, env=env, cwd=cwd, log_path=out, stderr_path=err)
+            try:
+                code = process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise
+            return subprocess.CompletedProcess(process.args, code, out.read_text(), err.read_text())
 
     def exit_status(self, pid: int) -> int | None:
         """The server's returncode as Popen gives it (-N: ended by signal N), None while it runs."""
@@ -188,11 +216,13 @@ def _fork(request: dict[str, Any], keep_closed: tuple[int, int]) -> int:
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        out = os.open(request["stdout"], flags, 0o644)
+        err = out if request["stderr"] == request["stdout"] else os.open(request["stderr"], flags, 0o644)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the zygote's requests
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        for fd in (log, *keep_closed):  # the replies' pipe must end with the zygote
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in {out, err, *keep_closed}:  # the replies' pipe must end with the zygote
             os.close(fd)
         os.chdir(request["cwd"])
         sys.path[0] = os.getcwd()  # as `python -m` has it
