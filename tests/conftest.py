@@ -334,6 +334,20 @@ def serve_command(port: int, database_url: str, workers: int = 1, **settings: An
     return command
 
 
+def start_queuelog(
+    command: list[str], *, env: dict[str, str], cwd: Path, log_path: Path, forkable: bool = True
+) -> subprocess.Popen[bytes] | ForkedProcess:
+    """Start `python -m queuelog ...` (`command` as serve_command makes it) in a session of its
+    own, its output into `log_path`: forked from the zygote where it can be (not `forkable`:
+    a server with --workers > 1, whose worker processes are spawned from a fresh interpreter)."""
+    if SERVER_ZYGOTE is not None and forkable and SERVER_ZYGOTE.can_fork(env):
+        return SERVER_ZYGOTE.spawn(command[3:], env=env, cwd=cwd, log_path=log_path)
+    with log_path.open("wb") as log_file:
+        return subprocess.Popen(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
+
+
 def launch_server(
     tmp_path: Path,
     *,
@@ -356,19 +370,9 @@ def launch_server(
         chosen = port or free_port()
         log_path = tmp_path / f"server-{chosen}.log"
         command = serve_command(chosen, database_url, workers, **settings)
-        process: subprocess.Popen[bytes] | ForkedProcess
-        if SERVER_ZYGOTE is not None and workers == 1 and SERVER_ZYGOTE.can_fork(process_env):
-            process = SERVER_ZYGOTE.spawn(command[3:], env=process_env, cwd=tmp_path, log_path=log_path)
-        else:
-            with log_path.open("wb") as log_file:
-                process = subprocess.Popen(
-                    command,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    env=process_env,
-                    cwd=tmp_path,
-                    start_new_session=True,
-                )
+        process = start_queuelog(
+            command, env=process_env, cwd=tmp_path, log_path=log_path, forkable=workers == 1
+        )
         serving = wait_until_serving(process, chosen, log_path)
         found = KEY_PATTERN.search(log_path.read_text())
         admin_key = admin_key or (found.group(0) if found else None)

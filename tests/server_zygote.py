@@ -207,18 +207,21 @@ def _exit_status(pid: int, exits: dict[int, int]) -> int | None:
 
 
 def _fork(request: dict[str, Any], keep_closed: tuple[int, int]) -> int:
+    # Opened before the fork, as Popen's caller opens them: the files exist once spawn answers.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    out = os.open(request["stdout"], flags, 0o644)
+    err = out if request["stderr"] == request["stdout"] else os.open(request["stderr"], flags, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
+        for fd in {out, err}:
+            os.close(fd)
         return pid
     code = 1
     try:
         os.setsid()
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        out = os.open(request["stdout"], flags, 0o644)
-        err = out if request["stderr"] == request["stdout"] else os.open(request["stderr"], flags, 0o644)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # not the zygote's requests
         os.dup2(out, 1)
         os.dup2(err, 2)

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Server, serving
+from conftest import Server, serving, start_queuelog
+from server_zygote import ForkedProcess
 
 LEASE_SECONDS = 2
 WAIT = 60.0  # bound for anything the tests wait for (a worker process starting, under load); past it, hung
@@ -210,7 +211,7 @@ def patient_server(backend: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @dataclass
 class WorkerProcess:
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     log_path: Path
     name: str
 
@@ -277,15 +278,8 @@ def start_worker(workdir: Path, unique: Callable[[str], str]) -> Iterator[Callab
         name = name or unique("worker")
         key = server.make_key(name, "worker")
         log_path = workdir / f"{name}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                worker_command(server.url, key, handlers, *extra),
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=clean_env(),
-                start_new_session=True,
-            )
+        command = worker_command(server.url, key, handlers, *extra)
+        process = start_queuelog(command, env=clean_env(), cwd=workdir, log_path=log_path)
         worker = WorkerProcess(process, log_path, name)
         started.append(worker)
         return worker
