@@ -20,6 +20,7 @@ answers one JSON line on stdout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,7 +49,6 @@ PRELOADED = (
     "uvicorn.protocols.websockets.auto",
     "uvicorn.lifespan.on",
     "psycopg",
-    "psycopg_pool",
 )
 
 
@@ -178,7 +178,8 @@ def _serve_requests() -> None:
     import importlib
 
     for name in PRELOADED:
-        importlib.import_module(name)
+        with contextlib.suppress(ImportError):  # not installed: the server says so, as without us
+            importlib.import_module(name)
     replies = os.fdopen(os.dup(1), "w")
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 1)  # nothing a module prints may land in the replies
