@@ -8,6 +8,10 @@ answer, those runs skip and say why, unless QUEUELOG_TEST_REQUIRE_POSTGRES=1 (CI
 fail. QUEUELOG_TEST_BACKENDS (default "sqlite,postgresql") chooses: `sqlite` or `postgresql`
 runs only one.
 
+Servers, CLI runs (`run_queuelog`) and the SDK's worker processes are forks of a process
+that imported queuelog once (server_zygote.py), which saves each about half a second of CPU;
+QUEUELOG_TEST_FORK_SERVERS=0 starts each from a fresh interpreter instead.
+
 `start_server(**settings)` starts one (settings are `queuelog serve` flags, e.g.
 `job_types="email,report"`, `lease_seconds=2`) and returns a `Server` with its URL, the
 bootstrap admin key and `make_key()` for keys of other roles. `server` is a ready-made
