@@ -53,7 +53,7 @@ PRELOADED = (
 
 
 class ForkedProcess:
-    """The parts of subprocess.Popen a test uses, for a server the zygote forked."""
+    """The parts of subprocess.Popen a test uses, for a process the zygote forked."""
 
     def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
         self._zygote = zygote
@@ -86,7 +86,8 @@ class ForkedProcess:
 
 
 class Zygote:
-    """The test process's side: starts the zygote on first use and asks it to fork servers."""
+    """The test process's side: starts the zygote on first use and asks it to fork processes.
+    The zygote ends when the test process does (its requests' pipe closes)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -129,17 +130,9 @@ class Zygote:
             return subprocess.CompletedProcess(process.args, code, out.read_text(), err.read_text())
 
     def exit_status(self, pid: int) -> int | None:
-        """The server's returncode as Popen gives it (-N: ended by signal N), None while it runs."""
+        """The process's returncode as Popen gives it (-N: ended by signal N), None while it runs."""
         result: int | None = self._ask({"op": "poll", "pid": pid})
         return result
-
-    def close(self) -> None:
-        with self._lock:
-            if self._process is not None:
-                assert self._process.stdin is not None
-                self._process.stdin.close()
-                self._process.wait(timeout=10)
-                self._process = None
 
     def _ask(self, request: dict[str, Any]) -> Any:
         with self._lock:
