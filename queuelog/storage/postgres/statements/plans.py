@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from queuelog.storage.postgres.statements import PostgresStatements, PostgresWriterStatements
 from queuelog.storage.postgres.statements.sending import INSERT_EVENTS_AT_ONCE, INSERT_JOBS_AT_ONCE
+from queuelog.storage.postgres.statements.server import CLOCK_MICROS
 
 # Statements run with a generic plan, made once per connection. Their custom plans cost
 # 0.5-0.7 ms of PostgreSQL's CPU to make, on every call, for a few hundredths of a
@@ -69,14 +70,12 @@ GENERIC_PLANS = frozenset(
 # see a claim's LIMIT and takes it for a tenth of the ready rows, so once ANALYZE has counted
 # a big table (90k ready jobs of a type at 1M jobs) the claim's estimate passed
 # jit_above_cost, and every claim spent 14-21 ms compiling what runs in 0.2 ms.
-FORCE_GENERIC_PLANS = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
+_GENERIC_PLANS_NO_JIT = (
+    "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)"
 )
+FORCE_GENERIC_PLANS = f"SELECT {_GENERIC_PLANS_NO_JIT}"
 # A write batch's first statement: generic plans and no JIT for the transaction, and the
 # database's clock (server.DB_NOW's value), in one statement.
-OPEN_WRITE_BATCH = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true),"
-    " (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
-)
+OPEN_WRITE_BATCH = f"SELECT {_GENERIC_PLANS_NO_JIT}, {CLOCK_MICROS}"
 # The server's own mode, until the transaction ends.
 DEFAULT_PLANS = "SET LOCAL plan_cache_mode TO DEFAULT"

@@ -4,7 +4,9 @@ servers (NOTIFY, LISTEN, the listener's checkpoint)."""
 from __future__ import annotations
 
 EVENTS_CHANNEL = "queuelog_events"
-DB_NOW = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+# The database's clock, in integer microseconds since the epoch.
+CLOCK_MICROS = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+DB_NOW = f"SELECT {CLOCK_MICROS}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 LISTEN = f"LISTEN {EVENTS_CHANNEL}"
 # A snapshot `s`'s horizon, for event ids that commit out of order: its xmin (every
