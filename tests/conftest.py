@@ -60,8 +60,7 @@ BACKENDS = [b for b in os.environ.get("QUEUELOG_TEST_BACKENDS", "sqlite,postgres
 # too little there. A server that exits is noticed at once; only a hung start waits this long.
 STARTUP_TIMEOUT = 90.0
 KEY_PATTERN = re.compile(r"ql_[A-Za-z0-9_-]{20,}")
-# Servers are forks of a process that imported queuelog once (tests/server_zygote.py), which
-# saves each start about 0.6 s of CPU; QUEUELOG_TEST_FORK_SERVERS=0 starts each on its own.
+# None: every process starts from a fresh interpreter (the module's docstring says why not).
 SERVER_ZYGOTE = Zygote() if os.environ.get("QUEUELOG_TEST_FORK_SERVERS", "1") != "0" else None
 
 # One SQL statement run by a test beside a server: `run("SELECT ... WHERE id = :id", id=1)`.
